@@ -1,0 +1,119 @@
+"""SGLang's launch-flag tables per release, and the argparse parser rebuilt from a table.
+
+A table is the exact parser that ``ServerArgs.add_cli_args`` builds in one SGLang release
+(see ``regenerate.py``). Stdlib only: the emulator installs this package on its host too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+__all__ = ["Flag", "FlagTable", "build_parser", "known_releases", "load_table"]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One option of a release's parser: its spellings, destination and value rules."""
+
+    flags: tuple[str, ...]
+    dest: str
+    type: str | None
+    choices: tuple[Any, ...] | None
+    default: Any
+    nargs: int | str | None
+    action: str
+
+    @property
+    def long_name(self) -> str:
+        """The canonical spelling: the first long option the release declares."""
+        return next(f for f in self.flags if f.startswith("--"))
+
+    @property
+    def takes_value(self) -> bool:
+        """Whether the option consumes a value on the command line."""
+        return self.nargs != 0
+
+
+@dataclass(frozen=True)
+class FlagTable:
+    """Every launch flag of one SGLang release."""
+
+    release: str
+    flags: tuple[Flag, ...]
+
+    def by_dest(self, dest: str) -> Flag | None:
+        return next((f for f in self.flags if f.dest == dest), None)
+
+    def by_option(self, option: str) -> Flag | None:
+        return next((f for f in self.flags if option in f.flags), None)
+
+    def option_strings(self) -> list[str]:
+        return [o for f in self.flags for o in f.flags]
+
+
+def known_releases() -> list[str]:
+    """Releases with a shipped table, oldest first."""
+    tables = resources.files(__package__).joinpath("tables")
+    names = [p.name.removesuffix(".json") for p in tables.iterdir() if p.name.endswith(".json")]
+    return sorted(names, key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+@cache
+def load_table(release: str) -> FlagTable:
+    """The table of ``release``; ``KeyError`` naming the shipped releases when there is none."""
+    if release not in known_releases():
+        raise KeyError(f"no flag table for SGLang {release}; shipped: {', '.join(known_releases())}")
+    raw = json.loads(resources.files(__package__).joinpath("tables", f"{release}.json").read_text())
+    flags = tuple(
+        Flag(
+            flags=tuple(f["flags"]),
+            dest=f["dest"],
+            type=f["type"],
+            choices=tuple(f["choices"]) if f["choices"] is not None else None,
+            default=f["default"],
+            nargs=f["nargs"],
+            action=f["action"],
+        )
+        for f in raw["flags"]
+    )
+    return FlagTable(release=raw["sglang_version"], flags=flags)
+
+
+def _value_type(flag: Flag) -> Any:
+    # Converters SGLang defines itself are kept as strings: the table records their names, not code.
+    return {"int": int, "float": float}.get(flag.type or "", str)
+
+
+def build_parser(release: str, prog: str = "launch_server.py") -> argparse.ArgumentParser:
+    """An argparse parser that accepts and rejects exactly what the release's parser does.
+
+    Prefix matching (``allow_abbrev``) is argparse's default, as in SGLang, so an abbreviation
+    that matches two options fails as ambiguous there and here alike.
+    """
+    parser = argparse.ArgumentParser(prog=prog)
+    for flag in load_table(release).flags:
+        if flag.action == "_HelpAction":
+            continue
+        kwargs: dict[str, Any] = {"dest": flag.dest, "default": flag.default}
+        if flag.action in ("_StoreTrueAction", "DeprecatedStoreTrueAction"):
+            kwargs["action"] = "store_true"
+        elif flag.action == "DeprecatedAction":
+            kwargs["action"] = "store_true"
+        elif flag.action == "DeprecatedStoreConstAction":
+            kwargs.update(action="store_const", const=flag.choices[0] if flag.choices else True)
+        elif flag.action == "BooleanOptionalAction":
+            parser.add_argument(flag.flags[0], action=argparse.BooleanOptionalAction, **kwargs)
+            continue
+        else:
+            kwargs["type"] = _value_type(flag)
+            if flag.nargs is not None:
+                kwargs["nargs"] = flag.nargs
+            if flag.choices is not None:
+                kwargs["choices"] = list(flag.choices)
+        parser.add_argument(*flag.flags, **kwargs)
+    return parser
