@@ -1,14 +1,14 @@
 """Every error sglang-stacks raises on purpose, in one hierarchy.
 
-    StacksError                  base: a sentence saying what went wrong and how to fix it
-    ├── SpecError                a stack file or config value is malformed (names the key)
-    ├── FlagError                a launch flag is unknown to, or renamed in, the target release
-    ├── PreflightError           the configuration is knowably doomed on this host
-    ├── HostError                the GPU host cannot be reached, or differs from its declared facts
-    │   └── ClaimError           another stack holds, or is taking, this host's GPUs
-    ├── ArtifactError            the draft model is missing or does not match its manifest
-    ├── ServerError              SGLang did not become ready (classified: oom, bad_flag, nccl, other)
-    └── BenchmarkError           the post-deploy benchmark failed or regressed
+StacksError                  base: a sentence saying what went wrong and how to fix it
+├── SpecError                a stack file or config value is malformed (names the key)
+├── FlagError                a launch flag is unknown to, or renamed in, the target release
+├── PreflightError           the configuration is knowably doomed on this host
+├── HostError                the GPU host cannot be reached, or differs from its declared facts
+│   └── ClaimError           another stack holds, or is taking, this host's GPUs
+├── ArtifactError            the draft model is missing or does not match its manifest
+├── ServerError              SGLang did not become ready (classified: oom, bad_flag, nccl, other)
+└── BenchmarkError           the post-deploy benchmark failed or regressed
 """
 
 from __future__ import annotations

@@ -100,9 +100,7 @@ def build_parser(release: str, prog: str = "launch_server.py") -> argparse.Argum
         if flag.action == "_HelpAction":
             continue
         kwargs: dict[str, Any] = {"dest": flag.dest, "default": flag.default}
-        if flag.action in ("_StoreTrueAction", "DeprecatedStoreTrueAction"):
-            kwargs["action"] = "store_true"
-        elif flag.action == "DeprecatedAction":
+        if flag.action in ("_StoreTrueAction", "DeprecatedStoreTrueAction", "DeprecatedAction"):
             kwargs["action"] = "store_true"
         elif flag.action == "DeprecatedStoreConstAction":
             kwargs.update(action="store_const", const=flag.choices[0] if flag.choices else True)
