@@ -1,0 +1,202 @@
+"""The load generator against a real HTTP server that streams tokens on a known schedule."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from components import loadgen
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Schedule:
+    """How the fake server streams: first chunk after ``ttft_s``, then one chunk per ``interval_s``."""
+
+    ttft_s: float = 0.05
+    interval_s: float = 0.02
+    tokens_per_chunk: int = 3
+    speculative: bool = True
+    fail_every: int = 0  # answer HTTP 500 to every n-th request (0: never)
+
+
+class FakeSGLang(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.schedule = Schedule()
+        self.count = 0
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeSGLang
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        schedule = self.server.schedule
+        with self.server.lock:
+            self.server.count += 1
+            number = self.server.count
+        if self.path != "/generate" or (schedule.fail_every and number % schedule.fail_every == 0):
+            self.send_response(500)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(b"injected failure")
+            return
+        wanted = body["sampling_params"]["max_new_tokens"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        start = time.perf_counter()
+        due = start + schedule.ttft_s
+        sent, verify = 0, 0
+        while sent < wanted:
+            time.sleep(max(0.0, due - time.perf_counter()))
+            sent = min(wanted, sent + schedule.tokens_per_chunk)
+            verify += 1
+            meta: dict[str, object] = {"prompt_tokens": 7, "completion_tokens": sent}
+            if schedule.speculative:
+                meta["spec_verify_ct"] = verify
+            if sent == wanted:
+                meta["finish_reason"] = {"type": "length", "length": wanted}
+                meta["e2e_latency"] = time.perf_counter() - start
+            chunk = {"text": "x" * sent, "meta_info": meta}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+            due += schedule.interval_s
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeSGLang]:
+    fake = FakeSGLang()
+    thread = threading.Thread(target=fake.serve_forever, daemon=True)
+    thread.start()
+    yield fake
+    fake.shutdown()
+    fake.server_close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_schedule(server: FakeSGLang) -> None:
+    server.schedule = Schedule()
+    server.count = 0
+
+
+def _workload(server: FakeSGLang, **changes: object) -> loadgen.Workload:
+    settings: dict[str, object] = {
+        "url": server.url,
+        "input_len": 16,
+        "output_len": 30,
+        "warmup": 1,
+        "repetitions": 3,
+        "requests": 2,
+    }
+    settings.update(changes)
+    return loadgen.Workload(**settings)  # type: ignore[arg-type]
+
+
+def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang) -> None:
+    document = loadgen.run(_workload(server))
+    (level,) = document["levels"]
+    # 30 tokens in chunks of 3: the first chunk at 50 ms, nine more 20 ms apart.
+    expected_tok_s = 30 / (0.05 + 9 * 0.02)
+    assert len(level["tok_s_runs"]) == 3
+    for tok_s in level["tok_s_runs"]:
+        assert tok_s == pytest.approx(expected_tok_s, rel=0.05)
+    assert level["requests"] == 6 and level["errors"] == 0
+    assert level["spec_completion_tokens"] / level["spec_verify_ct"] == 3.0
+    assert level["spec_verify_ct"] == 6 * 10
+    assert sorted(level["ttft_ms"])[3] == pytest.approx(50, abs=5)
+    assert sorted(level["tpot_ms"])[3] == pytest.approx(180 / 29, rel=0.08)
+    # nine chunk gaps of 20 ms, each carrying 3 tokens: 27 gaps of 6.67 ms per request
+    assert len(level["itl_ms"]) == 6 * 27
+    assert sorted(level["itl_ms"])[len(level["itl_ms"]) // 2] == pytest.approx(20 / 3, rel=0.08)
+    assert level["prompt_tokens_mean"] == 7
+
+
+def test_concurrent_streams_multiply_throughput(server: FakeSGLang) -> None:
+    document = loadgen.run(_workload(server, output_len=15, concurrency=(1, 4), repetitions=2, requests=1))
+    one, four = document["levels"]
+    assert (one["concurrency"], four["concurrency"]) == (1, 4)
+    assert four["requests"] == 4 * 2
+    ratio = (sum(four["tok_s_runs"]) / 2) / (sum(one["tok_s_runs"]) / 2)
+    assert ratio == pytest.approx(4, rel=0.1)
+
+
+def test_failed_requests_are_counted_not_fatal(server: FakeSGLang) -> None:
+    server.schedule.fail_every = 3
+    document = loadgen.run(_workload(server, output_len=9, warmup=0, repetitions=3, requests=3))
+    (level,) = document["levels"]
+    assert level["requests"] == 9
+    assert level["errors"] == 3
+    assert level["error_samples"] == ["HTTP 500: injected failure"]
+    assert len(level["ttft_ms"]) == 6
+
+
+def test_every_request_failing_is_an_error_that_says_what_failed(server: FakeSGLang) -> None:
+    server.schedule.fail_every = 1
+    with pytest.raises(loadgen.LoadgenError, match=r"All 3 requests at concurrency 1 failed.*HTTP 500"):
+        loadgen.run(_workload(server, warmup=0, repetitions=1, requests=3))
+
+
+def test_without_speculative_decoding_there_is_no_verify_count(server: FakeSGLang) -> None:
+    server.schedule.speculative = False
+    server.schedule.tokens_per_chunk = 1
+    document = loadgen.run(_workload(server, output_len=5, warmup=0, repetitions=1, requests=1))
+    (level,) = document["levels"]
+    assert level["spec_verify_ct"] == 0
+    assert level["completion_tokens"] == 5
+
+
+def test_a_bad_workload_names_the_setting(server: FakeSGLang) -> None:
+    with pytest.raises(loadgen.LoadgenError, match="repetitions is 0, but it must be at least 1"):
+        loadgen.run(_workload(server, repetitions=0))
+    with pytest.raises(loadgen.LoadgenError, match="concurrency is \\[0\\]"):
+        loadgen.run(_workload(server, concurrency=(0,)))
+
+
+def test_runs_as_a_standalone_script_outside_the_project(server: FakeSGLang, tmp_path: Path) -> None:
+    script = tmp_path / "loadgen.py"
+    shutil.copy(ROOT / "components" / "loadgen.py", script)
+    argv = [sys.executable, "-I", str(script), "--url", server.url, "--input-len", "8", "--output-len", "6"]
+    argv += ["--concurrency", "1,2", "--warmup", "1", "--repetitions", "2", "--requests", "1"]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["schema"] == loadgen.SCHEMA
+    assert [level["concurrency"] for level in document["levels"]] == [1, 2]
+    assert document["workload"]["output_len"] == 6
+
+
+def test_the_script_exits_1_with_a_sentence_when_nothing_answers(tmp_path: Path) -> None:
+    script = tmp_path / "loadgen.py"
+    shutil.copy(ROOT / "components" / "loadgen.py", script)
+    argv = [sys.executable, "-I", str(script), "--url", "http://127.0.0.1:9", "--warmup", "0"]
+    argv += ["--repetitions", "1", "--requests", "1", "--timeout-s", "5"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "All 1 requests at concurrency 1 failed" in done.stderr
+    assert "Check that the server at http://127.0.0.1:9 is ready" in done.stderr
