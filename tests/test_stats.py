@@ -1,0 +1,136 @@
+"""Statistics against values from published tables, and the summary of a load generator document."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from components import stats
+from components.errors import BenchmarkError
+
+
+@pytest.mark.parametrize(
+    ("df", "expected"),
+    [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045), (120, 1.980)],
+)
+def test_t_quantile_matches_the_published_table(df: int, expected: float) -> None:
+    assert stats.t_quantile(0.975, df) == pytest.approx(expected, abs=5e-4)
+
+
+def test_t_quantile_is_symmetric_and_other_levels_work() -> None:
+    assert stats.t_quantile(0.025, 4) == pytest.approx(-2.776, abs=5e-4)
+    assert stats.t_quantile(0.995, 7) == pytest.approx(3.499, abs=5e-4)
+    assert stats.t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-9)
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        stats.t_quantile(1.0, 4)
+
+
+def test_two_sided_p_of_the_critical_value_is_five_percent() -> None:
+    assert stats.t_two_sided_p(2.776445, 4) == pytest.approx(0.05, abs=1e-5)
+    assert stats.t_two_sided_p(0.0, 4) == pytest.approx(1.0)
+    assert stats.t_cdf(1.0, 1) == pytest.approx(0.75)  # Cauchy: 1/2 + atan(1)/pi
+
+
+def test_mean_stdev_and_ci95_of_five_runs() -> None:
+    runs = [88.0, 89.0, 89.5, 90.0, 91.0]
+    assert stats.mean(runs) == pytest.approx(89.5)
+    assert stats.stdev(runs) == pytest.approx(math.sqrt(5.0 / 4))
+    low, high = stats.ci95(runs)
+    half = 2.7764 * math.sqrt(5.0 / 4) / math.sqrt(5)
+    assert low == pytest.approx(89.5 - half, abs=1e-3)
+    assert high == pytest.approx(89.5 + half, abs=1e-3)
+    assert stats.ci95([54.1]) == (54.1, 54.1)
+
+
+def test_percentiles_interpolate_between_ranks() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert stats.percentile(values, 50) == pytest.approx(50.5)
+    assert stats.percentile(values, 90) == pytest.approx(90.1)
+    assert stats.percentile(values, 99) == pytest.approx(99.01)
+    assert stats.percentile([7.0], 99) == 7.0
+
+
+def test_welch_finds_the_campaign_regression_significant() -> None:
+    baseline = [89.1, 89.9, 89.4, 89.7, 89.4]
+    eagle3 = [54.3, 53.8, 54.2, 54.0, 54.2]
+    test = stats.welch_t_test(eagle3, baseline)
+    assert test.t < -100
+    assert test.p_value is not None and test.p_value < 1e-6
+    assert test.significant()
+
+
+def test_welch_matches_a_hand_computed_example() -> None:
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 4.0, 5.5]
+    test = stats.welch_t_test(a, b)
+    var_a, var_b = (5.0 / 3) / 4, (6.6875 / 3) / 4  # sample variances 1.667 and 2.229, over n
+    assert test.t == pytest.approx(-1.125 / math.sqrt(var_a + var_b))
+    assert test.df == pytest.approx((var_a + var_b) ** 2 / (var_a**2 / 3 + var_b**2 / 3))
+    assert test.p_value == pytest.approx(0.2986, abs=1e-3)
+    assert not test.significant()
+
+
+def test_welch_with_too_few_or_constant_runs() -> None:
+    assert stats.welch_t_test([1.0], [2.0, 3.0]).p_value is None
+    assert stats.welch_t_test([5.0, 5.0], [5.0, 5.0]).p_value == 1.0
+    assert stats.welch_t_test([5.0, 5.0], [6.0, 6.0]).p_value == 0.0
+
+
+def _document(**level_changes: object) -> dict[str, object]:
+    level: dict[str, object] = {
+        "concurrency": 1,
+        "tok_s_runs": [54.0, 54.2, 54.1, 53.9, 54.3],
+        "requests": 20,
+        "errors": 1,
+        "spec_completion_tokens": 4864,
+        "spec_verify_ct": 2000,
+        "ttft_ms": [float(v) for v in range(10, 30)],
+        "tpot_ms": [18.5] * 19,
+        "itl_ms": [6.0, 6.0, 30.0] * 100,
+    }
+    level.update(level_changes)
+    return {
+        "schema": stats.LOADGEN_SCHEMA,
+        "workload": {"input_len": 128, "output_len": 256},
+        "levels": [level, dict(level, concurrency=8, tok_s_runs=[300.0, 310.0])],
+    }
+
+
+def test_summarize_gives_a_flat_json_ready_result() -> None:
+    result = stats.summarize(_document())
+    assert result.concurrency == 1 and result.repetitions == 5
+    assert result.tok_s_mean == pytest.approx(54.1)
+    assert result.tok_s_ci95[0] < 54.1 < result.tok_s_ci95[1]
+    assert result.accept_length == pytest.approx(2.432)
+    assert result.ttft_ms is not None and result.ttft_ms.p50 == pytest.approx(19.5)
+    assert result.itl_ms is not None and result.itl_ms.p99 == 30.0
+    assert (result.requests, result.errors) == (20, 1)
+    dumped = json.loads(result.model_dump_json())
+    assert dumped["tok_s_runs"] == [54.0, 54.2, 54.1, 53.9, 54.3]
+    assert dumped["ttft_ms"] == {"p50": 19.5, "p90": 27.1, "p99": 28.81}
+    assert stats.BenchmarkResult.model_validate(dumped) == result
+
+
+def test_summarize_picks_a_concurrency_level_or_says_which_exist() -> None:
+    assert stats.summarize(json.dumps(_document()), concurrency=8).tok_s_mean == 305.0
+    assert [r.concurrency for r in stats.summarize_levels(_document())] == [1, 8]
+    with pytest.raises(BenchmarkError, match="no run at concurrency 4; it ran 1, 8"):
+        stats.summarize(_document(), concurrency=4)
+
+
+def test_without_speculation_there_is_no_accept_length() -> None:
+    result = stats.summarize(_document(spec_completion_tokens=0, spec_verify_ct=0, tpot_ms=[]))
+    assert result.accept_length is None
+    assert result.tpot_ms is None
+
+
+def test_a_malformed_document_names_the_key() -> None:
+    document = _document()
+    del document["levels"][0]["tok_s_runs"]  # type: ignore[index]
+    with pytest.raises(BenchmarkError, match=r"at 'levels\.0\.tok_s_runs': Field required"):
+        stats.summarize(document)
+    with pytest.raises(BenchmarkError, match="printed no JSON document"):
+        stats.summarize("Traceback (most recent call last):")
+    with pytest.raises(BenchmarkError, match="schema 'other/2'"):
+        stats.summarize(dict(_document(), schema="other/2"))
