@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Installs everything sglang-stacks needs on this machine, idempotently; a second run takes seconds.
+#
+#   - .venv: the project's virtualenv (Pulumi.yaml runs the program and its providers with it)
+#   - the Pulumi CLI: a `pulumi` on PATH of an accepted version, else built once from its Go module
+#     into a cache outside the repository, keyed by version
+#   - beside it, Pulumi's Python helper scripts (program runner, dynamic-provider plugin) from the
+#     SDK's Go module, and the project's language host installed as `pulumi-language-python`
+#   - .venv/sglang-stacks.env: the environment that scripts/env.sh exports (PATH, local backend, offline)
+#
+# Environment: SGLANG_STACKS_CACHE (default ~/.cache/sglang-stacks) holds the builds.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The Python SDK pinned in requirements.txt; Pulumi's Python helper scripts come from the same release.
+PULUMI_SDK_VERSION=3.272.0
+# The CLI built when none is on PATH. 3.272.0's Go module (pkg/v3) is not served by the module registry
+# this project builds from; 3.274.1 is the nearest release that is, and runs SDK 3.272.0 programs.
+PULUMI_CLI_VERSION=3.274.1
+ACCEPTED_CLI_VERSIONS=("v$PULUMI_SDK_VERSION" "v$PULUMI_CLI_VERSION")
+CACHE=${SGLANG_STACKS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sglang-stacks}
+PYTHON=${PYTHON:-python3}
+
+say() { printf 'bootstrap: %s\n' "$*" >&2; }
+
+ensure_venv() {
+    local stamp="$ROOT/.venv/.requirements.sha256" want
+    want=$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" | sha256sum | cut -d' ' -f1)
+    if [[ -x "$ROOT/.venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        return
+    fi
+    say "creating .venv and installing pinned Python packages"
+    "$PYTHON" -m venv "$ROOT/.venv"
+    "$ROOT/.venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements-dev.txt"
+    echo "$want" >"$stamp"
+}
+
+# Prints the directory holding an accepted `pulumi` and, beside it, the Python plugins the engine
+# runs. Beside the binary is where the engine looks for its bundled plugins first.
+ensure_toolchain() {
+    local found version dir="$CACHE/pulumi-v$PULUMI_CLI_VERSION-python-v$PULUMI_SDK_VERSION/bin"
+    if found=$(command -v pulumi 2>/dev/null) && [[ "$found" != "$dir/pulumi" ]]; then
+        version=$(PULUMI_SKIP_UPDATE_CHECK=true "$found" version 2>/dev/null || true)
+        for accepted in "${ACCEPTED_CLI_VERSIONS[@]}"; do
+            if [[ "$version" == "$accepted" ]]; then
+                dirname "$found"
+                return
+            fi
+        done
+        say "ignoring $found ($version): not one of ${ACCEPTED_CLI_VERSIONS[*]}"
+    fi
+    mkdir -p "$dir"
+    if [[ ! -x "$dir/pulumi" ]]; then
+        say "building the Pulumi CLI v$PULUMI_CLI_VERSION from its Go module (several minutes, once)"
+        (cd "$ROOT/toolchain/pulumi-cli" && GOFLAGS=-mod=mod go build -trimpath -buildvcs=false \
+            -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_CLI_VERSION" \
+            -o "$dir/pulumi.partial" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
+        mv "$dir/pulumi.partial" "$dir/pulumi"
+    fi
+    if [[ ! -x "$dir/pulumi-language-python-exec" || ! -x "$dir/pulumi-resource-pulumi-python" ]]; then
+        say "taking Pulumi's Python helper scripts v$PULUMI_SDK_VERSION from the SDK's Go module"
+        local module
+        module=$(cd "$ROOT/toolchain/pulumi-cli" && go mod download -json "github.com/pulumi/pulumi/sdk/v3@v$PULUMI_SDK_VERSION" \
+            | "$ROOT/.venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+        install -m 0755 "$module/python/cmd/pulumi-language-python-exec" "$dir/"
+        install -m 0755 "$module/python/dist/pulumi-resource-pulumi-python" "$dir/"
+    fi
+    install -m 0755 "$ROOT/toolchain/pulumi-language-python" "$dir/"
+    echo "$dir"
+}
+
+write_env() {
+    local toolchain_dir=$1
+    cat >"$ROOT/.venv/sglang-stacks.env" <<ENV
+# Written by scripts/bootstrap.sh; exported by scripts/env.sh.
+export SGLANG_STACKS_HOME="$ROOT"
+export PATH="$ROOT/.venv/bin:$toolchain_dir:\$PATH"
+export PULUMI_SKIP_UPDATE_CHECK=true
+export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true
+export PULUMI_BACKEND_URL="\${PULUMI_BACKEND_URL:-file://\$HOME/.sglang-stacks/state}"
+ENV
+}
+
+main() {
+    ensure_venv
+    write_env "$(ensure_toolchain)"
+}
+
+main "$@"

@@ -1,0 +1,21 @@
+# Source this file (`. scripts/env.sh`, in bash) to use the project's Pulumi toolchain in your shell:
+# it puts the CLI, the language host and the project's virtualenv on PATH, selects the local state
+# backend (~/.sglang-stacks/state unless PULUMI_BACKEND_URL is set), turns off update checks and
+# plugin downloads, and creates the stacks of stacks/ that the backend does not have yet.
+#
+# Secrets: without PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE, the demo passphrase
+# `sglang-stacks-demo` is used. Set your own for real hosts (see README, "Secrets").
+_stacks_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [ ! -f "$_stacks_root/.venv/sglang-stacks.env" ]; then
+    echo "sglang-stacks: run scripts/bootstrap.sh first." >&2
+    return 1 2>/dev/null || exit 1
+fi
+. "$_stacks_root/.venv/sglang-stacks.env"
+case "$PULUMI_BACKEND_URL" in
+    file://*) mkdir -p "${PULUMI_BACKEND_URL#file://}" ;;
+esac
+if [ -z "${PULUMI_CONFIG_PASSPHRASE+set}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then
+    export PULUMI_CONFIG_PASSPHRASE=sglang-stacks-demo
+fi
+"$_stacks_root/scripts/init-stacks.sh"
+unset _stacks_root

@@ -1,0 +1,157 @@
+"""The Python language host the Pulumi engine talks to when it runs this project.
+
+Pulumi's own host (`pulumi-language-python`) is a separate Go module that this project cannot
+obtain from a module registry, so the bootstrap installs this one under that name instead. It
+serves the engine's LanguageRuntime gRPC interface with the stubs shipped in the `pulumi` Python
+SDK and runs the program exactly as Pulumi's host does: with the project's virtualenv Python and
+Pulumi's own `pulumi-language-python-exec` script (from the SDK's release), passing the stack
+config through PULUMI_CONFIG / PULUMI_CONFIG_SECRET_KEYS.
+
+What it does not do: install dependencies (the bootstrap does), or report plugins needed by
+installed packages (the engine then asks for none, so nothing is ever downloaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+from pulumi.runtime.proto import language_pb2, language_pb2_grpc, plugin_pb2
+
+HOST_VERSION = "0.1.0"
+# Exit code of pulumi-language-python-exec after it has already shown the user an error.
+EXIT_ERROR_ALREADY_SHOWN = 32
+
+
+def _options(info: language_pb2.ProgramInfo) -> dict[str, Any]:
+    return MessageToDict(info.options) if info.HasField("options") else {}
+
+
+def _python(info: language_pb2.ProgramInfo) -> str:
+    """The interpreter of the project's virtualenv (Pulumi.yaml `runtime.options.virtualenv`)."""
+    virtualenv = _options(info).get("virtualenv")
+    if virtualenv:
+        venv = Path(info.root_directory or ".", virtualenv)
+        python = venv / "bin" / "python"
+        if not python.exists():
+            raise FileNotFoundError(
+                f"The virtualenv {venv} named in Pulumi.yaml has no bin/python. "
+                "Run the project's bootstrap script to create it."
+            )
+        return str(python)
+    return shutil.which("python3") or sys.executable
+
+
+def _exec_script() -> str:
+    script = shutil.which("pulumi-language-python-exec")
+    if script is None:
+        raise FileNotFoundError(
+            "pulumi-language-python-exec is not on PATH. Run the project's bootstrap script."
+        )
+    return script
+
+
+class LanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
+    """Serves the engine's requests; every method not defined here answers UNIMPLEMENTED."""
+
+    def __init__(self, engine_address: str) -> None:
+        self.engine_address = engine_address
+
+    # Method names are the gRPC service's.
+    def Handshake(self, request: Any, context: Any) -> Any:
+        if request.engine_address:
+            self.engine_address = request.engine_address
+        return language_pb2.LanguageHandshakeResponse()
+
+    def GetPluginInfo(self, request: Any, context: Any) -> Any:
+        return plugin_pb2.PluginInfo(version=HOST_VERSION)
+
+    def GetRequiredPlugins(self, request: Any, context: Any) -> Any:
+        return language_pb2.GetRequiredPluginsResponse(plugins=[])
+
+    def GetRequiredPackages(self, request: Any, context: Any) -> Any:
+        return language_pb2.GetRequiredPackagesResponse(packages=[])
+
+    def GetProgramDependencies(self, request: Any, context: Any) -> Any:
+        return language_pb2.GetProgramDependenciesResponse(dependencies=[])
+
+    def About(self, request: Any, context: Any) -> Any:
+        python = _python(request.info)
+        version = subprocess.run(
+            [python, "--version"], capture_output=True, text=True, check=False
+        ).stdout.split()[-1:]
+        return language_pb2.AboutResponse(executable=python, version="".join(version))
+
+    def InstallDependencies(self, request: Any, context: Any) -> Any:
+        message = "Dependencies are installed by the project's bootstrap script; nothing to do.\n"
+        yield language_pb2.InstallDependenciesResponse(stdout=message.encode())
+
+    def RuntimeOptionsPrompts(self, request: Any, context: Any) -> Any:
+        return language_pb2.RuntimeOptionsResponse(prompts=[])
+
+    def Run(self, request: Any, context: Any) -> Any:
+        try:
+            argv = [_python(request.info), "-u", _exec_script(), *self._exec_flags(request)]
+        except FileNotFoundError as error:
+            return language_pb2.RunResponse(error=str(error))
+        env = dict(os.environ)
+        env["PULUMI_CONFIG"] = json.dumps(dict(request.config))
+        env["PULUMI_CONFIG_SECRET_KEYS"] = json.dumps(list(request.configSecretKeys))
+        env.pop("PYTHONHOME", None)
+        # Program output goes to this process's stdout/stderr, which the engine shows the user.
+        code = subprocess.run(argv, env=env, cwd=request.pwd or None, check=False).returncode
+        if code == 0:
+            return language_pb2.RunResponse()
+        if code == EXIT_ERROR_ALREADY_SHOWN:
+            return language_pb2.RunResponse(bail=True)
+        return language_pb2.RunResponse(error=f"Program exited with non-zero exit code: {code}")
+
+    def _exec_flags(self, request: Any) -> list[str]:
+        flags = [
+            f"--monitor={request.monitor_address}",
+            f"--engine={self.engine_address}",
+            f"--project={request.project}",
+            f"--stack={request.stack}",
+            f"--pwd={request.pwd}",
+            f"--dry_run={'true' if request.dryRun else 'false'}",
+            f"--parallel={request.parallel}",
+            f"--organization={request.organization}",
+        ]
+        if request.info.root_directory:
+            flags.append(f"--root_directory={request.info.root_directory}")
+        program = request.info.program_directory or request.pwd or "."
+        if request.info.entry_point and request.info.entry_point != ".":
+            program = os.path.join(program, request.info.entry_point)
+        return [*flags, program, *request.args]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="pulumi-language-python")
+    parser.add_argument("engine_address", nargs="?", default="")
+    # The engine may pass flags of Pulumi's own host (tracing, root); they change nothing here.
+    args, _ = parser.parse_known_args()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    language_pb2_grpc.add_LanguageRuntimeServicer_to_server(LanguageHost(args.engine_address), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    # The engine reads the port from the first line of stdout.
+    print(port, flush=True)
+    # The engine stops its plugins with SIGINT once it is done with them; that is a normal exit.
+    signal.signal(signal.SIGINT, lambda *_: server.stop(grace=1))
+    signal.signal(signal.SIGTERM, lambda *_: server.stop(grace=1))
+    server.wait_for_termination()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
