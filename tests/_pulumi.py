@@ -1,0 +1,90 @@
+"""Drives the real Pulumi CLI on a throwaway local backend, in a workspace that mirrors the project.
+
+The workspace links the project's program, components and virtualenv, and has a stacks/ folder of
+its own, so tests never touch the repository's stack files or the user's state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LINKED = ("Pulumi.yaml", "__main__.py", "components", "sglang_flags", "sglang_emulator", "toolchain", ".venv")
+PASSPHRASE = "test-passphrase"
+
+
+def pulumi_binary() -> str:
+    """The `pulumi` on PATH; a clear failure, never a skip, when the toolchain is missing."""
+    found = shutil.which("pulumi")
+    if found is None:
+        raise AssertionError(
+            "The Pulumi CLI is not on PATH. Run the tests with scripts/test.sh, which bootstraps the "
+            "toolchain and puts it on PATH."
+        )
+    return found
+
+
+@dataclass
+class Workspace:
+    """A project folder plus a local backend, both temporary."""
+
+    path: Path
+    backend: Path
+
+    @classmethod
+    def create(cls, tmp: Path) -> Workspace:
+        path, backend = tmp / "project", tmp / "state"
+        (path / "stacks").mkdir(parents=True)
+        backend.mkdir()
+        for name in LINKED:
+            if (ROOT / name).exists():
+                (path / name).symlink_to(ROOT / name)
+        return cls(path, backend)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            PULUMI_BACKEND_URL=f"file://{self.backend}",
+            PULUMI_CONFIG_PASSPHRASE=PASSPHRASE,
+            PULUMI_SKIP_UPDATE_CHECK="true",
+            PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
+            SGLANG_STACKS_HOME=str(ROOT),
+        )
+        return env
+
+    def run(self, *args: str, check: bool = True, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+        """Runs `pulumi <args>` in the workspace; on failure the assertion shows its output."""
+        result = subprocess.run(
+            [pulumi_binary(), *args, "--non-interactive"],
+            cwd=self.path,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"pulumi {' '.join(args)} exited {result.returncode}\n"
+                f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+            )
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args).stdout)
+
+    def init_stack(self, stack: str, config_yaml: str = "") -> None:
+        """Creates `stack` with `config_yaml` (the `config:` section of a stack file) as its config."""
+        self.run("stack", "init", stack)
+        stack_file = self.path / "stacks" / f"Pulumi.{stack}.yaml"
+        stack_file.write_text(stack_file.read_text() + config_yaml)
+
+    def outputs(self, stack: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.json("stack", "output", "--json", "-s", stack)
+        return result
