@@ -1,0 +1,457 @@
+"""Runs bash scripts on a GPU host and copies files to it: through the system OpenSSH client, or
+directly with ``bash`` for the local (emulator) host. Every remote operation goes through here.
+
+A script runs as ``bash`` on the host under ``timeout``, so a hung command cannot hang a deploy.
+It must not leave the call open: a background process it starts keeps the output pipes (and so
+the SSH session) open unless it is detached, always as
+``setsid nohup COMMAND >LOG 2>&1 </dev/null &``. `run` notices a script that finished while a
+background process still holds its output, and says so instead of waiting for the timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import selectors
+import shlex
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+from components.errors import HostError, SpecError, StacksError
+
+__all__ = ["CommandResult", "Connection", "quote", "quote_path", "run", "upload"]
+
+quote = shlex.quote
+"""Quotes one value for bash; the only quoting function the components use."""
+
+# Seconds the host-side `timeout` waits after TERM before it sends KILL.
+_KILL_AFTER_S = 5
+# Seconds of quiet after the script's end after which its output is taken as held open.
+_LINGER_S = 2.0
+# Name the pinned host key is filed under in the throwaway known_hosts file; it keeps the
+# `[host]:port` spelling of known_hosts out of the way.
+_HOST_KEY_ALIAS = "sglang-stacks-pinned-host"
+_KEY_TYPES = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+)$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST_OR_USER = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
+
+# Runs on the host. Reads one header line "<marker> <timeout_s> <script_bytes>", then exactly that
+# many bytes of script; whatever follows on stdin is the script's own stdin. The script travels
+# on stdin, never on a command line, because the env it exports may hold secrets. The marker line
+# written after the script ends lets the caller tell the script's end from the session's end.
+_BOOTSTRAP = r"""
+IFS=' ' read -r marker limit_s length || { echo "sglang-stacks: no script received" >&2; exit 2; }
+LC_ALL=C IFS= read -r -N "$length" script
+if ! command -v timeout >/dev/null 2>&1; then
+    echo "sglang-stacks: the host has no 'timeout' command; install coreutils" >&2
+    exit 2
+fi
+timeout -k KILL_AFTER "$limit_s" bash <(printf '%s' "$script")
+rc=$?
+printf '\n%s %s\n' "$marker" "$rc" >&2
+exit "$rc"
+""".replace("KILL_AFTER", str(_KILL_AFTER_S))
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach a GPU host: ``kind="ssh"`` with an address and key, or ``kind="local"``.
+
+    ``private_key`` is the key's contents (from a Pulumi secret): it never appears in ``repr``,
+    on a command line or in an error; it is written only to a 0600 file that lives for one call.
+    ``host_key`` pins the host's public key (a line such as ``ssh-ed25519 AAAA...``, as printed
+    by ``ssh-keyscan``); without it the host must already be in the user's known_hosts, unless
+    ``insecure_skip_host_key_check`` is set, which trusts whatever answers at that address.
+    """
+
+    kind: Literal["local", "ssh"] = "ssh"
+    host: str = ""
+    port: int = 22
+    user: str = "root"
+    private_key: str | None = field(default=None, repr=False)
+    host_key: str | None = None
+    insecure_skip_host_key_check: bool = False
+    connect_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("local", "ssh"):
+            raise SpecError(
+                f"Connection kind {self.kind!r} is not known; allowed: 'ssh' or 'local'. "
+                "Set host.kind to one of them."
+            )
+        if not self.connect_timeout_s > 0:
+            raise SpecError(
+                f"Connection connect_timeout_s is {self.connect_timeout_s}; it must be above 0. "
+                "Set a positive number of seconds."
+            )
+        if self.kind == "local":
+            return
+        if not self.host or not _HOST_OR_USER.match(self.host) or self.host.startswith("-"):
+            raise SpecError(
+                f"SSH host {self.host!r} is not a host name or address. "
+                "Set host.host to the GPU host's name or IP address."
+            )
+        if not self.user or not _HOST_OR_USER.match(self.user) or self.user.startswith("-"):
+            raise SpecError(
+                f"SSH user {self.user!r} is not a user name. Set host.user to the login on the GPU host."
+            )
+        if not 1 <= self.port <= 65535:
+            raise SpecError(f"SSH port {self.port} is outside 1..65535. Set host.port to sshd's port.")
+        if self.host_key is not None:
+            _host_key_lines(self.host_key)
+
+    @classmethod
+    def local(cls) -> Connection:
+        """The machine sglang-stacks runs on, reached with plain ``bash``."""
+        return cls(kind="local")
+
+    @property
+    def label(self) -> str:
+        """How messages name the host: ``user@host:port``, or ``the local host``."""
+        if self.kind == "local":
+            return "the local host"
+        return f"{self.user}@{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a script printed and how it exited; ``stdout``/``stderr`` decoded as UTF-8."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        """True when the script exited 0."""
+        return self.exit_code == 0
+
+
+def quote_path(path: str) -> str:
+    """Quotes a host path for bash, keeping a leading ``~/`` as the host user's home folder."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + quote(path[2:])
+    return quote(path)
+
+
+def run(
+    conn: Connection,
+    script: str,
+    *,
+    timeout_s: float,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CommandResult:
+    """Runs a bash script on the host and returns its exit code and output.
+
+    ``env`` is exported at the top of the script (sshd's AcceptEnv is not needed); ``stdin`` is
+    what the script reads. A script still running after ``timeout_s`` is stopped on the host and
+    HostError is raised, as it is when the host cannot be reached or authenticated.
+    """
+    prelude = "".join(f"export {name}={quote(value)}\n" for name, value in _checked_env(env).items())
+
+    def feed(pipe: IO[bytes]) -> None:
+        if stdin:
+            pipe.write(stdin)
+
+    return _execute(conn, prelude + script, timeout_s=timeout_s, feed=feed)
+
+
+def upload(
+    conn: Connection, local_path: str | os.PathLike[str], remote_path: str, *, timeout_s: float = 600
+) -> None:
+    """Copies a file or a folder to ``remote_path`` on the host, as a tar stream over the session.
+
+    A file replaces ``remote_path`` in one rename. A folder's contents are written into
+    ``remote_path`` (created when missing); files already there with other names stay.
+    Symbolic links are followed, so the host receives what they point to.
+    """
+    source = Path(local_path)
+    if not source.exists():
+        raise StacksError(f"Upload source {str(source)!r} does not exist. Check the local path.")
+    dest = quote_path(remote_path)
+    if source.is_dir():
+        script = f"set -e\nmkdir -p {dest}\ntar -x -f - -C {dest} --no-same-owner\n"
+    else:
+        script = (
+            "set -e\n"
+            f"dest={dest}\n"
+            'parent=$(dirname "$dest")\n'
+            'mkdir -p "$parent"\n'
+            'staging=$(mktemp -d "$parent/.upload.XXXXXX")\n'
+            "trap 'rm -rf \"$staging\"' EXIT\n"
+            'tar -x -f - -C "$staging" --no-same-owner\n'
+            'mv -f "$staging/payload" "$dest"\n'
+        )
+
+    def feed(pipe: IO[bytes]) -> None:
+        with tarfile.open(fileobj=pipe, mode="w|", dereference=True) as archive:
+            archive.add(source, arcname="." if source.is_dir() else "payload", filter=_anonymous)
+
+    result = _execute(conn, script, timeout_s=timeout_s, feed=feed)
+    if not result.ok:
+        raise HostError(
+            f"Copying {str(source)!r} to {remote_path!r} on {conn.label} failed (exit {result.exit_code}): "
+            f"{_tail(result.stderr)} Check that the user may write there and the disk has room."
+        )
+
+
+def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _checked_env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    for name in env or {}:
+        if not _ENV_NAME.match(name):
+            raise SpecError(
+                f"Environment variable name {name!r} is not valid for bash; use letters, digits and "
+                "underscores, not starting with a digit."
+            )
+    return env or {}
+
+
+def _host_key_lines(host_key: str) -> list[str]:
+    """The pinned key as ``type base64`` lines; a leading host field from ssh-keyscan is dropped."""
+    lines = []
+    for raw in host_key.strip().splitlines():
+        words = raw.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) >= 3 and not _KEY_TYPES.match(words[0]):
+            words = words[1:]
+        if len(words) < 2 or not _KEY_TYPES.match(words[0]):
+            raise SpecError(
+                f"Host key line {raw[:60]!r} is not an SSH public key; expected 'ssh-ed25519 AAAA...'. "
+                "Copy a line printed by `ssh-keyscan -p PORT HOST` into host.host_key."
+            )
+        lines.append(f"{words[0]} {words[1]}")
+    if not lines:
+        raise SpecError(
+            "Host key is empty. Copy a line printed by `ssh-keyscan -p PORT HOST` into host.host_key."
+        )
+    return lines
+
+
+@contextlib.contextmanager
+def _command_line(conn: Connection) -> Iterator[list[str]]:
+    """The argv that runs the bootstrap on the host; key files exist only inside this block."""
+    if conn.kind == "local":
+        yield ["bash", "-c", _BOOTSTRAP]
+        return
+    workdir = tempfile.mkdtemp(prefix="sglang-stacks-ssh-")
+    try:
+        argv = [
+            "ssh",
+            "-T",
+            "-o", "BatchMode=yes",
+            "-o", f"ConnectTimeout={math.ceil(conn.connect_timeout_s)}",
+            "-o", "ServerAliveInterval=15",
+            "-o", "ServerAliveCountMax=4",
+            "-o", "LogLevel=ERROR",
+            "-o", "ControlMaster=no",
+            "-o", "ControlPath=none",
+            "-o", "ClearAllForwardings=yes",
+            "-p", str(conn.port),
+            "-l", conn.user,
+        ]  # fmt: skip
+        if conn.private_key is not None:
+            key_path = os.path.join(workdir, "id")
+            _write_private(key_path, conn.private_key.replace("\r\n", "\n").strip() + "\n")
+            argv += ["-i", key_path, "-o", "IdentitiesOnly=yes"]
+        if conn.host_key is not None:
+            known_hosts = os.path.join(workdir, "known_hosts")
+            lines = "".join(f"{_HOST_KEY_ALIAS} {line}\n" for line in _host_key_lines(conn.host_key))
+            _write_private(known_hosts, lines)
+            argv += [
+                "-o", f"UserKnownHostsFile={known_hosts}",
+                "-o", "GlobalKnownHostsFile=/dev/null",
+                "-o", f"HostKeyAlias={_HOST_KEY_ALIAS}",
+                "-o", "StrictHostKeyChecking=yes",
+                "-o", "UpdateHostKeys=no",
+            ]  # fmt: skip
+        elif conn.insecure_skip_host_key_check:
+            argv += [
+                "-o", "StrictHostKeyChecking=no",
+                "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "GlobalKnownHostsFile=/dev/null",
+            ]  # fmt: skip
+        else:
+            argv += ["-o", "StrictHostKeyChecking=yes"]
+        yield [*argv, "--", conn.host, "bash -c " + quote(_BOOTSTRAP)]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _write_private(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def _execute(
+    conn: Connection, script: str, *, timeout_s: float, feed: Callable[[IO[bytes]], None]
+) -> CommandResult:
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be above 0, not {timeout_s}")
+    marker = "__sglang_stacks_done_" + os.urandom(8).hex()
+    body = script.encode()
+    header = f"{marker} {timeout_s:g} {len(body)}\n".encode()
+    # The host stops the script at timeout_s; this deadline only covers a session that hangs.
+    deadline_s = timeout_s + _KILL_AFTER_S + conn.connect_timeout_s + 10
+    started = time.monotonic()
+    with _command_line(conn) as argv:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+
+        def write_request() -> None:
+            pipe = process.stdin
+            assert pipe is not None
+            with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+                pipe.write(header + body)
+                feed(pipe)
+            with contextlib.suppress(BrokenPipeError, OSError):
+                pipe.close()
+
+        writer = threading.Thread(target=write_request, daemon=True)
+        writer.start()
+        stdout, stderr, outcome = _collect(process, marker.encode(), started + deadline_s)
+        if outcome != "closed":
+            process.kill()
+        process.wait()
+        writer.join(timeout=5)
+    elapsed_s = time.monotonic() - started
+    return _result(conn, process.returncode, stdout, stderr, marker, outcome, timeout_s, elapsed_s)
+
+
+def _collect(
+    process: subprocess.Popen[bytes], marker: bytes, deadline: float
+) -> tuple[bytes, bytes, Literal["closed", "held", "hung"]]:
+    """Reads stdout and stderr until both close, the output is held open, or the deadline."""
+    buffers = {process.stdout: bytearray(), process.stderr: bytearray()}
+    selector = selectors.DefaultSelector()
+    for pipe in buffers:
+        assert pipe is not None
+        selector.register(pipe, selectors.EVENT_READ)
+    last_data = time.monotonic()
+    outcome: Literal["closed", "held", "hung"] = "closed"
+    with selector:
+        while selector.get_map():
+            for key, _ in selector.select(timeout=0.1):
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    buffers[key.fileobj].extend(chunk)  # type: ignore[index]
+                    last_data = time.monotonic()
+                else:
+                    selector.unregister(key.fileobj)
+            now = time.monotonic()
+            if now - last_data > _LINGER_S and marker in buffers[process.stderr]:
+                outcome = "held"
+                break
+            if now > deadline:
+                outcome = "hung"
+                break
+    return bytes(buffers[process.stdout]), bytes(buffers[process.stderr]), outcome
+
+
+def _result(
+    conn: Connection,
+    returncode: int,
+    stdout: bytes,
+    stderr: bytes,
+    marker: str,
+    outcome: str,
+    timeout_s: float,
+    elapsed_s: float,
+) -> CommandResult:
+    err_text = stderr.decode(errors="replace")
+    out_text = stdout.decode(errors="replace")
+    found = re.search(r"\n?" + marker + r" (\d+)\n", err_text)
+    if found is None:
+        if outcome == "hung":
+            raise HostError(
+                f"{conn.label} did not answer within {elapsed_s:.0f} s; the session was closed. "
+                "Check that the host is up and responsive, then run the update again."
+            )
+        if conn.kind == "ssh" and returncode == 255:
+            raise _ssh_failure(conn, err_text)
+        raise HostError(
+            f"The session with {conn.label} ended before the script finished (exit {returncode}). "
+            f"{_tail(err_text)} Check the host's logs (out of memory, reboot) and run the update again."
+        )
+    exit_code = int(found.group(1))
+    script_stderr = err_text[: found.start()]
+    if outcome != "closed":
+        raise HostError(
+            f"A script on {conn.label} finished (exit {exit_code}) but a background process it started "
+            "still holds its output open. Start background processes detached, as "
+            "`setsid nohup COMMAND >LOG 2>&1 </dev/null &`."
+        )
+    if exit_code in (124, 137) and elapsed_s >= timeout_s:
+        raise HostError(
+            f"A script on {conn.label} did not finish within {timeout_s:g} s and was stopped there. "
+            f"{_tail(script_stderr or out_text)} Raise the timeout if the work is slow, or find what hangs."
+        )
+    return CommandResult(exit_code=exit_code, stdout=out_text, stderr=script_stderr)
+
+
+def _ssh_failure(conn: Connection, stderr: str) -> HostError:
+    """Turns the OpenSSH client's own error into a sentence that says what to do."""
+    where = f"{conn.host}:{conn.port}"
+    keyscan = f"`ssh-keyscan -p {conn.port} {conn.host}`"
+    if "Host key verification failed" in stderr or "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr:
+        fingerprint = re.search(r"(SHA256:[A-Za-z0-9+/=]+)", stderr)
+        presented = f" The host presented {fingerprint.group(1)}." if fingerprint else ""
+        if conn.host_key is not None:
+            return HostError(
+                f"The host key of {where} does not match the pinned host.host_key.{presented} "
+                "If the host was reinstalled, check its key out of band and replace host.host_key "
+                f"with a line from {keyscan}; otherwise do not connect: something else answers there."
+            )
+        return HostError(
+            f"The host key of {where} is not known.{presented} Pin it: set host.host_key to a line "
+            f"from {keyscan}, checked against the host's own /etc/ssh/ssh_host_*_key.pub."
+        )
+    if "Permission denied" in stderr or "Too many authentication failures" in stderr:
+        return HostError(
+            f"{where} refused the SSH key for user {conn.user!r}. Add the key's public half to "
+            f"~{conn.user}/.ssh/authorized_keys on the host, or set host.user and the private key "
+            "to a login that has it."
+        )
+    if "Connection refused" in stderr:
+        return HostError(
+            f"Nothing accepts SSH connections at {where} (connection refused). "
+            "Check host.host and host.port, and that sshd runs on the host."
+        )
+    if "timed out" in stderr:
+        return HostError(
+            f"No answer from {where} within {conn.connect_timeout_s:g} s. Check the address, the "
+            "firewall and that the host is up; raise the connect timeout for slow networks."
+        )
+    if "Could not resolve hostname" in stderr:
+        return HostError(f"The host name {conn.host!r} does not resolve. Check host.host.")
+    if "No route to host" in stderr or "Network is unreachable" in stderr:
+        return HostError(f"{where} is unreachable from here (no route). Check host.host and the network.")
+    return HostError(f"SSH to {where} failed. {_tail(stderr)} Check the connection settings of host.")
+
+
+def _tail(text: str, lines: int = 5) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+    if not kept:
+        return "It printed nothing."
+    return "Last output: " + " | ".join(kept) + "."

@@ -1,0 +1,212 @@
+"""Scripts and uploads over a real OpenSSH server on 127.0.0.1, and on the local host."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from components._transport import Connection, quote, quote_path, run, upload
+from components.errors import HostError, SpecError
+from tests.sshd import SshServer, free_port, new_key, start_sshd
+
+
+@pytest.fixture(scope="module")
+def sshd() -> Iterator[SshServer]:
+    with start_sshd() as server:
+        yield server
+
+
+@pytest.fixture(params=["ssh", "local"])
+def conn(request, sshd: SshServer) -> Connection:
+    return sshd.connection() if request.param == "ssh" else Connection.local()
+
+
+def key_body(private_key: str) -> str:
+    """A line from the middle of a private key: what must never leak anywhere."""
+    return private_key.strip().splitlines()[2]
+
+
+def test_run_returns_exit_code_output_and_reads_stdin(conn: Connection) -> None:
+    result = run(conn, "echo out; echo err >&2; tr a-z A-Z; exit 3", timeout_s=20, stdin=b"piped in\n")
+
+    assert (result.exit_code, result.ok) == (3, False)
+    assert result.stdout == "out\nPIPED IN\n"
+    assert result.stderr == "err\n"
+
+
+def test_env_values_arrive_unchanged_however_they_are_quoted(conn: Connection) -> None:
+    tricky = "a b 'c' \"d\" $HOME `id` \\ ; & |\nsecond line é"
+
+    result = run(conn, 'printf "%s" "$TRICKY"', timeout_s=20, env={"TRICKY": tricky})
+
+    assert result.stdout == tricky
+
+
+def test_env_name_that_bash_cannot_export_is_refused(conn: Connection) -> None:
+    with pytest.raises(SpecError, match="'BAD-NAME' is not valid"):
+        run(conn, "true", timeout_s=5, env={"BAD-NAME": "x"})
+
+
+def test_timeout_stops_the_script_on_the_host(conn: Connection) -> None:
+    tag = str(900 + os.getpid() % 97)  # a sleep length no other test uses, to find the process
+    started = time.monotonic()
+
+    with pytest.raises(HostError, match=r"did not finish within 1 s"):
+        run(conn, f"echo working; sleep {tag}", timeout_s=1)
+
+    assert time.monotonic() - started < 8
+    leftover = run(Connection.local(), f"pgrep -f '^sleep {tag}$' || true", timeout_s=5)
+    assert leftover.stdout == ""
+
+
+def test_detached_background_process_does_not_hold_the_call(conn: Connection, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    script = (
+        f"setsid nohup sleep 60 >/dev/null 2>&1 </dev/null &\necho $! > {quote(str(pid_file))}; echo launched"
+    )
+    started = time.monotonic()
+
+    result = run(conn, script, timeout_s=30)
+
+    took_s = time.monotonic() - started
+    pid = int(pid_file.read_text())
+    try:
+        assert result.stdout == "launched\n"
+        assert took_s < 5
+        os.kill(pid, 0)  # still running after the call returned
+    finally:
+        os.kill(pid, 9)
+
+
+def test_background_process_holding_the_output_is_reported_not_waited_for(conn: Connection) -> None:
+    started = time.monotonic()
+
+    with pytest.raises(HostError, match=r"holds its output open.*setsid nohup"):
+        run(conn, "sleep 4 & echo launched", timeout_s=60)
+
+    assert time.monotonic() - started < 4
+
+
+def test_pinned_host_key_mismatch_is_refused(sshd: SshServer, tmp_path: Path) -> None:
+    _, other_host_key = new_key(tmp_path, "impostor")
+    impostor = " ".join(other_host_key.split()[:2])
+
+    with pytest.raises(HostError, match=f"host key of 127.0.0.1:{sshd.port} does not match") as caught:
+        run(sshd.connection(host_key=impostor), "echo reached", timeout_s=10)
+
+    assert "ssh-keyscan" in str(caught.value)
+
+
+def test_keyscan_line_with_host_field_is_accepted_as_pin(sshd: SshServer) -> None:
+    keyscan_line = f"[127.0.0.1]:{sshd.port} {sshd.host_key}"
+
+    assert run(sshd.connection(host_key=keyscan_line), "echo pinned", timeout_s=10).stdout == "pinned\n"
+
+
+def test_unpinned_unknown_host_is_refused_unless_explicitly_insecure(sshd: SshServer) -> None:
+    with pytest.raises(HostError, match=r"is not known.*host\.host_key"):
+        run(sshd.connection(host_key=None), "true", timeout_s=10)
+
+    insecure = sshd.connection(host_key=None, insecure_skip_host_key_check=True)
+    assert run(insecure, "echo trusted", timeout_s=10).stdout == "trusted\n"
+
+
+def test_unreachable_port_fails_quickly_naming_the_address(sshd: SshServer) -> None:
+    port = free_port()
+    started = time.monotonic()
+
+    with pytest.raises(HostError, match=f"127.0.0.1:{port} \\(connection refused\\)"):
+        run(sshd.connection(port=port), "true", timeout_s=30)
+
+    assert time.monotonic() - started < 5
+
+
+def test_refused_key_says_so_without_showing_the_key(sshd: SshServer, tmp_path: Path) -> None:
+    wrong_key, _ = new_key(tmp_path, "stranger")
+
+    with pytest.raises(HostError, match="refused the SSH key for user") as caught:
+        run(sshd.connection(private_key=wrong_key), "true", timeout_s=10)
+
+    assert key_body(wrong_key) not in str(caught.value)
+    assert key_body(wrong_key) not in repr(caught.value.args)
+
+
+def test_private_key_is_never_on_a_command_line_and_its_file_is_private_and_removed(
+    sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    # The script runs while the ssh client is alive: it sees every process's argv on this machine.
+    script = (
+        "ps -eo args > all-args.txt\n"
+        "key=$(grep -o -m1 -- '-i [^ ]*sglang-stacks-ssh-[^ ]*/id' all-args.txt | cut -c4-)\n"
+        'stat -c %a "$key"\n'
+        "cat all-args.txt\n"
+    )
+
+    result = run(sshd.connection(), f"cd {quote(str(tmp_path))}\n{script}", timeout_s=20)
+
+    mode, all_args = result.stdout.split("\n", 1)
+    assert mode == "600"
+    assert "sglang-stacks-ssh-" in all_args  # the key file's path is there, never its contents
+    assert key_body(sshd.client_key) not in all_args
+    assert list(tmp_path.glob("sglang-stacks-ssh-*")) == []
+
+
+def test_connection_repr_hides_the_key_and_pickles(sshd: SshServer) -> None:
+    conn = sshd.connection()
+
+    assert key_body(sshd.client_key) not in repr(conn)
+    assert pickle.loads(pickle.dumps(conn)) == conn
+    assert conn.label == f"{sshd.user}@127.0.0.1:{sshd.port}"
+
+
+def test_upload_copies_a_folder_and_replaces_a_file(conn: Connection, tmp_path: Path) -> None:
+    source = tmp_path / "draft"
+    (source / "nested").mkdir(parents=True)
+    (source / "config.json").write_text('{"a": 1}')
+    (source / "nested" / "weights.bin").write_bytes(bytes(range(256)) * 64)
+    destination = tmp_path / "host" / "draft-copy"
+
+    upload(conn, source, str(destination))
+    upload(conn, source / "config.json", str(tmp_path / "host" / "single.json"))
+    (source / "config.json").write_text('{"a": 2}')
+    upload(conn, source / "config.json", str(tmp_path / "host" / "single.json"))
+
+    assert (destination / "nested" / "weights.bin").read_bytes() == bytes(range(256)) * 64
+    assert (destination / "config.json").read_text() == '{"a": 1}'
+    assert (tmp_path / "host" / "single.json").read_text() == '{"a": 2}'
+    assert sorted(p.name for p in (tmp_path / "host").iterdir()) == ["draft-copy", "single.json"]
+
+
+def test_upload_of_missing_source_names_it(conn: Connection, tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="missing-folder' does not exist"):
+        upload(conn, tmp_path / "missing-folder", str(tmp_path / "anywhere"))
+
+
+def test_quote_path_keeps_home_relative_paths_relative_to_the_host_home() -> None:
+    name = f"sglang-stacks-test-{uuid.uuid4().hex}"
+
+    result = run(Connection.local(), f"echo {quote_path('~/' + name + ' x')}", timeout_s=5)
+
+    assert result.stdout == f"{Path.home()}/{name} x\n"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"port": 70000}, "SSH port 70000 is outside 1..65535"),
+        ({"host": "-oProxyCommand=x"}, "SSH host '-oProxyCommand=x' is not a host name"),
+        ({"host_key": "AAAA not-a-key"}, "is not an SSH public key"),
+        ({"kind": "telnet"}, "kind 'telnet' is not known"),
+    ],
+)
+def test_bad_connection_settings_are_refused_with_the_value(sshd: SshServer, changes, message) -> None:
+    with pytest.raises(SpecError, match=message):
+        sshd.connection(**changes)
