@@ -1,0 +1,211 @@
+"""The launch command: SGLang flags parsed with the emulated release's table, then resolved.
+
+Resolution fills what SGLang fills after parsing (CUDA-graph max batch size, speculative
+defaults, the running-request limit) so the models below read one release-independent record.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+from sglang_emulator.profile import Profile
+from sglang_flags import build_parser, known_releases
+
+__all__ = [
+    "DEFAULT_RELEASE",
+    "LaunchConfig",
+    "capture_batch_sizes",
+    "parse_launch_flags",
+    "resolve_launch",
+    "server_args_view",
+]
+
+DEFAULT_RELEASE = "0.5.8"
+
+# 0.5.8 parses these into argparse dests that ServerArgs then copies to its own field names.
+_FIELD_NAMES = {
+    "tensor_parallel_size": "tp_size",
+    "pipeline_parallel_size": "pp_size",
+    "data_parallel_size": "dp_size",
+    "expert_parallel_size": "ep_size",
+}
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """EAGLE settings after SGLang's defaults are applied."""
+
+    algorithm: str
+    draft_model_path: str | None
+    num_steps: int
+    eagle_topk: int
+    num_draft_tokens: int
+
+    @property
+    def max_accept_length(self) -> int:
+        """Tokens one verify pass can emit: the accepted drafts plus the target's own token."""
+        return min(self.num_steps, self.num_draft_tokens - 1) + 1
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """What the emulator needs from the launch flags, independent of the release."""
+
+    release: str
+    server_args: dict[str, Any]
+    model_path: str
+    served_model_name: str
+    host: str
+    port: int
+    tp_size: int
+    ep_size: int
+    mem_fraction_static: float | None
+    cuda_graph_max_bs: int
+    cuda_graph_bs: list[int]
+    cuda_graph_disabled: bool
+    disable_custom_all_reduce: bool
+    max_running_requests: int | None
+    speculative: SpeculativeConfig | None
+    random_seed: int
+    enable_metrics: bool
+    skip_server_warmup: bool
+    flashinfer_allreduce_fusion: bool
+    torch_symm_mem: bool
+    flashinfer_moe: bool
+    context_length: int
+    chunked_prefill_size: int
+    api_key: str | None
+
+
+def parse_launch_flags(release: str, argv: list[str]) -> argparse.Namespace:
+    """Parse like ``python -m sglang.launch_server`` of ``release``: bad flags exit 2."""
+    parser = build_parser(release)
+    args = parser.parse_args(argv)
+    if args.model_path is None:
+        parser.error("the following arguments are required: --model-path/--model")
+    return args
+
+
+def capture_batch_sizes(max_bs: int) -> list[int]:
+    """The batch sizes SGLang captures CUDA graphs for, up to ``max_bs``."""
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, max(max_bs, 272) + 1, 16)]
+    chosen = [bs for bs in sizes if bs <= max_bs]
+    if max_bs not in chosen:
+        chosen.append(max_bs)
+    return chosen
+
+
+def resolve_launch(release: str, args: argparse.Namespace, profile: Profile) -> LaunchConfig:
+    """Fill the values SGLang derives after parsing, as the release does on this profile's host."""
+    raw = {_FIELD_NAMES.get(k, k): v for k, v in vars(args).items()}
+    spec = _resolve_speculative(raw, profile)
+    if release == "0.5.8":
+        max_bs = raw.get("cuda_graph_max_bs")
+        bs_list = raw.get("cuda_graph_bs")
+        disabled = bool(raw.get("disable_cuda_graph"))
+    else:
+        max_bs = raw.get("cuda_graph_max_bs_decode")
+        bs_list = raw.get("cuda_graph_bs_decode")
+        disabled = bool(raw.get("disable_cuda_graph")) or raw.get("cuda_graph_backend_decode") == "disabled"
+    if bs_list:
+        max_bs = max(bs_list)
+    max_bs = int(max_bs or profile.performance.default_cuda_graph_max_bs)
+    graph_sizes = sorted(set(bs_list)) if bs_list else capture_batch_sizes(max_bs)
+    max_running = raw.get("max_running_requests")
+    if max_running is None and spec is not None:
+        max_running = profile.performance.speculative.default_max_running_requests
+    seed = raw.get("random_seed")
+    seed = profile.random_seed if seed is None else int(seed)
+    moe_a2a = str(raw.get("moe_a2a_backend") or "none")
+    moe_runner = str(raw.get("moe_runner_backend") or "auto")
+    context_length = raw.get("context_length") or profile.model.context_length
+    chunked = raw.get("chunked_prefill_size") or 8192
+    resolved = LaunchConfig(
+        release=release,
+        server_args={},
+        model_path=str(raw["model_path"]),
+        served_model_name=str(raw.get("served_model_name") or raw["model_path"]),
+        host=str(raw.get("host") or "127.0.0.1"),
+        port=int(raw.get("port") or 30000),
+        tp_size=int(raw.get("tp_size") or 1),
+        ep_size=int(raw.get("ep_size") or 1),
+        mem_fraction_static=raw.get("mem_fraction_static"),
+        cuda_graph_max_bs=max_bs,
+        cuda_graph_bs=graph_sizes,
+        cuda_graph_disabled=disabled,
+        disable_custom_all_reduce=bool(raw.get("disable_custom_all_reduce")),
+        max_running_requests=max_running,
+        speculative=spec,
+        random_seed=seed,
+        enable_metrics=bool(raw.get("enable_metrics")),
+        skip_server_warmup=bool(raw.get("skip_server_warmup")),
+        flashinfer_allreduce_fusion=bool(raw.get("enable_flashinfer_allreduce_fusion")),
+        torch_symm_mem=bool(raw.get("enable_torch_symm_mem")),
+        flashinfer_moe=moe_a2a == "flashinfer" or moe_runner.startswith("flashinfer"),
+        context_length=int(context_length),
+        chunked_prefill_size=int(chunked),
+        api_key=raw.get("api_key"),
+    )
+    return _with_server_args(resolved, raw)
+
+
+def server_args_view(config: LaunchConfig, mem_fraction_static: float, max_running: int) -> dict[str, Any]:
+    """Every server arg as ``/server_info`` reports it, with the values SGLang resolved."""
+    view = dict(config.server_args)
+    view.update(mem_fraction_static=mem_fraction_static, max_running_requests=max_running)
+    return view
+
+
+def _with_server_args(config: LaunchConfig, raw: dict[str, Any]) -> LaunchConfig:
+    view = dict(raw)
+    view.update(
+        tp_size=config.tp_size,
+        ep_size=config.ep_size,
+        random_seed=config.random_seed,
+        served_model_name=config.served_model_name,
+        tokenizer_path=raw.get("tokenizer_path") or config.model_path,
+        context_length=config.context_length,
+        chunked_prefill_size=config.chunked_prefill_size,
+    )
+    if config.release == "0.5.8":
+        view["cuda_graph_max_bs"] = config.cuda_graph_max_bs
+        view["cuda_graph_bs"] = config.cuda_graph_bs
+    else:
+        view["cuda_graph_max_bs_decode"] = config.cuda_graph_max_bs
+        view["cuda_graph_bs_decode"] = config.cuda_graph_bs
+    if config.speculative is not None:
+        view.update(
+            speculative_algorithm=config.speculative.algorithm,
+            speculative_num_steps=config.speculative.num_steps,
+            speculative_eagle_topk=config.speculative.eagle_topk,
+            speculative_num_draft_tokens=config.speculative.num_draft_tokens,
+        )
+    view.pop("api_key", None)
+    view.pop("admin_api_key", None)
+    return LaunchConfig(**{**config.__dict__, "server_args": view})
+
+
+def _resolve_speculative(raw: dict[str, Any], profile: Profile) -> SpeculativeConfig | None:
+    algorithm = raw.get("speculative_algorithm")
+    if not algorithm:
+        return None
+    defaults = profile.performance.speculative
+    steps = raw.get("speculative_num_steps") or defaults.default_num_steps
+    topk = raw.get("speculative_eagle_topk") or defaults.default_eagle_topk
+    draft_tokens = raw.get("speculative_num_draft_tokens") or defaults.default_num_draft_tokens
+    if topk == 1:
+        draft_tokens = steps + 1
+    return SpeculativeConfig(
+        algorithm="EAGLE" if algorithm == "NEXTN" else str(algorithm),
+        draft_model_path=raw.get("speculative_draft_model_path"),
+        num_steps=int(steps),
+        eagle_topk=int(topk),
+        num_draft_tokens=int(draft_tokens),
+    )
+
+
+def releases_text() -> str:
+    """The emulated releases, for error messages."""
+    return ", ".join(known_releases())

@@ -1,0 +1,282 @@
+"""The hardware profile: the GPUs, the model and every number the emulator's models use.
+
+A profile is a JSON file (``SGLANG_EMULATOR_PROFILE=<path>``, or the shipped default) read into
+frozen dataclasses; a missing, unknown or mistyped key is an error that names it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "AutoMemFraction",
+    "DraftModelSpec",
+    "GpuHostSpec",
+    "MemorySpec",
+    "ModelSpec",
+    "PerformanceSpec",
+    "Profile",
+    "ProfileError",
+    "SpeculativeSpec",
+    "StartupSpec",
+    "load_profile",
+    "shipped_profiles",
+]
+
+DEFAULT_PROFILE = "rtx-pro-6000-x8-kimi-k2.5-int4"
+
+
+class ProfileError(ValueError):
+    """A profile file is missing, is not JSON, or has a key that is unknown, absent or mistyped."""
+
+
+@dataclass(frozen=True)
+class GpuHostSpec:
+    """The GPUs as ``nvidia-smi`` reports them."""
+
+    gpu_name: str
+    gpu_count: int
+    memory_total_mib: int
+    memory_reserved_mib: int
+    """Memory the driver keeps: ``memory.free`` is total minus used minus this."""
+    compute_capability: str
+    interconnect: str
+    """``pcie`` or ``nvlink``."""
+    driver_version: str
+    cuda_version: str
+    power_limit_w: float
+    idle_power_w: int
+    busy_power_w: int
+    temperature_c: int
+    pci_bus_ids: list[str]
+    cpu_affinity: list[str]
+    """Per NUMA node, the CPU list ``topo -m`` prints."""
+    numa_node_of_gpu: list[int]
+    pcie_switch_of_gpu: list[int]
+    """GPUs on the same switch are ``PIX``, same NUMA node ``NODE``, otherwise ``SYS``."""
+    nvlinks_per_pair: int
+    ecc_errors: str
+    """What the Volatile Uncorr. ECC column shows: ``0`` with ECC on, ``Off`` without."""
+    uuids: list[str] = field(default_factory=list)
+    """Explicit GPU UUIDs; generated from the profile name when empty."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The served model."""
+
+    name: str
+    architecture: str
+    model_type: str
+    weights_gib_total: float
+    """Weights over all tensor-parallel ranks; each rank holds ``weights_gib_total / tp``."""
+    kv_cache_bytes_per_token: int
+    context_length: int
+    allreduces_per_forward: int
+    """All-reduces in one target forward pass at tp > 1 (two per layer)."""
+    vocab_size: int
+
+
+@dataclass(frozen=True)
+class DraftModelSpec:
+    """The EAGLE draft model's footprint."""
+
+    weights_gib_total: float
+    kv_cache_bytes_per_token: int
+    allreduces_per_forward: int
+
+
+@dataclass(frozen=True)
+class AutoMemFraction:
+    """How ``mem_fraction_static`` is chosen when unset: (total - reserved) / total."""
+
+    reserved_mib_base: int
+    reserved_mib_per_cuda_graph_bs: float
+    reserved_mib_speculative: int
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    """Per-GPU memory model."""
+
+    runtime_overhead_gib: float
+    """CUDA context, NCCL and allocator memory before the weights load."""
+    auto_mem_fraction: AutoMemFraction
+    cuda_graph_mib_per_graph: float
+    draft_cuda_graph_mib_per_graph: float
+    activation_reserve_gib: float
+    """Memory outside the static pool that prefill activations need besides the CUDA graphs."""
+    ep_a2a_workspace_gib: float
+    """What the expert-parallel all-to-all workspace takes before it fails."""
+    max_running_requests_cap: int
+
+
+@dataclass(frozen=True)
+class SpeculativeSpec:
+    """EAGLE timing and acceptance."""
+
+    default_num_steps: int
+    default_eagle_topk: int
+    default_num_draft_tokens: int
+    default_max_running_requests: int
+    verify_forward_ms: float
+    """One verify pass of the target model at batch 1, NCCL all-reduces included."""
+    draft_forward_ms: float
+    extra_request_verify_ms: float
+    draft_token_accept_rate: float
+    """Chance that each successive drafted token is accepted."""
+
+
+@dataclass(frozen=True)
+class PerformanceSpec:
+    """Decode timing: one forward pass = compute + graph overhead + all-reduces + batch cost."""
+
+    default_cuda_graph_max_bs: int
+    decode_compute_ms: float
+    """One decode forward at batch 1 without all-reduces or graph overhead."""
+    captured_graph_overhead_ms: float
+    """Added to each target forward per captured CUDA graph (bs 512 ran slower than bs 128)."""
+    nccl_allreduce_us: float
+    custom_allreduce_pcie_us: float
+    """The custom all-reduce kernel when it runs over PCIe (not disabled, tp > 1)."""
+    eager_forward_penalty_ms: float
+    """Added to a forward that runs without a CUDA graph."""
+    extra_request_ms: float
+    """Added to a decode forward for each request in the batch beyond the first."""
+    prefill_base_ms: float
+    prefill_ms_per_token: float
+    decode_log_interval: int
+    speculative: SpeculativeSpec
+
+
+@dataclass(frozen=True)
+class StartupSpec:
+    """Startup durations in seconds at time scale 1.0."""
+
+    process_start_s: float
+    init_distributed_s: float
+    weight_load_gib_per_s: float
+    draft_load_s: float
+    kv_cache_alloc_s: float
+    cuda_graph_s_per_graph: float
+    draft_cuda_graph_s_per_graph: float
+    http_start_s: float
+    warmup_s: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One host and model: what ``nvidia-smi`` shows and how the server behaves on it."""
+
+    name: str
+    description: str
+    sglang_release: str
+    random_seed: int
+    host: GpuHostSpec
+    model: ModelSpec
+    draft_model: DraftModelSpec
+    memory: MemorySpec
+    performance: PerformanceSpec
+    startup: StartupSpec
+    faults: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    """Where the profile was read from (set by the loader)."""
+
+
+def shipped_profiles() -> list[str]:
+    """Names of the profiles shipped in the package."""
+    folder = resources.files(__package__).joinpath("profiles")
+    return sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def load_profile(path: str | None = None) -> Profile:
+    """Read ``path``, else ``$SGLANG_EMULATOR_PROFILE``, else the shipped default.
+
+    A bare name (no ``/`` and no ``.json``) selects a shipped profile.
+    """
+    chosen = path or os.environ.get("SGLANG_EMULATOR_PROFILE") or DEFAULT_PROFILE
+    if "/" not in chosen and not chosen.endswith(".json"):
+        if chosen not in shipped_profiles():
+            raise ProfileError(
+                f"There is no shipped emulator profile named {chosen!r}; shipped: "
+                f"{', '.join(shipped_profiles())}. Pass one of them or a path to a JSON profile."
+            )
+        text = resources.files(__package__).joinpath("profiles", f"{chosen}.json").read_text()
+        source = f"shipped:{chosen}"
+    else:
+        try:
+            text = Path(chosen).read_text()
+        except OSError as exc:
+            raise ProfileError(
+                f"Cannot read the emulator profile {chosen!r}: {exc.strerror}. "
+                "Point SGLANG_EMULATOR_PROFILE at an existing JSON file."
+            ) from exc
+        source = chosen
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(
+            f"The emulator profile {chosen!r} is not valid JSON ({exc}). Fix the file's syntax."
+        ) from exc
+    profile = _build(Profile, {k: v for k, v in raw.items() if k != "source"}, "")
+    return dataclasses.replace(profile, source=source)
+
+
+def _build(cls: type[Any], raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"Profile key {where or '<top>'!r} must be an object, got {raw!r}. Fix the profile.")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ProfileError(
+            f"Profile key {_join(where, unknown[0])!r} is unknown; allowed under "
+            f"{where or '<top>'!r}: {', '.join(sorted(fields))}. Remove or rename it."
+        )
+    values: dict[str, Any] = {}
+    for name, spec in fields.items():
+        key = _join(where, name)
+        if name not in raw:
+            no_default = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
+            if no_default:
+                raise ProfileError(f"Profile key {key!r} is missing. Add it (see the shipped default profile).")
+            continue
+        values[name] = _convert(hints[name], raw[name], key)
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any, key: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, key)
+    origin = typing.get_origin(hint)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ProfileError(f"Profile key {key!r} must be a list, got {value!r}. Fix the profile.")
+        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or origin in (types.UnionType, typing.Union):
+        return value
+    ok = {
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, (int, float)) and not isinstance(value, bool),
+        str: isinstance(value, str),
+        bool: isinstance(value, bool),
+    }.get(hint, True)
+    if not ok:
+        raise ProfileError(
+            f"Profile key {key!r} must be {getattr(hint, '__name__', hint)}, got {value!r}. Fix the profile."
+        )
+    return float(value) if hint is float else value
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
