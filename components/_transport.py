@@ -99,7 +99,7 @@ class Connection:
         if not self.host or not _HOST_OR_USER.match(self.host) or self.host.startswith("-"):
             raise SpecError(
                 f"SSH host {self.host!r} is not a host name or address. "
-                "Set host.host to the GPU host's name or IP address."
+                "Set host.address to the GPU host's name or IP address."
             )
         if not self.user or not _HOST_OR_USER.match(self.user) or self.user.startswith("-"):
             raise SpecError(
@@ -430,13 +430,13 @@ def _ssh_failure(conn: Connection, stderr: str) -> HostError:
     if "Permission denied" in stderr or "Too many authentication failures" in stderr:
         return HostError(
             f"{where} refused the SSH key for user {conn.user!r}. Add the key's public half to "
-            f"~{conn.user}/.ssh/authorized_keys on the host, or set host.user and the private key "
+            f"~{conn.user}/.ssh/authorized_keys on the host, or set host.user and the sshPrivateKey secret "
             "to a login that has it."
         )
     if "Connection refused" in stderr:
         return HostError(
             f"Nothing accepts SSH connections at {where} (connection refused). "
-            "Check host.host and host.port, and that sshd runs on the host."
+            "Check host.address and host.port, and that sshd runs on the host."
         )
     if "timed out" in stderr:
         return HostError(
@@ -444,9 +444,9 @@ def _ssh_failure(conn: Connection, stderr: str) -> HostError:
             "firewall and that the host is up; raise the connect timeout for slow networks."
         )
     if "Could not resolve hostname" in stderr:
-        return HostError(f"The host name {conn.host!r} does not resolve. Check host.host.")
+        return HostError(f"The host name {conn.host!r} does not resolve. Check host.address.")
     if "No route to host" in stderr or "Network is unreachable" in stderr:
-        return HostError(f"{where} is unreachable from here (no route). Check host.host and the network.")
+        return HostError(f"{where} is unreachable from here (no route). Check host.address and the network.")
     return HostError(f"SSH to {where} failed. {_tail(stderr)} Check the connection settings of host.")
 
 
