@@ -8,7 +8,7 @@ model's graphs and buffers. Sizes are GB as SGLang prints them (2^30 bytes).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -119,6 +119,11 @@ class MemoryPlan:
     @property
     def fits(self) -> bool:
         return self.verdict == "fits"
+
+    def as_dict(self) -> dict[str, object]:
+        """Every figure of the plan, derived ones included, for JSON and stack outputs."""
+        derived = ("static_pool_gb", "kv_cache_gb", "rest_gb", "rest_needed_gb", "verdict")
+        return {**asdict(self), **{name: getattr(self, name) for name in derived}}
 
     def explain(self) -> list[str]:
         """The plan as sentences a user reads before launching."""

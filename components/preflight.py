@@ -107,6 +107,7 @@ def _gpus(spec: StackSpec, release: str) -> Iterable[Finding]:
 def _memory(spec: StackSpec, release: str) -> Iterable[Finding]:
     plan = plan_memory(spec, release)
     text = " ".join(plan.explain())
+    verdict = plan.explain()[-1]
     key = "server.mem_fraction_static"
     if plan.verdict == "does_not_fit":
         kv = plan.kv_cache_gb or 0.0
@@ -121,12 +122,12 @@ def _memory(spec: StackSpec, release: str) -> Iterable[Finding]:
                 f"Set mem_fraction_static to {plan.largest_fitting_fraction:.2f} or less, "
                 f"or lower cuda_graph_max_bs."
             )
-        yield _error("memory-does-not-fit", key, text, fix)
+        yield _error("memory-does-not-fit", key, verdict, fix)
     elif plan.verdict == "unknown":
         yield _warning(
             "memory-fraction-unknown",
             key,
-            text,
+            verdict,
             "Set mem_fraction_static so the plan can be checked"
             + (
                 f" (at least {plan.smallest_fitting_fraction:.2f})."

@@ -1,0 +1,138 @@
+"""The companion CLI, for what Pulumi has no verb for: ``python -m components.cli <command>``.
+
+Each subcommand is a ``Command`` in ``COMMANDS``: a name, a one-line help, a function that adds
+its arguments and a function that runs it and returns the exit code. Exit codes: 0 fine, 1 the
+configuration has errors, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from components.errors import FlagError, StacksError
+from components.flags import render_argv, render_command
+from components.memory import plan_memory
+from components.preflight import Finding, run_preflight
+from components.spec import load_spec
+from components.stackfile import STACKS_DIR, read_stack_file
+
+__all__ = ["COMMANDS", "Command", "main"]
+
+EXIT_OK = 0
+EXIT_CONFIG_ERRORS = 1
+EXIT_BAD_INPUT = 2
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: ``configure`` adds its arguments, ``run`` does the work and returns the exit code."""
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _configure_render(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stack", help="stack name: reads stacks/Pulumi.<stack>.yaml")
+    parser.add_argument(
+        "--release", help="SGLang release to render for (default: the stack's sglang_release)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument("--stacks-dir", type=Path, default=STACKS_DIR, help=argparse.SUPPRESS)
+
+
+def _run_render(args: argparse.Namespace) -> int:
+    stack_file = read_stack_file(args.stack, args.stacks_dir)
+    spec = load_spec(stack_file.sections, args.stack)
+    release = args.release or spec.environment.sglang_release
+    findings = run_preflight(spec, release)
+    flags = spec.launch_flags()
+    env = spec.environment.env
+    argv: list[str] | None
+    try:
+        argv = render_argv(flags, release)
+        command: str | None = render_command(flags, release, env=env)
+    except FlagError:
+        argv = command = None  # the reasons are preflight errors already
+    plan = plan_memory(spec, release)
+    errors = [f for f in findings if f.severity == "error"]
+    if args.json:
+        document: dict[str, Any] = {
+            "stack": args.stack,
+            "release": release,
+            "pinned_release": spec.environment.sglang_release,
+            "argv": argv,
+            "env": env,
+            "command": command,
+            "memory": plan.as_dict(),
+            "findings": [asdict(f) for f in findings],
+            "secrets_set": list(stack_file.secret_keys),
+            "ok": not errors,
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(_render_text(args.stack, release, command, plan.explain(), findings))
+    return EXIT_CONFIG_ERRORS if errors else EXIT_OK
+
+
+def _render_text(
+    stack: str, release: str, command: str | None, plan: list[str], findings: list[Finding]
+) -> str:
+    lines = [f"Stack {stack}, SGLang {release}", "", "Launch command:"]
+    lines.append(f"  {command}" if command else "  (not renderable for this release: see the errors below)")
+    lines += ["", "Memory plan (per GPU):", *(f"  {line}" for line in plan), ""]
+    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    lines.append(
+        f"Preflight: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info"
+    )
+    for finding in findings:
+        if finding.code == "memory-plan":
+            continue  # printed above
+        lines.append(f"  [{finding.severity}] {finding.code} at {finding.key}: {finding.message}")
+        if finding.fix:
+            lines.append(f"      fix: {finding.fix}")
+    return "\n".join(lines)
+
+
+COMMANDS: dict[str, Command] = {
+    "render": Command(
+        name="render",
+        help="print a stack's launch command, memory plan and preflight findings, without deploying",
+        configure=_configure_render,
+        run=_run_render,
+    ),
+}
+"""Every subcommand by name; add a Command here to add a subcommand."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m components.cli", description=__doc__.splitlines()[0])
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="<command>")
+    for command in COMMANDS.values():
+        sub = subcommands.add_parser(command.name, help=command.help, description=command.help)
+        command.configure(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else EXIT_BAD_INPUT
+    try:
+        return COMMANDS[args.command].run(args)
+    except StacksError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
