@@ -1,0 +1,237 @@
+"""Comparing stacks the way the campaign did, and the regression gate."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from components import compare, stats
+from components.errors import BenchmarkError, SpecError
+from components.stats import BenchmarkResult, Percentiles
+
+COMMON = [
+    "python", "-m", "sglang.launch_server", "--model-path", "/shared/kimi-k2.5-int4", "--port", "30000",
+    "--tp-size", "8", "--trust-remote-code", "--host", "0.0.0.0", "--disable-custom-all-reduce",
+]  # fmt: skip
+EAGLE3 = [
+    "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "/data/eagle3/output_100k_sglang/4",
+    "--speculative-num-steps", "2", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "4",
+]  # fmt: skip
+
+
+def result(runs: Sequence[float], accept: float | None = None, **changes: Any) -> BenchmarkResult:
+    low, high = stats.ci95(runs)
+    fields: dict[str, Any] = {
+        "concurrency": 1,
+        "input_len": 128,
+        "output_len": 256,
+        "repetitions": len(runs),
+        "tok_s_mean": round(stats.mean(runs), 3),
+        "tok_s_stdev": round(stats.stdev(runs), 3),
+        "tok_s_ci95": (round(low, 3), round(high, 3)),
+        "tok_s_runs": tuple(runs),
+        "ttft_ms": Percentiles(p50=40.0, p90=44.0, p99=48.0),
+        "tpot_ms": Percentiles(p50=11.1, p90=11.3, p99=11.8),
+        "itl_ms": Percentiles(p50=11.0, p90=11.6, p99=13.0),
+        "accept_length": accept,
+        "requests": 20,
+        "errors": 0,
+    }
+    fields.update(changes)
+    return BenchmarkResult(**fields)
+
+
+def outputs(argv_tail: list[str], benchmark: BenchmarkResult, version: str = "0.5.8") -> dict[str, Any]:
+    # The shape `pulumi stack output --json` prints, with an output compare does not read.
+    return {
+        "launch_argv": COMMON + argv_tail,
+        "sglang_version": version,
+        "benchmark": benchmark.model_dump(mode="json"),
+        "host": {"gpus": 8},
+    }
+
+
+BASELINE_RUNS = [89.1, 89.9, 89.4, 89.7, 89.4]
+EAGLE3_RUNS = [54.3, 53.8, 54.2, 54.0, 54.2]
+
+
+def campaign() -> dict[str, dict[str, Any]]:
+    return {
+        "baseline": outputs(["--cuda-graph-max-bs", "512"], result(BASELINE_RUNS)),
+        "eagle3-bs128": outputs(
+            ["--cuda-graph-max-bs", "128", "--mem-fraction-static", "0.88", *EAGLE3],
+            result(EAGLE3_RUNS, accept=2.43),
+        ),
+    }
+
+
+def test_the_campaign_verdict_is_about_forty_percent_slower_and_significant() -> None:
+    comparison = compare.compare(campaign())
+    (verdict,) = comparison.verdicts
+    assert verdict.change_pct == pytest.approx(-39.6, abs=0.1)
+    assert verdict.significant and verdict.p_value is not None and verdict.p_value < 1e-6
+    assert verdict.line == "eagle3-bs128 is 39.6 % slower than baseline (significant, p<0.001)"
+    assert comparison.exit_code == compare.EXIT_REGRESSION
+
+
+def test_flags_show_only_the_differences_by_default() -> None:
+    comparison = compare.compare(campaign())
+    rows = {row.flag: row.values for row in comparison.flags}
+    assert rows["--cuda-graph-max-bs"] == {"baseline": "512", "eagle3-bs128": "128"}
+    assert rows["--speculative-algorithm"] == {"baseline": None, "eagle3-bs128": "EAGLE"}
+    assert "--model-path" not in rows and "--trust-remote-code" not in rows
+    everything = {row.flag: row for row in compare.compare(campaign(), all_flags=True).flags}
+    assert everything["--trust-remote-code"].values == {"baseline": True, "eagle3-bs128": True}
+    assert not everything["--trust-remote-code"].differs
+    assert everything["--cuda-graph-max-bs"].differs
+
+
+def test_the_table_reads_like_the_campaign_notes() -> None:
+    table = compare.format_table(compare.compare(campaign()))
+    lines = table.splitlines()
+    assert lines[0].split() == ["flag", "(differences", "only)", "baseline", "eagle3-bs128"]
+    assert ["--cuda-graph-max-bs", "512", "128"] in [line.split() for line in lines]
+    assert ["--disable-custom-all-reduce"] not in [line.split()[:1] for line in lines]
+    assert ["tok/s", "89.5", "54.1", "(-39.6", "%)"] in [line.split() for line in lines]
+    assert ["accept", "length", "-", "2.43"] in [line.split() for line in lines]
+    assert lines[-1] == "eagle3-bs128 is 39.6 % slower than baseline (significant, p<0.001)"
+
+
+def test_json_for_scripts_and_the_exit_code_for_ci() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    loaded = campaign()
+    code = compare.main_compare(["baseline", "eagle3-bs128"], loaded.__getitem__, True, out=out, err=err)
+    assert code == 1 and err.getvalue() == ""
+    document = json.loads(out.getvalue())
+    assert document["exit_code"] == 1
+    assert document["verdicts"][0]["stack"] == "eagle3-bs128"
+    tok_s = next(m for m in document["metrics"] if m["metric"] == "tok/s")
+    assert tok_s["change_pct"]["eagle3-bs128"] == pytest.approx(-39.55, abs=0.05)
+
+
+def test_overlapping_runs_are_not_significant_and_pass() -> None:
+    stacks = {
+        "baseline": outputs([], result([89.0, 90.0, 88.0, 91.0, 89.5])),
+        "baseline-rerun": outputs([], result([88.5, 90.5, 87.5, 90.0, 89.0])),
+    }
+    comparison = compare.compare(stacks)
+    assert not comparison.verdicts[0].significant
+    assert "(not significant, p=0." in comparison.verdicts[0].line
+    assert comparison.exit_code == 0
+    assert "(the launch flags are identical)" in compare.format_table(comparison)
+
+
+def test_tolerance_lets_a_small_significant_slowdown_pass() -> None:
+    stacks = {
+        "baseline": outputs([], result(BASELINE_RUNS)),
+        "slightly-slower": outputs([], result([r * 0.98 for r in BASELINE_RUNS])),
+    }
+    assert compare.compare(stacks).exit_code == 1
+    assert compare.compare(stacks, tolerance_pct=5).exit_code == 0
+
+
+def test_faster_stacks_and_three_way_comparisons_use_the_first_as_reference() -> None:
+    stacks = {
+        "baseline": outputs(["--cuda-graph-max-bs", "512"], result([82.0, 82.2, 81.8, 82.1, 81.9])),
+        "baseline-bs128": outputs(["--cuda-graph-max-bs", "128"], result(BASELINE_RUNS)),
+        "eagle3-bs128": outputs(["--cuda-graph-max-bs", "128", *EAGLE3], result(EAGLE3_RUNS)),
+    }
+    comparison = compare.compare(stacks)
+    first, second = comparison.verdicts
+    assert first.line.startswith("baseline-bs128 is 9.1 % faster than baseline (significant")
+    assert second.line.startswith("eagle3-bs128 is 34.0 % slower than baseline (significant")
+    assert comparison.exit_code == 1
+
+
+def test_a_different_workload_is_pointed_out() -> None:
+    stacks = campaign()
+    stacks["eagle3-bs128"]["benchmark"]["output_len"] = 512
+    (note,) = compare.compare(stacks).notes
+    assert note.startswith("eagle3-bs128 was benchmarked with output_len 512 and baseline with 256")
+
+
+def test_argv_parsing_uses_the_release_flag_table() -> None:
+    argv = ["python", "-m", "sglang.launch_server", "--tp", "8", "--model", "/m", "--enable-torch-compile"]
+    argv += ["--cuda-graph-bs", "1", "2", "4", "--json-model-override-args={}", "--port", "30000"]
+    assert compare.parse_argv(argv, "0.5.8") == {
+        "--tensor-parallel-size": "8",
+        "--model-path": "/m",
+        "--enable-torch-compile": True,
+        "--cuda-graph-bs": "1 2 4",
+        "--json-model-override-args": "{}",
+        "--port": "30000",
+    }
+    # Without a known release: a token that is not an option is the previous option's value.
+    assert compare.parse_argv(argv, "9.9.9")["--tp"] == "8"
+    assert compare.parse_argv(argv, None)["--enable-torch-compile"] is True
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            lambda o: o["eagle3-bs128"].pop("benchmark"),
+            r"Stack 'eagle3-bs128' output 'benchmark' is not usable",
+        ),
+        (lambda o: o["baseline"].update(launch_argv="[secret]"), r"output 'launch_argv' is not usable"),
+        (lambda o: o.pop("baseline"), r"compare needs at least two stacks, got 1 \(eagle3-bs128\)"),
+    ],
+)
+def test_bad_input_exits_2_with_a_sentence(change: Any, expected: str) -> None:
+    stacks = campaign()
+    change(stacks)
+    with pytest.raises(SpecError, match=expected):
+        compare.compare(stacks)
+    out, err = io.StringIO(), io.StringIO()
+    assert compare.main_compare(list(stacks), stacks.__getitem__, out=out, err=err) == 2
+    assert err.getvalue().startswith("compare: ")
+    assert out.getvalue() == ""
+
+
+def test_a_stack_named_twice_or_a_failing_loader_exits_2() -> None:
+    err = io.StringIO()
+    assert compare.main_compare(["baseline", "baseline"], campaign().__getitem__, err=err) == 2
+    assert "named twice" in err.getvalue()
+
+    def missing(stack: str) -> dict[str, Any]:
+        raise SpecError(f"`pulumi stack output` failed: no stack named {stack!r}. Check the stack name.")
+
+    err = io.StringIO()
+    assert compare.main_compare(["baseline", "nope"], missing, err=err) == 2
+    assert "no stack named 'baseline'" in err.getvalue()
+
+
+def test_gate_fails_a_regression_with_both_numbers() -> None:
+    verdict = compare.gate(
+        result(EAGLE3_RUNS),
+        result(BASELINE_RUNS),
+        5,
+        candidate_stack="eagle3-bs128",
+        baseline_stack="baseline",
+    )
+    assert not verdict.passed
+    assert verdict.message.startswith(
+        "eagle3-bs128 ran at 54.1 tok/s, 39.6 % slower than baseline's 89.5 tok/s (significant, p<0.001), "
+        "beyond the 5 % tolerance."
+    )
+    assert "pulumi up -s baseline" in verdict.message
+    with pytest.raises(BenchmarkError, match="beyond the 5 % tolerance"):
+        verdict.raise_for_failure()
+
+
+def test_gate_passes_within_tolerance() -> None:
+    slower = [r * 0.97 for r in BASELINE_RUNS]
+    verdict = compare.gate(result(slower), result(BASELINE_RUNS), 5)
+    assert verdict.passed and verdict.change_pct == pytest.approx(-3.0)
+    assert verdict.message.endswith("within the 5 % tolerance.")
+    verdict.raise_for_failure()
+    assert not compare.gate(result(slower), result(BASELINE_RUNS), 2).passed
+
+
+def test_gate_rejects_a_negative_tolerance() -> None:
+    with pytest.raises(SpecError, match="tolerance is -1 %, but it must be 0 or more"):
+        compare.gate(result(EAGLE3_RUNS), result(BASELINE_RUNS), -1)
