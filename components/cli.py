@@ -19,7 +19,7 @@ from components.errors import FlagError, StacksError
 from components.flags import render_argv, render_command
 from components.memory import plan_memory
 from components.preflight import Finding, run_preflight
-from components.spec import load_spec
+from components.spec import load_spec, spec_json_schema
 from components.stackfile import STACKS_DIR, read_stack_file
 
 __all__ = ["COMMANDS", "Command", "main"]
@@ -101,12 +101,31 @@ def _render_text(
     return "\n".join(lines)
 
 
+def _configure_schema(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", type=Path, help="file to write (default: print it)")
+
+
+def _run_schema(args: argparse.Namespace) -> int:
+    text = json.dumps(spec_json_schema(), indent=2) + "\n"
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Command] = {
     "render": Command(
         name="render",
         help="print a stack's launch command, memory plan and preflight findings, without deploying",
         configure=_configure_render,
         run=_run_render,
+    ),
+    "schema": Command(
+        name="schema",
+        help="print the JSON Schema of a stack's sections (stacks/schema.json)",
+        configure=_configure_schema,
+        run=_run_schema,
     ),
 }
 """Every subcommand by name; add a Command here to add a subcommand."""
