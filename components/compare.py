@@ -7,6 +7,7 @@ reference every other one is measured against.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -111,7 +112,11 @@ class GateVerdict(BaseModel):
 
 
 def _table_for(release: str | None) -> FlagTable | None:
-    return load_table(release) if release in known_releases() else None
+    """The flag table of ``release``, matching on its leading x.y.z (``0.5.8.post1`` reads 0.5.8)."""
+    found = re.match(r"\d+\.\d+\.\d+", release or "")
+    if found is None or found.group() not in known_releases():
+        return None
+    return load_table(found.group())
 
 
 def _resolve(option: str, table: FlagTable | None) -> tuple[str, bool | None, bool]:

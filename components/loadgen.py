@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 
 SCHEMA = "sglang-stacks.loadgen/1"
+ITL_SAMPLE_LIMIT = 20_000
+"""Above this many inter-token gaps per level, ``itl_ms`` keeps a rank sample so the output stays small."""
 
 # Common one-token English words: a prompt of N of them is about N tokens for most tokenizers,
 # and a per-request seed keeps prompts distinct so the prefix cache cannot skip the prefill.
@@ -202,6 +204,14 @@ def _ms(value_s: float) -> float:
     return round(value_s * 1000.0, 3)
 
 
+def _rank_sample(values: list[float], limit: int) -> list[float]:
+    """At most ``limit`` values at even ranks of the sorted list: percentiles survive, size is bounded."""
+    if len(values) <= limit:
+        return values
+    ordered = sorted(values)
+    return [ordered[round(i * (len(ordered) - 1) / (limit - 1))] for i in range(limit)]
+
+
 async def run_level(client: httpx.AsyncClient, workload: Workload, concurrency: int) -> dict[str, Any]:
     """Warm up, then run every repetition at one concurrency level; one JSON-ready dict."""
     seed = concurrency * 1_000_000
@@ -240,7 +250,8 @@ async def run_level(client: httpx.AsyncClient, workload: Workload, concurrency: 
         "ttft_ms": [_ms(r.ttft_s) for r in good if r.ttft_s is not None],
         "tpot_ms": [_ms(tpot) for r in good if (tpot := r.tpot_s) is not None],
         "latency_ms": [_ms(r.latency_s) for r in good],
-        "itl_ms": [_ms(gap) for r in good for gap in r.itl_s],
+        "itl_count": sum(len(r.itl_s) for r in good),
+        "itl_ms": _rank_sample([_ms(gap) for r in good for gap in r.itl_s], ITL_SAMPLE_LIMIT),
     }
 
 

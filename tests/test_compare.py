@@ -235,3 +235,8 @@ def test_gate_passes_within_tolerance() -> None:
 def test_gate_rejects_a_negative_tolerance() -> None:
     with pytest.raises(SpecError, match="tolerance is -1 %, but it must be 0 or more"):
         compare.gate(result(EAGLE3_RUNS), result(BASELINE_RUNS), -1)
+
+
+def test_a_post_release_reads_its_release_table() -> None:
+    argv = ["python", "-m", "sglang.launch_server", "--tp", "8"]
+    assert compare.parse_argv(argv, "0.5.8.post1") == {"--tensor-parallel-size": "8"}

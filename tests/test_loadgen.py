@@ -200,3 +200,12 @@ def test_the_script_exits_1_with_a_sentence_when_nothing_answers(tmp_path: Path)
     assert done.stdout == ""
     assert "All 1 requests at concurrency 1 failed" in done.stderr
     assert "Check that the server at http://127.0.0.1:9 is ready" in done.stderr
+
+
+def test_a_rank_sample_keeps_percentiles_and_bounds_the_size() -> None:
+    gaps = [float(v % 997) for v in range(100_000)]
+    sample = loadgen._rank_sample(gaps, 1_000)
+    assert len(sample) == 1_000
+    assert sample[0] == min(gaps) and sample[-1] == max(gaps)
+    assert sample[500] == pytest.approx(sorted(gaps)[50_000], abs=2)
+    assert loadgen._rank_sample([3.0, 1.0], 1_000) == [3.0, 1.0]
