@@ -49,7 +49,7 @@ class Workload:
     warmup: int = 2
     repetitions: int = 5
     requests: int = 4
-    """Requests each stream sends back to back per repetition (total = requests x concurrency)."""
+    """Requests per repetition, shared by the streams; at least the highest concurrency."""
     timeout_s: float = 600.0
 
     def check(self) -> None:
@@ -68,6 +68,11 @@ class Workload:
             raise LoadgenError(
                 f"concurrency is {list(self.concurrency)}, but it must list stream counts of 1 or more; "
                 "use for example 1 or 1,4,16."
+            )
+        if self.requests < max(self.concurrency):
+            raise LoadgenError(
+                f"requests is {self.requests}, but concurrency {max(self.concurrency)} needs at least "
+                f"{max(self.concurrency)} requests per repetition to keep every stream busy; raise requests."
             )
         if self.timeout_s <= 0:
             raise LoadgenError(f"timeout_s is {self.timeout_s}, but it must be positive; raise it.")
@@ -172,17 +177,19 @@ async def stream_one(client: httpx.AsyncClient, workload: Workload, seed: int) -
 
 
 async def _stream_requests(
-    client: httpx.AsyncClient, workload: Workload, streams: int, per_stream: int, seed_base: int
+    client: httpx.AsyncClient, workload: Workload, streams: int, total: int, seed_base: int
 ) -> list[RequestRecord]:
-    """``streams`` closed-loop streams, each sending ``per_stream`` requests one after another."""
+    """``total`` requests over ``streams`` closed-loop streams: each sends its next one when one ends."""
+    seeds = iter(range(seed_base, seed_base + total))
+    records: list[RequestRecord] = []
 
-    async def one_stream(index: int) -> list[RequestRecord]:
-        return [
-            await stream_one(client, workload, seed_base + index * per_stream + n) for n in range(per_stream)
-        ]
+    async def one_stream() -> None:
+        # One event loop thread: taking the next seed needs no lock.
+        for seed in seeds:
+            records.append(await stream_one(client, workload, seed))
 
-    batches = await asyncio.gather(*(one_stream(i) for i in range(streams)))
-    return [record for batch in batches for record in batch]
+    await asyncio.gather(*(one_stream() for _ in range(min(streams, total))))
+    return records
 
 
 def _repetition(records: list[RequestRecord]) -> dict[str, Any]:
@@ -270,7 +277,7 @@ async def run_async(workload: Workload) -> dict[str, Any]:
             "output_len": workload.output_len,
             "warmup": workload.warmup,
             "repetitions": workload.repetitions,
-            "requests_per_stream": workload.requests,
+            "requests_per_repetition": workload.requests,
         },
         "levels": levels,
     }
@@ -300,9 +307,9 @@ def parse_args(argv: list[str] | None = None) -> Workload:
     parser.add_argument(
         "--concurrency", type=_concurrency_list, default=(1,), help="stream counts, e.g. 1 or 1,4,16"
     )
-    parser.add_argument("--warmup", type=int, default=2, help="unmeasured requests per stream first")
+    parser.add_argument("--warmup", type=int, default=2, help="unmeasured requests first, at each level")
     parser.add_argument("--repetitions", type=int, default=5, help="measured runs per concurrency level")
-    parser.add_argument("--requests", type=int, default=4, help="requests per stream in each run")
+    parser.add_argument("--requests", type=int, default=4, help="requests per run, at least the concurrency")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="limit for one request")
     args = parser.parse_args(argv)
     return Workload(

@@ -137,10 +137,10 @@ def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang
 
 
 def test_concurrent_streams_multiply_throughput(server: FakeSGLang) -> None:
-    document = loadgen.run(_workload(server, output_len=15, concurrency=(1, 4), repetitions=2, requests=1))
+    document = loadgen.run(_workload(server, output_len=15, concurrency=(1, 4), repetitions=2, requests=4))
     one, four = document["levels"]
     assert (one["concurrency"], four["concurrency"]) == (1, 4)
-    assert four["requests"] == 4 * 2
+    assert one["requests"] == four["requests"] == 4 * 2
     ratio = (sum(four["tok_s_runs"]) / 2) / (sum(one["tok_s_runs"]) / 2)
     assert ratio == pytest.approx(4, rel=0.1)
 
@@ -175,13 +175,15 @@ def test_a_bad_workload_names_the_setting(server: FakeSGLang) -> None:
         loadgen.run(_workload(server, repetitions=0))
     with pytest.raises(loadgen.LoadgenError, match="concurrency is \\[0\\]"):
         loadgen.run(_workload(server, concurrency=(0,)))
+    with pytest.raises(loadgen.LoadgenError, match="requests is 2, but concurrency 8 needs at least 8"):
+        loadgen.run(_workload(server, concurrency=(1, 8)))
 
 
 def test_runs_as_a_standalone_script_outside_the_project(server: FakeSGLang, tmp_path: Path) -> None:
     script = tmp_path / "loadgen.py"
     shutil.copy(ROOT / "components" / "loadgen.py", script)
     argv = [sys.executable, "-I", str(script), "--url", server.url, "--input-len", "8", "--output-len", "6"]
-    argv += ["--concurrency", "1,2", "--warmup", "1", "--repetitions", "2", "--requests", "1"]
+    argv += ["--concurrency", "1,2", "--warmup", "1", "--repetitions", "2", "--requests", "2"]
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
