@@ -138,6 +138,7 @@ async def stream_one(client: httpx.AsyncClient, workload: Workload, seed: int) -
                 record.error = f"HTTP {response.status_code}: {text}"
                 return record
             async for line in response.aiter_lines():
+                now = time.perf_counter()
                 if not line.startswith("data:"):
                     continue
                 payload = line[len("data:") :].strip()
@@ -147,7 +148,6 @@ async def stream_one(client: httpx.AsyncClient, workload: Workload, seed: int) -
                 if "error" in chunk:
                     record.error = f"server error: {json.dumps(chunk['error'])[:200]}"
                     return record
-                now = time.perf_counter()
                 tokens = _tokens_so_far(chunk, record.completion_tokens)
                 arrived = tokens - record.completion_tokens
                 if arrived > 0:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from components import loadgen
+from components import loadgen, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,6 +134,12 @@ def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang
     assert len(level["itl_ms"]) == 6 * 27
     assert sorted(level["itl_ms"])[len(level["itl_ms"]) // 2] == pytest.approx(20 / 3, rel=0.08)
     assert level["prompt_tokens_mean"] == 7
+    # What the stack output will show.
+    result = stats.summarize(document)
+    assert result.accept_length == 3.0
+    assert result.tok_s_mean == pytest.approx(expected_tok_s, rel=0.05)
+    assert result.tok_s_ci95[0] <= result.tok_s_mean <= result.tok_s_ci95[1]
+    assert (result.requests, result.errors, result.repetitions) == (6, 0, 3)
 
 
 def test_concurrent_streams_multiply_throughput(server: FakeSGLang) -> None:
