@@ -1,0 +1,135 @@
+"""The post-deploy benchmark: the load generator runs on the GPU host against the ready server,
+its numbers become stack outputs and a row of the results history.
+
+It runs again when the server is replaced (a new `server_instance`) or the workload changes, and
+not otherwise: an `up` with nothing changed spends no GPU time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi.dynamic as dynamic
+
+from components import _transport, history, stats
+from components._transport import Connection, quote
+from components.errors import BenchmarkError
+
+LOADGEN_SOURCE = Path(__file__).with_name("loadgen.py")
+# Inputs whose change makes earlier numbers meaningless: the benchmark runs again.
+RERUN_INPUTS = ("server_instance", "workload", "url", "python")
+
+
+def _loadgen_argv(url: str, workload: Mapping[str, Any]) -> list[str]:
+    return [
+        f"--url={url}",
+        f"--input-len={int(workload['input_len'])}",
+        f"--output-len={int(workload['output_len'])}",
+        "--concurrency=" + ",".join(str(int(c)) for c in workload["concurrency"]),
+        f"--warmup={int(workload['warmup_requests'])}",
+        f"--repetitions={int(workload['repetitions'])}",
+        f"--requests={int(workload['requests_per_repetition'])}",
+        f"--timeout-s={float(workload['request_timeout_s']):g}",
+    ]
+
+
+def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
+    """Ships the load generator to the host over the session, runs it there, returns its JSON."""
+    conn = Connection(**props["connection"])
+    argv = " ".join(quote(arg) for arg in _loadgen_argv(props["url"], props["workload"]))
+    result = _transport.run(
+        conn,
+        f"{quote(props['python'])} - {argv}\n",
+        timeout_s=float(props["workload"]["timeout_s"]),
+        stdin=LOADGEN_SOURCE.read_bytes(),
+    )
+    if not result.ok:
+        raise BenchmarkError(
+            f"The benchmark on {conn.label} failed (exit {result.exit_code}): "
+            f"{result.stderr.strip()[-2000:] or result.stdout.strip()[-2000:]} "
+            "Check that the server still runs (`pulumi refresh`) and that the workload fits its limits."
+        )
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def measure(props: Mapping[str, Any]) -> dict[str, Any]:
+    """Runs the benchmark, records it in the history, and returns the outputs."""
+    document = run_on_host(props)
+    levels = stats.summarize_levels(document)
+    headline = levels[0]
+    history.record(
+        history.default_history_path(),
+        props["stack"],
+        props["flags_digest"],
+        props["sglang_version"],
+        props["launch_command"],
+        headline,
+    )
+    return {
+        "result": headline.model_dump(mode="json"),
+        "levels": [level.model_dump(mode="json") for level in levels],
+        "tok_s": round(headline.tok_s_mean, 2),
+    }
+
+
+class _BenchmarkProvider(dynamic.ResourceProvider):
+    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        return dynamic.CreateResult(str(props["server_instance"]), {**props, **measure(props)})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        rerun = [key for key in RERUN_INPUTS if olds.get(key) != news.get(key)]
+        return dynamic.DiffResult(changes=bool(rerun), replaces=rerun, delete_before_replace=True)
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        # Results stay in the history; there is nothing on the host to remove.
+        return None
+
+
+class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
+    """The benchmark of one server instance with one workload."""
+
+    tok_s: pulumi.Output[float]
+    """Output tokens per second at the first concurrency level, mean over repetitions."""
+    result: pulumi.Output[dict[str, Any]]
+    """Every metric at the first concurrency level (see `components.stats.BenchmarkResult`)."""
+    levels: pulumi.Output[list[dict[str, Any]]]
+    """The metrics at each concurrency level."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        connection: pulumi.Input[Mapping[str, Any]],
+        stack: str,
+        python: pulumi.Input[str],
+        url: pulumi.Input[str],
+        server_instance: pulumi.Input[str],
+        launch_command: pulumi.Input[str],
+        sglang_version: pulumi.Input[str],
+        flags_digest: str,
+        workload: Mapping[str, Any],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        props = {
+            "connection": connection,
+            "stack": stack,
+            "python": python,
+            "url": url,
+            "server_instance": server_instance,
+            "launch_command": launch_command,
+            "sglang_version": sglang_version,
+            "flags_digest": flags_digest,
+            "workload": dict(workload),
+            "result": None,
+            "levels": None,
+            "tok_s": None,
+        }
+        opts = pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(additional_secret_outputs=["connection"])
+        )
+        super().__init__(_BenchmarkProvider(), name, props, opts)
