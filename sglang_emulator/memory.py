@@ -36,7 +36,10 @@ class MemoryPlan:
     @property
     def weights_fit(self) -> bool:
         """Whether the weights (and draft) load at all into what is free."""
-        return self.runtime_overhead_gib + self.weights_gib + self.draft_weights_gib <= self.avail_before_load_gib
+        return (
+            self.runtime_overhead_gib + self.weights_gib + self.draft_weights_gib
+            <= self.avail_before_load_gib
+        )
 
     @property
     def kv_fits(self) -> bool:
@@ -45,7 +48,9 @@ class MemoryPlan:
 
     @property
     def avail_after_load_gib(self) -> float:
-        return self.avail_before_load_gib - self.runtime_overhead_gib - self.weights_gib - self.draft_weights_gib
+        return (
+            self.avail_before_load_gib - self.runtime_overhead_gib - self.weights_gib - self.draft_weights_gib
+        )
 
     @property
     def avail_after_pool_gib(self) -> float:

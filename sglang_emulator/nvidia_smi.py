@@ -236,7 +236,9 @@ def _parse_indices(value: str, count: int) -> list[int]:
     try:
         indices = [int(v) for v in value.split(",") if v.strip()]
     except ValueError:
-        raise _UsageError(f"Invalid GPU index {value!r}: use comma-separated indices 0..{count - 1}.") from None
+        raise _UsageError(
+            f"Invalid GPU index {value!r}: use comma-separated indices 0..{count - 1}."
+        ) from None
     for index in indices:
         if not 0 <= index < count:
             raise _UsageError("No devices were found" if count == 0 else f"GPU index {index} is not valid.")
@@ -277,7 +279,9 @@ def run(argv: list[str], profile: Profile, state: StateDir) -> str:
             raise _UsageError('"--format" must be given as csv with --query-*, e.g. --format=csv,noheader.')
         fields = [f.strip() for f in query.split(",") if f.strip()]
         if "--query-gpu" in options:
-            return render_query_gpu(profile, processes, fields, "noheader" in parts, "nounits" in parts, indices)
+            return render_query_gpu(
+                profile, processes, fields, "noheader" in parts, "nounits" in parts, indices
+            )
         return render_query_apps(profile, processes, fields, "noheader" in parts, "nounits" in parts)
     unknown = sorted(flags)
     if unknown:

@@ -227,13 +227,15 @@ def load_profile(path: str | None = None) -> Profile:
         raise ProfileError(
             f"The emulator profile {chosen!r} is not valid JSON ({exc}). Fix the file's syntax."
         ) from exc
-    profile = _build(Profile, {k: v for k, v in raw.items() if k != "source"}, "")
+    profile: Profile = _build(Profile, {k: v for k, v in raw.items() if k != "source"}, "")
     return dataclasses.replace(profile, source=source)
 
 
 def _build(cls: type[Any], raw: Any, where: str) -> Any:
     if not isinstance(raw, dict):
-        raise ProfileError(f"Profile key {where or '<top>'!r} must be an object, got {raw!r}. Fix the profile.")
+        raise ProfileError(
+            f"Profile key {where or '<top>'!r} must be an object, got {raw!r}. Fix the profile."
+        )
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
     unknown = sorted(set(raw) - set(fields))
@@ -248,14 +250,16 @@ def _build(cls: type[Any], raw: Any, where: str) -> Any:
         if name not in raw:
             no_default = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
             if no_default:
-                raise ProfileError(f"Profile key {key!r} is missing. Add it (see the shipped default profile).")
+                raise ProfileError(
+                    f"Profile key {key!r} is missing. Add it (see the shipped default profile)."
+                )
             continue
         values[name] = _convert(hints[name], raw[name], key)
     return cls(**values)
 
 
 def _convert(hint: Any, value: Any, key: str) -> Any:
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, key)
     origin = typing.get_origin(hint)
     if origin is list:

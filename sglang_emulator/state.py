@@ -103,6 +103,4 @@ class StateDir:
 
     def used_mib(self, gpu: int, exclude_pid: int | None = None) -> int:
         """Memory the live servers hold on ``gpu``."""
-        return sum(
-            p.memory_mib_by_gpu.get(gpu, 0) for p in self.live_processes() if p.pid != exclude_pid
-        )
+        return sum(p.memory_mib_by_gpu.get(gpu, 0) for p in self.live_processes() if p.pid != exclude_pid)

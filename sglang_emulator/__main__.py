@@ -1,0 +1,196 @@
+"""``python -m sglang_emulator <SGLang launch flags>``: start an emulated SGLang server.
+
+``python -m sglang_emulator --version`` (that one argument alone) prints the emulated SGLang
+version, as ``import sglang; print(sglang.__version__)`` would. No SGLang release has a
+``--version`` launch flag, so the shortcut shadows nothing: with any other argument, or with
+``--version`` among launch flags, the release's parser decides, and rejects it as SGLang does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+
+from sglang_emulator.engine import Engine, Request
+from sglang_emulator.faults import FaultError, load_faults
+from sglang_emulator.launch import LaunchConfig, parse_launch_flags, releases_text, resolve_launch
+from sglang_emulator.memory import plan_memory
+from sglang_emulator.performance import PerformanceModel
+from sglang_emulator.profile import Profile, ProfileError, load_profile
+from sglang_emulator.server import ServerContext, make_http_server
+from sglang_emulator.startup import Boot, StartupFailed, make_loggers
+from sglang_emulator.state import StateDir, state_dir
+from sglang_flags import known_releases
+
+
+def _fatal(message: str, code: int = 2) -> int:
+    print(f"sglang-emulator: error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _release(profile: Profile) -> str:
+    release = os.environ.get("SGLANG_EMULATOR_RELEASE") or profile.sglang_release
+    if release not in known_releases():
+        raise ValueError(
+            f"SGLANG_EMULATOR_RELEASE (or the profile's sglang_release) is {release!r}; emulated releases: "
+            f"{releases_text()}. Set it to one of them."
+        )
+    return release
+
+
+def _time_scale() -> float:
+    raw = os.environ.get("SGLANG_EMULATOR_TIME_SCALE", "1.0")
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = -1.0
+    if scale < 0:
+        raise ValueError(
+            f"SGLANG_EMULATOR_TIME_SCALE is {raw!r}; it must be a number >= 0 (1.0 = realistic startup, "
+            "0.01 = a hundred times faster). Fix the variable."
+        )
+    return scale
+
+
+def _gpu_indices(config: LaunchConfig, profile: Profile) -> list[int]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    indices = list(range(profile.host.gpu_count))
+    if visible is not None and visible.strip():
+        indices = [
+            int(v) for v in visible.split(",") if v.strip().isdigit() and int(v) < profile.host.gpu_count
+        ]
+    return indices[: config.tp_size]
+
+
+def _install_exit_handlers(state: StateDir) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        state.remove()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_signal)
+
+
+def _crash(state: StateDir, log_line: str) -> None:
+    """Die the way SGLang does when a scheduler child fails: the launcher kills its whole tree."""
+    print(log_line, file=sys.stderr, flush=True)
+    print(
+        "Received sigquit from a child process. It usually means the child failed.",
+        file=sys.stderr,
+        flush=True,
+    )
+    state.remove()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        profile = load_profile()
+        release = _release(profile)
+        scale = _time_scale()
+        faults = load_faults(profile.faults)
+    except (ProfileError, FaultError, ValueError) as exc:
+        return _fatal(str(exc))
+    if argv == ["--version"]:
+        print(release)
+        return 0
+    note = (
+        f"sglang-emulator: emulating SGLang {release} on profile {profile.name} "
+        f"({profile.host.gpu_count} x {profile.host.gpu_name}); no GPU is used"
+    )
+    print(note, file=sys.stderr, flush=True)
+    args = parse_launch_flags(release, argv)
+    config = resolve_launch(release, args, profile)
+    log, tp0 = make_loggers()
+    state = state_dir()
+    gpus = _gpu_indices(config, profile)
+    used_by_others = max((state.used_mib(g, exclude_pid=os.getpid()) for g in gpus), default=0)
+    plan = plan_memory(config, profile, used_by_others)
+    process_name = os.path.basename(sys.executable) or "python3"
+    _install_exit_handlers(state)
+
+    def record(phase: str) -> None:
+        state.record(process_name, dict.fromkeys(gpus, plan.used_mib(phase)), config.port)
+
+    record("init")
+    boot = Boot(config, profile, plan, faults, scale, log, tp0, record)
+    try:
+        boot.run_until_http()
+    except StartupFailed:
+        state.remove()
+        return 1
+    finished = [0]
+    finished_lock = threading.Lock()
+
+    def on_generation_finished() -> None:
+        with finished_lock:
+            finished[0] += 1
+            count = finished[0]
+        limit = faults.crash_after_requests
+        if limit is not None and count >= limit:
+            _crash(
+                state,
+                f"[TP0] Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access "
+                f"was encountered (sglang-emulator injected fault: crash_after_requests={limit})",
+            )
+
+    model = PerformanceModel(config, profile)
+    engine = Engine(model, plan.max_running_requests, plan.max_total_num_tokens, config.random_seed, tp0)
+    context = ServerContext(config, profile, plan, engine, faults, note, on_generation_finished)
+    print(f"INFO:     Started server process [{os.getpid()}]", file=sys.stderr, flush=True)
+    print("INFO:     Waiting for application startup.", file=sys.stderr, flush=True)
+    print("INFO:     Application startup complete.", file=sys.stderr, flush=True)
+    try:
+        if faults.port_in_use:
+            raise OSError(98, "address already in use")
+        server = make_http_server(context)
+    except OSError as exc:
+        print(
+            f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+            f"('{config.host}', {config.port}): {(exc.strerror or str(exc)).lower()}",
+            file=sys.stderr,
+            flush=True,
+        )
+        print("INFO:     Waiting for application shutdown.", file=sys.stderr, flush=True)
+        print("INFO:     Application shutdown complete.", file=sys.stderr, flush=True)
+        state.remove()
+        return 1
+    engine.start()
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    print(
+        f"INFO:     Uvicorn running on http://{config.host}:{config.port} (Press CTRL+C to quit)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def warmup_request() -> None:
+        request = Request(rid="warmup", prompt_ids=[1, 2, 3, 4, 5, 6], max_new_tokens=8)
+        engine.submit(request)
+        while not request.chunks.get().finished:
+            pass
+        print(
+            f'INFO:     127.0.0.1:{config.port + 1000} - "POST /generate HTTP/1.1" 200 OK',
+            file=sys.stderr,
+            flush=True,
+        )
+
+    boot.warm_up(warmup_request)
+    context.ready.set()
+    if faults.crash_after_s is not None:
+        time.sleep(faults.crash_after_s)
+        _crash(
+            state,
+            f"[TP0] Scheduler hit an exception: RuntimeError: NCCL communicator was aborted on rank 0 "
+            f"(sglang-emulator injected fault: crash_after_s={faults.crash_after_s:g})",
+        )
+    threading.Event().wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,304 @@
+"""SGLang's startup, phase by phase, with its log lines and its known failures on this hardware.
+
+Each phase sleeps for the profile's duration times ``$SGLANG_EMULATOR_TIME_SCALE`` and records
+the GPU memory reached so far. A failure prints what SGLang prints and raises ``StartupFailed``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sglang_emulator.faults import Faults
+from sglang_emulator.launch import LaunchConfig
+from sglang_emulator.memory import MemoryPlan
+from sglang_emulator.profile import Profile
+
+__all__ = ["Boot", "StartupFailed", "make_loggers"]
+
+# Architectures the software supports, as facts about the software, not the host.
+_FLASHINFER_ALLREDUCE_FUSION_ARCHS = ("9.0", "10.0")
+_TORCH_SYMM_MEM_ARCHS = ("9.0", "10.0")
+
+_GRAPH_HINTS = (
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+    "3. disable torch compile by not using --enable-torch-compile\n"
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)"
+)
+
+
+class StartupFailed(Exception):
+    """Startup stopped the way SGLang's would; the log already says why."""
+
+
+def make_loggers() -> tuple[logging.Logger, logging.Logger]:
+    """SGLang's two line formats: ``[time] msg`` for the server, ``[time TP0] msg`` for rank 0."""
+    loggers = []
+    for name, suffix in (("sglang_emulator.server", ""), ("sglang_emulator.tp0", " TP0")):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"[%(asctime)s{suffix}] %(message)s", "%Y-%m-%d %H:%M:%S"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        loggers.append(logger)
+    return loggers[0], loggers[1]
+
+
+def _traceback(log: logging.Logger, frames: list[tuple[str, str]], error: str) -> None:
+    lines = ["Scheduler hit an exception: Traceback (most recent call last):"]
+    for where, code in frames:
+        lines += [f"  {where}", f"    {code}"]
+    lines.append(error)
+    log.error("\n".join(lines))
+
+
+@dataclass
+class Boot:
+    """One startup run; ``record(phase)`` stores GPU memory for the ``nvidia-smi`` shim."""
+
+    config: LaunchConfig
+    profile: Profile
+    plan: MemoryPlan
+    faults: Faults
+    time_scale: float
+    log: logging.Logger
+    tp0: logging.Logger
+    record: Callable[[str], None]
+
+    def _wait(self, seconds: float) -> None:
+        time.sleep(seconds * self.time_scale)
+
+    def _hang_if(self, phase: str) -> None:
+        if self.faults.hang_at_phase == phase:
+            self.log.info("sglang-emulator: injected fault: hanging during startup phase %r.", phase)
+            threading.Event().wait()
+
+    def _fail(self, frames: list[tuple[str, str]], error: str) -> None:
+        _traceback(self.tp0, frames, error)
+        self.log.error("Received sigquit from a child process. It usually means the child failed.")
+        raise StartupFailed(error)
+
+    def run_until_http(self) -> None:
+        """From process start to the line before uvicorn starts."""
+        config, plan, startup, host = self.config, self.plan, self.profile.startup, self.profile.host
+        args = ", ".join(f"{k}={v!r}" for k, v in sorted(self.config.server_args.items()))
+        self.log.info("server_args=ServerArgs(%s)", args)
+        self._wait(startup.process_start_s)
+        self.tp0.info("Init torch distributed begin.")
+        self._hang_if("init")
+        if config.tp_size > host.gpu_count:
+            self._fail(
+                [
+                    (
+                        'File "sglang/srt/model_executor/model_runner.py", in init_torch_distributed',
+                        "torch.get_device_module(self.device).set_device(self.gpu_id)",
+                    )
+                ],
+                f"torch.AcceleratorError: CUDA error: invalid device ordinal (tp_size={config.tp_size}, "
+                f"but this host has {host.gpu_count} GPUs)",
+            )
+        if config.torch_symm_mem and host.compute_capability not in _TORCH_SYMM_MEM_ARCHS:
+            self._fail(
+                [
+                    (
+                        'File "sglang/srt/distributed/device_communicators/torch_symm_mem.py", in __init__',
+                        "max_size = TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES[self.device_capability]",
+                    )
+                ],
+                f"KeyError: '{host.compute_capability}' (torch symmetric memory: SM"
+                f"{host.compute_capability.replace('.', '')} is not in its architecture table; supported: "
+                f"{', '.join(_TORCH_SYMM_MEM_ARCHS)})",
+            )
+        self._wait(startup.init_distributed_s)
+        self.tp0.info("Init torch distributed ends. mem usage=%.2f GB", plan.runtime_overhead_gib)
+        avail = plan.avail_before_load_gib - plan.runtime_overhead_gib
+        self.tp0.info("Load weight begin. avail mem=%.2f GB", avail)
+        self._hang_if("weights")
+        self._wait(plan.weights_gib / startup.weight_load_gib_per_s)
+        if plan.weights_gib > avail:
+            self._fail(
+                [
+                    (
+                        'File "sglang/srt/model_loader/loader.py", in load_model',
+                        "model = _initialize_model(...)",
+                    )
+                ],
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB. GPU 0 has a total "
+                f"capacity of {plan.total_gib:.2f} GiB of which {max(avail - plan.weights_gib, 0):.2f} GiB "
+                "is free.",
+            )
+        self.record("weights")
+        self.tp0.info(
+            "Load weight end. type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB.",
+            self.profile.model.architecture,
+            avail - plan.weights_gib,
+            plan.weights_gib,
+        )
+        if config.flashinfer_moe and config.ep_size > 1:
+            self._fail_expert_parallel(avail - plan.weights_gib)
+        self._hang_if("kv_cache")
+        self._wait(startup.kv_cache_alloc_s)
+        if not plan.kv_fits:
+            self._fail(
+                [
+                    (
+                        'File "sglang/srt/model_executor/model_runner.py", in init_memory_pool',
+                        "raise RuntimeError(",
+                    )
+                ],
+                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+            )
+        self.record("kv")
+        self.tp0.info(
+            "KV Cache is allocated. #tokens: %d, KV size: %.2f GB",
+            plan.max_total_num_tokens,
+            plan.kv_pool_gib,
+        )
+        self.tp0.info("Memory pool end. avail mem=%.2f GB", plan.avail_after_pool_gib)
+        self._capture_graphs()
+        if config.speculative is not None:
+            self._start_draft()
+        self.record("ready")
+        self.tp0.info(
+            "max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
+            "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
+            plan.max_total_num_tokens,
+            config.chunked_prefill_size,
+            int(config.server_args.get("max_prefill_tokens") or 16384),
+            plan.max_running_requests,
+            config.context_length,
+            plan.avail_after_pool_gib - plan.cuda_graph_gib - plan.draft_cuda_graph_gib,
+        )
+
+    def _fail_expert_parallel(self, avail_gib: float) -> None:
+        workspace = self.profile.memory.ep_a2a_workspace_gib
+        _traceback(
+            self.tp0,
+            [
+                (
+                    'File "sglang/srt/layers/moe/token_dispatcher/flashinfer.py", in __init__',
+                    "assert expert_location_metadata is not None",
+                )
+            ],
+            "AssertionError: expert_location_metadata is None",
+        )
+        self._fail(
+            [
+                (
+                    'File "sglang/srt/model_executor/model_runner.py", in init_memory_pool',
+                    "self.token_to_kv_pool = ...",
+                )
+            ],
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {avail_gib:.2f} GiB. GPU 0 has "
+            f"a total capacity of {self.plan.total_gib:.2f} GiB of which {avail_gib - workspace:.2f} GiB "
+            "is free.",
+        )
+
+    def _capture_graphs(self) -> None:
+        config, plan, host = self.config, self.plan, self.profile.host
+        if config.cuda_graph_disabled:
+            return
+        avail = plan.avail_after_pool_gib
+        self.tp0.info(
+            "Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB", avail
+        )
+        self.tp0.info("Capture cuda graph bs %s", config.cuda_graph_bs)
+        self._hang_if("cuda_graph")
+        nccl_algo = os.environ.get("NCCL_ALGO", "")
+        if config.tp_size > 1 and "tree" in nccl_algo.lower():
+            self._graph_failed(
+                "NCCL error in: all_reduce, invalid usage (run with NCCL_DEBUG=WARN for details)\n"
+                f"ncclInvalidUsage: NCCL_ALGO={nccl_algo} cannot be captured in a CUDA graph: the Tree "
+                "algorithm is incompatible with CUDA graph capture of all-reduce"
+            )
+        sm = host.compute_capability
+        unsupported_fusion = sm not in _FLASHINFER_ALLREDUCE_FUSION_ARCHS
+        if config.flashinfer_allreduce_fusion and config.tp_size > 1 and unsupported_fusion:
+            self._graph_failed(
+                "RuntimeError: FlashInfer JIT failed to build trtllm_allreduce_fusion: compute capability "
+                f"{sm} (sm_{sm.replace('.', '')}) is not supported; supported: "
+                f"{', '.join(_FLASHINFER_ALLREDUCE_FUSION_ARCHS)}"
+            )
+        needed = plan.cuda_graph_gib + self.profile.memory.activation_reserve_gib
+        if needed > avail:
+            self._graph_failed(
+                f"CUDA out of memory. Tried to allocate {plan.cuda_graph_gib:.2f} GiB. GPU 0 has a total "
+                f"capacity of {plan.total_gib:.2f} GiB of which {max(avail, 0):.2f} GiB is free."
+            )
+        seconds = len(config.cuda_graph_bs) * self.profile.startup.cuda_graph_s_per_graph
+        self._wait(seconds)
+        self.record("graphs")
+        self.tp0.info(
+            "Capture cuda graph end. Time elapsed: %.2f s. mem usage=%.2f GB. avail mem=%.2f GB.",
+            seconds,
+            plan.cuda_graph_gib,
+            avail - plan.cuda_graph_gib,
+        )
+
+    def _graph_failed(self, error: str) -> None:
+        self._fail(
+            [('File "sglang/srt/model_executor/cuda_graph_runner.py", in __init__', "self.capture()")],
+            f"Exception: Capture cuda graph failed: {error}\n{_GRAPH_HINTS}",
+        )
+
+    def _start_draft(self) -> None:
+        spec, plan, startup = self.config.speculative, self.plan, self.profile.startup
+        assert spec is not None
+        if not spec.draft_model_path:
+            self._fail(
+                [
+                    (
+                        'File "sglang/srt/speculative/eagle_worker.py", in __init__',
+                        "self.draft_model_runner = ...",
+                    )
+                ],
+                f"ValueError: --speculative-draft-model-path is required for {spec.algorithm} with this "
+                "model (it has no built-in draft layers).",
+            )
+        avail = plan.avail_after_pool_gib - plan.cuda_graph_gib
+        self.tp0.info("Load weight begin. avail mem=%.2f GB", avail)
+        self._wait(startup.draft_load_s)
+        self.tp0.info(
+            "Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.bfloat16, avail mem=%.2f GB, "
+            "mem usage=%.2f GB.",
+            avail,
+            plan.draft_weights_gib,
+        )
+        if self.config.cuda_graph_disabled:
+            return
+        graphs = len(self.config.cuda_graph_bs)
+        seconds = graphs * startup.draft_cuda_graph_s_per_graph
+        for kind in ("draft", "draft extend"):
+            self.tp0.info(
+                "Capture %s cuda graph begin. This can take up to several minutes. avail mem=%.2f GB",
+                kind,
+                avail,
+            )
+            self._wait(seconds / 2)
+            self.tp0.info(
+                "Capture %s cuda graph end. Time elapsed: %.2f s. mem usage=%.2f GB. avail mem=%.2f GB.",
+                kind,
+                seconds / 2,
+                plan.draft_cuda_graph_gib / 2,
+                avail - plan.draft_cuda_graph_gib / 2,
+            )
+            avail -= plan.draft_cuda_graph_gib / 2
+
+    def warm_up(self, run_warmup_request: Callable[[], None]) -> None:
+        """After uvicorn is up: the warmup request, any injected slowness, then ready."""
+        self._hang_if("warmup")
+        if not self.config.skip_server_warmup:
+            self._wait(self.profile.startup.warmup_s)
+            run_warmup_request()
+        if self.faults.slow_readiness_s:
+            time.sleep(self.faults.slow_readiness_s)
+        self.log.info("The server is fired up and ready to roll!")
