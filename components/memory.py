@@ -140,26 +140,24 @@ class MemoryPlan:
             )
             return lines
         source = {"set": "set in the stack", "auto": "chosen by SGLang automatically", "unknown": ""}
-        lines.append(
-            f"Static pool: {pool:.2f} GB (mem_fraction_static {self.mem_fraction_static:.3g}, "
-            f"{source[self.fraction_source]}) = {weights} + KV cache {kv:.2f} GB."
-        )
+        fraction = f"mem_fraction_static {self.mem_fraction_static:.3g} ({source[self.fraction_source]})"
+        lines.append(f"Static pool: {pool:.2f} GB at {fraction} = {weights} + KV cache {kv:.2f} GB.")
         lines.append(
             f"Outside the pool: {rest:.2f} GB for CUDA graphs (max bs {self.cuda_graph_max_bs}: "
             f"{self.cuda_graphs_gb:.2f} GB), activations ({self.activations_gb:.2f} GB) and the draft "
             f"reserve ({self.draft_reserve_gb:.2f} GB): {self.rest_needed_gb:.2f} GB needed."
         )
         if self.verdict == "fits":
-            lines.append(f"Verdict: fits, with {kv:.2f} GB of KV cache.")
+            lines.append(f"Verdict: fits at {fraction}, with {kv:.2f} GB of KV cache.")
         elif kv < MIN_KV_CACHE_GB:
             lines.append(
-                f"Verdict: does not fit: the weights leave {kv:.2f} GB of KV cache (at least "
+                f"Verdict: does not fit at {fraction}: {weights} leave {kv:.2f} GB of KV cache (at least "
                 f"{MIN_KV_CACHE_GB:.1f} GB needed); SGLang stops with out of memory. The smallest "
                 f"fraction that fits is {_fraction_text(self.smallest_fitting_fraction)}."
             )
         else:
             lines.append(
-                f"Verdict: does not fit: {rest:.2f} GB outside the pool is less than the "
+                f"Verdict: does not fit at {fraction}: {rest:.2f} GB outside the pool is less than the "
                 f"{self.rest_needed_gb:.2f} GB graphs and activations need; CUDA-graph capture runs out "
                 f"of memory. The largest fraction that fits is "
                 f"{_fraction_text(self.largest_fitting_fraction)}, or lower cuda_graph_max_bs."

@@ -78,7 +78,7 @@ def test_eagle3_oom_at_the_automatic_fraction_is_an_error_with_the_fraction_that
     assert finding.severity == "error"
     assert "KV cache" in finding.message and "out of memory" in finding.message
     assert finding.fix == "Set mem_fraction_static to 0.78 or more."
-    assert "mem_fraction_static 0.76, chosen by SGLang" in _one(findings, "memory-plan").message
+    assert "does not fit at mem_fraction_static 0.76 (chosen by SGLang automatically)" in finding.message
 
 
 def test_eagle3_at_0_88_passes_the_memory_check():
