@@ -1,0 +1,156 @@
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.cli import COMMANDS, main
+from components.stackfile import STACKS_DIR
+
+REPO = Path(__file__).resolve().parent.parent
+
+STACK = """\
+config:
+  sglang-stacks:host:
+    kind: emulator
+  sglang-stacks:model:
+    path: /models/m
+    weights_per_gpu_gb: 20
+  sglang-stacks:server:
+    tp_size: 2
+    disable_custom_all_reduce: true
+    mem_fraction_static: 0.8
+  sglang-stacks:sshPrivateKey:
+    secure: v1:c2VjcmV0LWtleS1jaXBoZXJ0ZXh0
+  command:someProviderSetting: ignored
+"""
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a user runs it, in its own process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "components.cli", *args], capture_output=True, text=True, cwd=REPO, env=env
+    )
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    (tmp_path / f"Pulumi.{name}.yaml").write_text(text)
+    return tmp_path
+
+
+def test_render_prints_the_command_the_plan_and_the_findings():
+    result = _cli("render", "eagle3-bs128")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Stack eagle3-bs128, SGLang 0.5.8" in out
+    command_line = out.splitlines()[out.splitlines().index("Launch command:") + 1].strip()
+    words = shlex.split(command_line)
+    assert words[:3] == ["python", "-m", "sglang.launch_server"]
+    assert "--cuda-graph-max-bs" in words
+    assert "Verdict: fits at mem_fraction_static 0.88" in out
+    assert "Preflight: 0 error(s)" in out
+
+
+def test_render_for_another_release_maps_the_renamed_flag():
+    result = _cli("render", "eagle3-bs128", "--release", "0.5.23", "--json")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["release"] == "0.5.23"
+    assert document["pinned_release"] == "0.5.8"
+    assert "--cuda-graph-max-bs-decode" in document["argv"]
+    assert "--cuda-graph-max-bs" not in document["argv"]
+    assert "release-mismatch" in [f["code"] for f in document["findings"]]
+
+
+def test_doomed_stack_exits_1_with_the_error_and_its_fix():
+    result = _cli("render", "eagle3-auto-mem")
+    assert result.returncode == 1
+    assert "[error] memory-does-not-fit" in result.stdout
+    assert "fix: Set mem_fraction_static to 0.78 or more." in result.stdout
+
+
+def test_json_document_of_a_doomed_stack():
+    result = _cli("render", "flashinfer-fusion", "--json")
+    assert result.returncode == 1
+    document = json.loads(result.stdout)
+    assert document["ok"] is False
+    assert "--enable-flashinfer-allreduce-fusion" in document["argv"]
+    errors = [f for f in document["findings"] if f["severity"] == "error"]
+    assert [e["code"] for e in errors] == ["sm120-flashinfer-allreduce-fusion"]
+    assert set(errors[0]) == {"severity", "code", "key", "message", "fix"}
+    assert document["memory"]["verdict"] in {"fits", "does_not_fit", "unknown"}
+
+
+def test_stack_whose_flags_a_release_cannot_take_has_no_command(capsys):
+    assert main(["render", "ep-a2a", "--release", "0.5.8", "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["argv"] is None and document["command"] is None
+    assert "flag-unrenderable" in [f["code"] for f in document["findings"]]
+
+
+def test_environment_variables_prefix_the_command(capsys):
+    assert main(["render", "nccl-tree"]) == 1
+    assert "NCCL_ALGO=Tree python -m sglang.launch_server" in capsys.readouterr().out
+
+
+def test_secrets_are_listed_by_name_and_never_printed(tmp_path, capsys):
+    stacks = _write(tmp_path, "mine", STACK)
+    assert main(["render", "mine", "--json", "--stacks-dir", str(stacks)]) == 0
+    out = capsys.readouterr().out
+    assert "c2VjcmV0LWtleS1jaXBoZXJ0ZXh0" not in out
+    assert json.loads(out)["secrets_set"] == ["sshPrivateKey"]
+
+
+def test_secret_inside_a_section_is_bad_input(tmp_path, capsys):
+    text = STACK.replace("    path: /models/m\n", "    path:\n      secure: v1:abc\n")
+    stacks = _write(tmp_path, "leaky", text)
+    assert main(["render", "leaky", "--stacks-dir", str(stacks)]) == 2
+    err = capsys.readouterr().err
+    assert "sglang-stacks:model.path hold secrets inside a section" in err
+    assert "v1:abc" not in err
+
+
+def test_missing_stack_is_bad_input_listing_the_stacks():
+    result = _cli("render", "no-such-stack")
+    assert result.returncode == 2
+    assert "There is no stack file Pulumi.no-such-stack.yaml" in result.stderr
+    assert "eagle3-bs128" in result.stderr
+
+
+def test_invalid_config_is_bad_input_naming_the_key(tmp_path, capsys):
+    stacks = _write(tmp_path, "typo", STACK.replace("tp_size: 2", "tp_sise: 2"))
+    assert main(["render", "typo", "--stacks-dir", str(stacks)]) == 2
+    assert "sglang-stacks:server.tp_sise: unknown key" in capsys.readouterr().err
+
+
+def test_malformed_yaml_is_bad_input(tmp_path, capsys):
+    stacks = _write(tmp_path, "broken", "config:\n  sglang-stacks:host: [unclosed\n")
+    assert main(["render", "broken", "--stacks-dir", str(stacks)]) == 2
+    assert "is not valid YAML" in capsys.readouterr().err
+
+
+def test_stack_name_with_a_path_is_refused(capsys):
+    assert main(["render", "../etc/passwd"]) == 2
+    assert "is not a stack name" in capsys.readouterr().err
+
+
+def test_unknown_command_and_missing_arguments_exit_2():
+    assert _cli("deploy", "baseline").returncode == 2
+    assert _cli("render").returncode == 2
+
+
+def test_schema_command_prints_the_committed_schema():
+    result = _cli("schema")
+    assert result.returncode == 0
+    assert json.loads(result.stdout) == json.loads((STACKS_DIR / "schema.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_registered_command_has_help(name):
+    result = _cli(name, "--help")
+    assert result.returncode == 0
+    assert COMMANDS[name].help.split(",")[0] in result.stdout.replace("\n", " ")
