@@ -314,9 +314,15 @@ def _execute(
     deadline_s = timeout_s + _KILL_AFTER_S + conn.connect_timeout_s + 10
     started = time.monotonic()
     with _command_line(conn) as argv:
-        process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
+        try:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        except FileNotFoundError:
+            raise HostError(
+                f"`{argv[0]}` is not installed on this machine, so {conn.label} cannot be reached. "
+                "Install the OpenSSH client (scripts/ensure-sshd.sh does) and run the update again."
+            ) from None
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
 
         def write_request() -> None:
@@ -426,6 +432,12 @@ def _ssh_failure(conn: Connection, stderr: str) -> HostError:
         return HostError(
             f"The host key of {where} is not known.{presented} Pin it: set host.host_key to a line "
             f"from {keyscan}, checked against the host's own /etc/ssh/ssh_host_*_key.pub."
+        )
+    if re.search(r"Load key .*: (invalid format|incorrect passphrase|error in libcrypto)", stderr):
+        return HostError(
+            f"The sshPrivateKey secret for {where} is not a usable private key (unreadable, or "
+            "protected by a passphrase). Set it to an unencrypted OpenSSH private key, e.g. "
+            "`pulumi config set --secret sshPrivateKey < ~/.ssh/id_ed25519`."
         )
     if "Permission denied" in stderr or "Too many authentication failures" in stderr:
         return HostError(

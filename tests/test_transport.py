@@ -210,3 +210,14 @@ def test_quote_path_keeps_home_relative_paths_relative_to_the_host_home() -> Non
 def test_bad_connection_settings_are_refused_with_the_value(sshd: SshServer, changes, message) -> None:
     with pytest.raises(SpecError, match=message):
         sshd.connection(**changes)
+
+
+def test_malformed_private_key_is_named_as_the_problem(sshd: SshServer) -> None:
+    not_a_key = (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nbm90IGEga2V5IGF0IGFsbA==\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
+
+    with pytest.raises(HostError, match=r"sshPrivateKey secret .* is not a usable private key") as caught:
+        run(sshd.connection(private_key=not_a_key), "true", timeout_s=10)
+
+    assert "bm90IGEga2V5" not in str(caught.value)
