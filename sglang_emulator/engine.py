@@ -103,6 +103,7 @@ class Engine:
         self._on_done = on_request_done
         self._waiting: deque[Request] = deque()
         self._running: list[Request] = []
+        self._inflight: set[int] = set()
         self._wake = threading.Condition()
         self._ordinal = itertools.count()
         self._prefixes: deque[tuple[int, ...]] = deque(maxlen=_PREFIX_CACHE_ENTRIES)
@@ -131,6 +132,7 @@ class Engine:
             request.sampler = AcceptSampler(rate, spec.max_accept_length, request.rng.randrange(2**32))
         with self._wake:
             self._waiting.append(request)
+            self._inflight.add(id(request))
             self.stats.requests_total += 1
             self.stats.queued = len(self._waiting)
             self._wake.notify()
@@ -138,7 +140,7 @@ class Engine:
     def flush_cache(self) -> bool:
         """Drop the prefix cache; refused (False) while requests run or wait, as in SGLang."""
         with self._wake:
-            if self._running or self._waiting:
+            if self._inflight:
                 return False
             self._prefixes.clear()
             return True
@@ -146,7 +148,7 @@ class Engine:
     @property
     def busy(self) -> bool:
         with self._wake:
-            return bool(self._running or self._waiting)
+            return bool(self._inflight)
 
     def token_usage(self) -> float:
         used = sum(len(r.prompt_ids) + r.completion_tokens for r in self._running)
@@ -179,7 +181,7 @@ class Engine:
                 while self._waiting and len(self._running) + len(admitted) < self._max_running:
                     admitted.append(self._waiting.popleft())
                 self.stats.queued = len(self._waiting)
-            self._running = [r for r in self._running if not r.aborted]
+            self._running = self._without_aborted(self._running)
             if admitted:
                 deadline = self._prefill(admitted, deadline)
             elif self._running:
@@ -236,12 +238,22 @@ class Engine:
                     self.stats.verify_ct_total += 1
                     self.stats.accepted_tokens_total += min(count, self._remaining(request))
             self._emit(request, count)
-        self._running = [r for r in self._running if r.finished_s is None and not r.aborted]
+        self._running = self._without_aborted([r for r in self._running if r.finished_s is None])
         self.stats.running = len(self._running)
         self._steps += 1
         if self._steps % self._model.profile.performance.decode_log_interval == 0:
             self._log_decode(batch)
         return deadline
+
+    def _without_aborted(self, requests: list[Request]) -> list[Request]:
+        kept = []
+        for request in requests:
+            if request.aborted:
+                with self._wake:
+                    self._inflight.discard(id(request))
+            else:
+                kept.append(request)
+        return kept
 
     def _remaining(self, request: Request) -> int:
         return request.max_new_tokens - request.completion_tokens
@@ -265,6 +277,8 @@ class Engine:
         finished = self._remaining(request) <= 0
         if finished:
             request.finished_s = now
+            with self._wake:
+                self._inflight.discard(id(request))
             self.stats.e2e.observe(now - request.created_s)
         self.stats.generation_tokens_total += count
         self._interval_tokens += count
