@@ -7,6 +7,7 @@ releases spell a flag differently, the newest name is the field and ``_RENAMED``
 from __future__ import annotations
 
 import difflib
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,6 +91,8 @@ _RENAMED: dict[str, tuple[str, ...]] = {
     "cuda_graph_max_bs": ("cuda_graph_max_bs_decode",),
     "cuda_graph_bs": ("cuda_graph_bs_decode",),
 }
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Actions that take no value on the command line: the option alone sets them.
 _SWITCH_ACTIONS = frozenset(
@@ -204,11 +207,16 @@ class FlagProblem:
     """One reason a flag cannot be rendered for a release: the key, its value, and the fix."""
 
     key: str
+    """The field name or extra-flag key as the stack spells it."""
     value: object
+    """The value that cannot be rendered."""
     message: str
+    """What is wrong, as a sentence."""
     fix: str
+    """What to do about it, as a sentence."""
 
     def sentence(self) -> str:
+        """Message and fix together."""
         return f"{self.message} {self.fix}"
 
 
@@ -377,7 +385,16 @@ def render_command(
     python: str = "python",
     env: Mapping[str, str] | None = None,
 ) -> str:
-    """One shell-safe command line: ``[VAR=value ...] python -m sglang.launch_server <argv>``."""
+    """One shell-safe command line: ``[VAR=value ...] python -m sglang.launch_server <argv>``.
+
+    Values are quoted for a POSIX shell; a variable name that is not one raises FlagError.
+    """
+    bad_names = [name for name in (env or {}) if not _ENV_NAME.match(name)]
+    if bad_names:
+        raise FlagError(
+            f"{', '.join(map(repr, bad_names))} cannot be environment variable names. "
+            f"Use letters, digits and _, not starting with a digit."
+        )
     assignments = [f"{name}={shlex.quote(value)}" for name, value in (env or {}).items()]
     words = [python, "-m", "sglang.launch_server", *render_argv(flags, release)]
     return " ".join([*assignments, shlex.join(words)])

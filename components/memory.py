@@ -44,17 +44,29 @@ class MemoryInputs:
     """What the planner needs, whether it comes from a stack spec or is given directly."""
 
     release: str
+    """SGLang release; decides whether the automatic fraction is known."""
     total_mib: int
+    """Memory of one GPU, as ``nvidia-smi`` prints ``memory.total``."""
     target_weights_gb: float
+    """Target-model weights on each GPU."""
     draft_weights_gb: float = 0.0
+    """Draft-model weights on each GPU."""
     tp_size: int = 1
+    """Tensor-parallel size."""
     mem_fraction_static: float | None = None
+    """The stack's fraction; None lets the release choose."""
     cuda_graph_max_bs: int | None = None
+    """Largest captured decode batch; None means the release's default."""
     cuda_graph_disabled: bool = False
+    """Whether the server runs without CUDA graphs."""
     chunked_prefill_size: int | None = None
+    """Prefill chunk in tokens; None means the release's default."""
     speculative_algorithm: str | None = None
+    """Speculative algorithm, which decides the draft reserve."""
     vision_num_layers: int | None = None
+    """Vision-tower layers of a multimodal model."""
     vision_hidden_size: int | None = None
+    """Vision-tower hidden size of a multimodal model."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +80,9 @@ class MemoryPlan:
     fraction_source: Literal["set", "auto", "unknown"]
     """Where the fraction comes from."""
     target_weights_gb: float
+    """Target-model weights on each GPU."""
     draft_weights_gb: float
+    """Draft-model weights on each GPU."""
     cuda_graph_max_bs: int
     """Largest captured decode batch (the release's default when unset; 0 without CUDA graphs)."""
     cuda_graphs_gb: float
@@ -118,6 +132,7 @@ class MemoryPlan:
 
     @property
     def fits(self) -> bool:
+        """Whether the verdict is ``fits``."""
         return self.verdict == "fits"
 
     def as_dict(self) -> dict[str, object]:

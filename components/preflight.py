@@ -29,12 +29,18 @@ class Finding:
     """One preflight result: how bad, a stable code, the config key it is about, what and the fix."""
 
     severity: Severity
+    """``error`` stops the launch; ``warning`` is shown and recorded; ``info`` explains."""
     code: str
+    """Stable identifier of the rule, like ``memory-does-not-fit``."""
     key: str
+    """The stack key it is about, as ``section.field`` (``server.mem_fraction_static``)."""
     message: str
+    """What preflight found, as sentences."""
     fix: str
+    """What to change, as a sentence (may be empty for an info)."""
 
     def sentence(self) -> str:
+        """The finding on one line."""
         return f"[{self.severity}] {self.key}: {self.message} {self.fix}"
 
 
@@ -65,11 +71,11 @@ def _release(spec: StackSpec, release: str) -> Iterable[Finding]:
 
 
 def _flags(spec: StackSpec, release: str) -> Iterable[Finding]:
-    for problem in flag_problems(spec.launch_flags(), release):
+    flags = spec.launch_flags()
+    for problem in flag_problems(flags, release):
         yield _error("flag-unrenderable", f"server.{problem.key}", problem.message, problem.fix)
-    for key, value in spec.launch_flags().typed_values().items():
-        if value is False:
-            continue
+    used = [key for key, value in flags.typed_values().items() if value is not False]
+    for key in [*used, *flags.extra_flags]:
         try:
             flag = resolve_flag(key, release)
         except FlagError:  # reported above as flag-unrenderable

@@ -314,3 +314,8 @@ def test_regenerate_says_how_to_run_it_without_sglang(tmp_path):
     )
     assert result.returncode == 2
     assert "Run this with SGLang's Python" in result.stderr
+
+
+def test_render_command_refuses_a_variable_name_a_shell_would_run():
+    with pytest.raises(FlagError, match="cannot be environment variable names"):
+        render_command(CAMPAIGN, "0.5.8", env={"X=1; reboot; Y": "1"})

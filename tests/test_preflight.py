@@ -311,3 +311,8 @@ def test_campaign_stacks_get_exactly_the_findings_the_campaign_explains(stack):
     errors, warnings = CAMPAIGN[stack]
     assert _codes(findings, "error") == errors
     assert _codes(findings, "warning") == warnings
+
+
+def test_deprecated_extra_flag_is_a_warning_too():
+    findings = run_preflight(_spec({"extra_flags": {"enable_dp_attention": True}}), "0.5.23")
+    assert _one(findings, "flag-deprecated").key == "server.enable_dp_attention"
