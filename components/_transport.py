@@ -37,7 +37,7 @@ quote = shlex.quote
 # Seconds the host-side `timeout` waits after TERM before it sends KILL.
 _KILL_AFTER_S = 5
 # Seconds of quiet after the script's end after which its output is taken as held open.
-_LINGER_S = 2.0
+_LINGER_S = 3.0
 # Name the pinned host key is filed under in the throwaway known_hosts file; it keeps the
 # `[host]:port` spelling of known_hosts out of the way.
 _HOST_KEY_ALIAS = "sglang-stacks-pinned-host"
