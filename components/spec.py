@@ -333,11 +333,13 @@ class StackSpec(BaseModel):
         return self.server.tp_size or 1
 
     def launch_flags(self) -> ServerFlags:
-        """The server flags with the model and draft paths filled from their sections."""
+        """The server flags with the model path, and under speculative decoding the draft path,
+        filled from their sections."""
         fill: dict[str, Any] = {}
         if self.server.model_path is None:
             fill["model_path"] = self.model.path
-        if self.server.speculative_draft_model_path is None and self.draft_model is not None:
+        speculating = self.server.speculative_algorithm is not None
+        if speculating and self.server.speculative_draft_model_path is None and self.draft_model is not None:
             fill["speculative_draft_model_path"] = self.draft_model.path_on_host
         return self.server.model_copy(update=fill)
 

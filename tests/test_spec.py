@@ -65,6 +65,11 @@ def test_launch_flags_fill_model_and_draft_paths_from_their_sections():
     assert flags.speculative_draft_model_path == "/data/eagle3/4"
 
 
+def test_draft_path_is_only_filled_under_speculative_decoding():
+    sections = _with("server.speculative_algorithm", None)
+    assert load_spec(sections, "test").launch_flags().speculative_draft_model_path is None
+
+
 def test_namespaced_keys_are_accepted_and_secret_keys_skipped():
     sections = {f"sglang-stacks:{k}": v for k, v in SECTIONS.items()}
     sections["sglang-stacks:sshPrivateKey"] = {"secure": "v1:abc"}
