@@ -84,6 +84,12 @@ class Connection:
     connect_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
+        # Numbers come back from Pulumi's state as floats: 22.0 is port 22.
+        port: object = self.port
+        if isinstance(port, float) and port.is_integer():
+            object.__setattr__(self, "port", int(port))
+        elif not isinstance(port, int) or isinstance(port, bool):
+            raise SpecError(f"SSH port {self.port!r} is not a whole number. Set host.port to sshd's port.")
         if self.kind not in ("local", "ssh"):
             raise SpecError(
                 f"Connection kind {self.kind!r} is not known; allowed: 'ssh' or 'local'. "

@@ -159,6 +159,13 @@ def test_private_key_is_never_on_a_command_line_and_its_file_is_private_and_remo
     assert list(tmp_path.glob("sglang-stacks-ssh-*")) == []
 
 
+def test_port_read_back_from_pulumi_state_as_a_float_still_connects(sshd: SshServer) -> None:
+    conn = sshd.connection(port=float(sshd.port))
+
+    assert conn.port == sshd.port and isinstance(conn.port, int)
+    assert run(conn, "echo reached", timeout_s=10).stdout == "reached\n"
+
+
 def test_connection_repr_hides_the_key_and_pickles(sshd: SshServer) -> None:
     conn = sshd.connection()
 
@@ -202,6 +209,7 @@ def test_quote_path_keeps_home_relative_paths_relative_to_the_host_home() -> Non
     ("changes", "message"),
     [
         ({"port": 70000}, "SSH port 70000 is outside 1..65535"),
+        ({"port": 22.5}, "SSH port 22.5 is not a whole number"),
         ({"host": "-oProxyCommand=x"}, "SSH host '-oProxyCommand=x' is not a host name"),
         ({"host_key": "AAAA not-a-key"}, "is not an SSH public key"),
         ({"kind": "telnet"}, "kind 'telnet' is not known"),
