@@ -132,7 +132,9 @@ COMMANDS: dict[str, Command] = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m components.cli", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m components.cli", description="sglang-stacks companion: what Pulumi has no verb for."
+    )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="<command>")
     for command in COMMANDS.values():
         sub = subcommands.add_parser(command.name, help=command.help, description=command.help)
