@@ -19,6 +19,27 @@ from components.errors import BenchmarkError, SpecError, StacksError
 from components.stats import BenchmarkResult, welch_t_test
 from sglang_flags import FlagTable, known_releases, load_table
 
+__all__ = [
+    "ALPHA",
+    "EXIT_BAD_INPUT",
+    "EXIT_OK",
+    "EXIT_REGRESSION",
+    "Comparison",
+    "FlagRow",
+    "FlagValue",
+    "GateVerdict",
+    "MetricRow",
+    "StackOutputs",
+    "StackVerdict",
+    "compare",
+    "format_table",
+    "gate",
+    "main_compare",
+    "parse_argv",
+    "read_stack_outputs",
+    "to_json",
+]
+
 ALPHA = 0.05
 """A difference is significant when Welch's two-sided p-value is below this."""
 

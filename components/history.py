@@ -24,6 +24,19 @@ from components import plot
 from components.errors import SpecError
 from components.stats import BenchmarkResult
 
+__all__ = [
+    "ENV_VAR",
+    "FILE_NAME",
+    "HistoryRow",
+    "default_history_path",
+    "format_table",
+    "latest",
+    "main_history",
+    "plot_history",
+    "record",
+    "rows",
+]
+
 ENV_VAR = "SGLANG_STACKS_HISTORY"
 FILE_NAME = "sglang-stacks-history.sqlite"
 _BUSY_TIMEOUT_S = 30.0

@@ -17,6 +17,21 @@ from typing import Any
 
 import httpx
 
+__all__ = [
+    "ITL_SAMPLE_LIMIT",
+    "SCHEMA",
+    "LoadgenError",
+    "RequestRecord",
+    "Workload",
+    "main",
+    "make_prompt",
+    "parse_args",
+    "run",
+    "run_async",
+    "run_level",
+    "stream_one",
+]
+
 SCHEMA = "sglang-stacks.loadgen/1"
 ITL_SAMPLE_LIMIT = 20_000
 """Above this many inter-token gaps per level, ``itl_ms`` keeps a rank sample so the output stays small."""

@@ -16,6 +16,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+__all__ = [
+    "GRID",
+    "INK",
+    "SERIES_COLOURS",
+    "WHITE",
+    "Canvas",
+    "Colour",
+    "Point",
+    "encode_png",
+    "nice_step",
+    "render_tok_s_plot",
+    "text_width",
+    "write_tok_s_plot",
+]
+
 Colour = tuple[int, int, int]
 
 WHITE: Colour = (255, 255, 255)

@@ -16,6 +16,24 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.errors import BenchmarkError
 
+__all__ = [
+    "LOADGEN_SCHEMA",
+    "BenchmarkResult",
+    "Percentiles",
+    "WelchTest",
+    "ci95",
+    "mean",
+    "percentile",
+    "regularized_incomplete_beta",
+    "stdev",
+    "summarize",
+    "summarize_levels",
+    "t_cdf",
+    "t_quantile",
+    "t_two_sided_p",
+    "welch_t_test",
+]
+
 LOADGEN_SCHEMA = "sglang-stacks.loadgen/1"
 
 
