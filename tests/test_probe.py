@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from components.probe import (
     probe,
     probe_script,
 )
-from components.spec import HostSpec
+from components.spec import EMULATOR_HOST_FACTS, HostSpec
 from tests.sshd import SshServer, start_sshd
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-1gpu"
@@ -274,3 +275,10 @@ def test_default_probe_script_calls_nvidia_smi_from_path() -> None:
     assert "python -m sglang_emulator.nvidia_smi topo -m" in probe_script(
         ("python", "-m", "sglang_emulator.nvidia_smi")
     )
+
+
+def test_emulator_host_answers_the_probe_as_the_stacks_declare_it() -> None:
+    facts = probe(Connection.local(), nvidia_smi=(sys.executable, "-m", "sglang_emulator.nvidia_smi"))
+
+    assert compare_facts(HostSpec(), facts) == []
+    assert {key: facts.summary()[key] for key in EMULATOR_HOST_FACTS} == EMULATOR_HOST_FACTS
