@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -195,7 +196,7 @@ def test_speculative_decoding_emits_chunks_of_accepted_tokens(eagle: RunningEmul
     with httpx.stream("POST", eagle.base_url + "/generate", json=body) as reply:
         chunks = [json.loads(p) for p in sse_payloads(reply.read().decode())[:-1]]
     counts = [c["meta_info"]["completion_tokens"] for c in chunks]
-    steps = {b - a for a, b in zip(counts, counts[1:], strict=False)}
+    steps = {b - a for a, b in itertools.pairwise(counts)}
     assert steps <= {1, 2, 3} and len(steps) > 1
     meta = chunks[-1]["meta_info"]
     accept = meta["completion_tokens"] / meta["spec_verify_ct"]

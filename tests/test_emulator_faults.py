@@ -1,0 +1,90 @@
+"""Injected faults, each observed from outside the process as a user would see it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sglang_emulator.faults import FaultError, load_faults
+from sglang_emulator.launcher import start_emulator
+
+BASE = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8"]
+GENERATE = {"text": "x", "sampling_params": {"max_new_tokens": 2}}
+
+
+def faults_env(**faults: object) -> dict[str, str]:
+    return {"SGLANG_EMULATOR_FAULTS": json.dumps(faults)}
+
+
+def test_crash_after_requests_kills_the_server_and_frees_the_gpus(tmp_path: Path) -> None:
+    with start_emulator(BASE, state_dir=str(tmp_path), env=faults_env(crash_after_requests=2)) as server:
+        assert server.wait_ready(30), server.log()
+        assert list(tmp_path.glob("*.json"))
+        assert httpx.post(server.base_url + "/generate", json=GENERATE).status_code == 200
+        httpx.post(server.base_url + "/generate", json=GENERATE)
+        assert server.process.wait(timeout=10) == -9
+        assert "injected fault: crash_after_requests=2" in server.log()
+        assert list(tmp_path.glob("*.json")) == []
+
+
+def test_crash_after_seconds(tmp_path: Path) -> None:
+    with start_emulator(BASE, state_dir=str(tmp_path), env=faults_env(crash_after_s=0.3)) as server:
+        assert server.wait_ready(30)
+        assert server.process.wait(timeout=10) == -9
+        assert "Received sigquit from a child process" in server.log()
+
+
+def test_hang_during_startup_stays_alive_and_silent(tmp_path: Path) -> None:
+    env = faults_env(hang_at_phase="cuda_graph")
+    with start_emulator(BASE, state_dir=str(tmp_path), env=env, wait=False) as server:
+        time.sleep(1.0)
+        assert server.process.poll() is None
+        log = server.log()
+        assert "Capture cuda graph begin" in log and "Capture cuda graph end" not in log
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(server.base_url + "/health")
+
+
+def test_error_burst_fails_a_run_of_requests_then_recovers(tmp_path: Path) -> None:
+    env = faults_env(error_burst={"after_requests": 1, "count": 2, "status": 503})
+    with start_emulator(BASE, state_dir=str(tmp_path), env=env) as server:
+        assert server.wait_ready(30)
+        codes = [httpx.post(server.base_url + "/generate", json=GENERATE).status_code for _ in range(4)]
+        assert codes == [200, 503, 503, 200]
+
+
+def test_port_in_use_fault_fails_like_uvicorn(tmp_path: Path) -> None:
+    server = start_emulator(BASE, state_dir=str(tmp_path), env=faults_env(port_in_use=True), wait=False)
+    assert server.process.wait(timeout=30) == 1
+    assert (
+        f"error while attempting to bind on address ('127.0.0.1', {server.port}): address already in use"
+        in (server.log())
+    )
+    server.stop()
+
+
+def test_a_port_really_in_use_fails_the_same_way(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        server = start_emulator(BASE, port=port, state_dir=str(tmp_path), wait=False)
+        assert server.process.wait(timeout=30) == 1
+        assert "[Errno 98] error while attempting to bind" in server.log()
+        server.stop()
+
+
+def test_fault_spec_errors_name_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLANG_EMULATOR_FAULTS", '{"crash_after": 3}')
+    with pytest.raises(FaultError, match="Unknown fault 'crash_after'; allowed: crash_after_requests"):
+        load_faults({})
+    monkeypatch.setenv("SGLANG_EMULATOR_FAULTS", '{"hang_at_phase": "later"}')
+    with pytest.raises(FaultError, match="allowed: init, weights"):
+        load_faults({})
+    monkeypatch.setenv("SGLANG_EMULATOR_FAULTS", '{"crash_after_requests": 2}')
+    assert load_faults({"crash_after_requests": 9, "slow_readiness_s": 1}).crash_after_requests == 2

@@ -1,0 +1,87 @@
+"""Launch flags are parsed with the emulated release's real table: rejections match SGLang's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_emulator.launch import capture_batch_sizes, parse_launch_flags, resolve_launch
+from sglang_emulator.profile import load_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_emulator(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_emulator", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
+    )
+
+
+def test_version_prints_the_emulated_release() -> None:
+    assert run_emulator(["--version"]).stdout.strip() == "0.5.8"
+    assert run_emulator(["--version"], SGLANG_EMULATOR_RELEASE="0.5.23").stdout.strip() == "0.5.23"
+
+
+def test_version_among_launch_flags_is_rejected_like_the_release() -> None:
+    result = run_emulator(["--model", "m", "--version"])
+    assert result.returncode == 2
+    assert "unrecognized arguments: --version" in result.stderr
+
+
+def test_cuda_graph_max_bs_is_ambiguous_on_0_5_23() -> None:
+    result = run_emulator(["--model", "m", "--cuda-graph-max-bs", "128"], SGLANG_EMULATOR_RELEASE="0.5.23")
+    assert result.returncode == 2
+    assert "ambiguous option: --cuda-graph-max-bs could match" in result.stderr
+    assert "sglang-emulator: emulating SGLang 0.5.23" in result.stderr
+
+
+def test_unknown_flag_and_missing_model_exit_2() -> None:
+    unknown = run_emulator(["--model", "m", "--no-such-flag"])
+    assert unknown.returncode == 2 and "unrecognized arguments: --no-such-flag" in unknown.stderr
+    missing = run_emulator(["--tp", "8"])
+    assert missing.returncode == 2 and "--model-path" in missing.stderr
+
+
+def test_bad_choice_names_the_allowed_values() -> None:
+    result = run_emulator(["--model", "m", "--moe-a2a-backend", "flashinfer"])
+    assert result.returncode == 2
+    assert "invalid choice: 'flashinfer'" in result.stderr
+
+
+def test_unknown_release_is_refused_with_the_fix() -> None:
+    result = run_emulator(["--model", "m"], SGLANG_EMULATOR_RELEASE="0.4.0")
+    assert result.returncode == 2
+    assert "'0.4.0'" in result.stderr and "0.5.8, 0.5.23" in result.stderr
+
+
+def test_0_5_23_uses_its_own_cuda_graph_flag() -> None:
+    args = parse_launch_flags(
+        "0.5.23", ["--model", "m", "--tp-size", "8", "--cuda-graph-max-bs-decode", "64"]
+    )
+    config = resolve_launch("0.5.23", args, load_profile())
+    assert config.cuda_graph_max_bs == 64
+    assert config.tp_size == 8
+    assert config.server_args["cuda_graph_max_bs_decode"] == 64
+
+
+@pytest.mark.parametrize(("max_bs", "count"), [(128, 20), (512, 52), (8, 4), (100, 17)])
+def test_captured_batch_sizes_grow_with_the_max(max_bs: int, count: int) -> None:
+    sizes = capture_batch_sizes(max_bs)
+    assert len(sizes) == count and sizes[-1] == max_bs
+
+
+def test_speculative_defaults_follow_sglang() -> None:
+    profile = load_profile()
+    flags = "--model m --speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1"
+    args = parse_launch_flags("0.5.8", flags.split())
+    config = resolve_launch("0.5.8", args, profile)
+    assert config.speculative is not None
+    assert config.speculative.num_draft_tokens == 4  # topk 1 forces steps + 1
+    assert config.max_running_requests == 48

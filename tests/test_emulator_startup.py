@@ -1,0 +1,130 @@
+"""Startup over a real process: SGLang's log lines in order, the OOM exit, the campaign's hard failures."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sglang_emulator.launcher import start_emulator
+
+BASE = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8", "--trust-remote-code"]
+EAGLE = [
+    "--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "/data/eagle3",
+    "--speculative-num-steps", "2", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "4",
+]  # fmt: skip
+
+
+def positions(log: str, needles: list[str]) -> list[int]:
+    found = [log.find(n) for n in needles]
+    assert -1 not in found, [n for n, p in zip(needles, found, strict=True) if p == -1]
+    return found
+
+
+def failed_start(tmp_path: Path, flags: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+    server = start_emulator(flags, state_dir=str(tmp_path), env=env, wait=False)
+    code = server.process.wait(timeout=30)
+    log = server.log()
+    server.stop()
+    return code, log
+
+
+def test_startup_logs_in_sglang_order_with_draft_capture(tmp_path: Path) -> None:
+    flags = [*BASE, "--cuda-graph-max-bs", "128", "--mem-fraction-static", "0.88", *EAGLE]
+    with start_emulator(flags, state_dir=str(tmp_path)) as server:
+        assert server.wait_ready(30), server.log()
+        log = server.log()
+    order = positions(
+        log,
+        [
+            "sglang-emulator: emulating SGLang 0.5.8 on profile rtx-pro-6000-x8-kimi-k2.5-int4",
+            "server_args=ServerArgs(",
+            "Load weight begin. avail mem=",
+            "Load weight end. type=KimiK25ForConditionalGeneration",
+            "KV Cache is allocated. #tokens: ",
+            "Capture cuda graph begin. This can take up to several minutes.",
+            "Capture cuda graph end. Time elapsed: 18.00 s",
+            "Capture draft cuda graph begin.",
+            "Capture draft cuda graph end.",
+            "max_total_num_tokens=",
+            "Uvicorn running on http://127.0.0.1:",
+            "The server is fired up and ready to roll!",
+        ],
+    )
+    assert order == sorted(order)
+    assert log.splitlines()[0].endswith("no GPU is used")
+
+
+def test_graph_capture_takes_longer_with_more_batch_sizes(tmp_path: Path) -> None:
+    code, log = failed_start(tmp_path, [*BASE, "--cuda-graph-max-bs", "512"], {"SGLANG_EMULATOR_FAULTS":
+                             '{"port_in_use": true}'})  # fmt: skip
+    assert code == 1
+    assert "Capture cuda graph end. Time elapsed: 46.80 s" in log
+
+
+def test_health_is_503_until_warmup_finishes(tmp_path: Path) -> None:
+    env = {"SGLANG_EMULATOR_FAULTS": '{"slow_readiness_s": 1.5}'}
+    with start_emulator(BASE, state_dir=str(tmp_path), env=env, wait=False) as server:
+        for _ in range(300):
+            try:
+                reply = httpx.get(server.base_url + "/health")
+                break
+            except httpx.ConnectError:
+                time.sleep(0.02)
+        assert reply.status_code == 503
+        assert httpx.get(server.base_url + "/health_generate").status_code == 503
+        assert server.wait_ready(10)
+        assert "ready to roll" in server.log()
+
+
+def test_auto_mem_fraction_with_eagle_fails_with_sglangs_oom(tmp_path: Path) -> None:
+    code, log = failed_start(
+        tmp_path, [*BASE, "--cuda-graph-max-bs", "128", "--disable-custom-all-reduce", *EAGLE]
+    )
+    assert code != 0
+    assert "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static." in log
+    assert "Uvicorn running" not in log
+    assert list(tmp_path.glob("*.json")) == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "expected"),
+    [
+        (["--enable-flashinfer-allreduce-fusion"], {}, "JIT failed to build trtllm_allreduce_fusion"),
+        (["--enable-torch-symm-mem"], {}, "SM120 is not in its architecture table"),
+        ([], {"NCCL_ALGO": "Tree"}, "Capture cuda graph failed: NCCL error"),
+        (["--ep", "8", "--moe-runner-backend", "flashinfer_cutlass"], {},
+         "AssertionError: expert_location_metadata is None"),
+        (["--tp", "16"], {}, "invalid device ordinal"),
+    ],
+)  # fmt: skip
+def test_campaign_hard_failures(tmp_path: Path, flags: list[str], env: dict[str, str], expected: str) -> None:
+    code, log = failed_start(tmp_path, [*BASE, *flags], env)
+    assert code == 1
+    assert expected in log
+    assert "Received sigquit from a child process" in log
+
+
+def test_expert_parallel_failure_ends_in_oom_with_less_free_memory(tmp_path: Path) -> None:
+    code, log = failed_start(tmp_path, [*BASE, "--ep", "8", "--moe-runner-backend", "flashinfer_cutlass"])
+    assert code == 1
+    assertion, oom = positions(log, ["expert_location_metadata is None", "torch.OutOfMemoryError"])
+    assert assertion < oom
+    assert "of which 16.30 GiB is free" in log and "avail mem=21.70 GB" in log
+
+
+def test_nccl_tree_works_without_cuda_graphs(tmp_path: Path) -> None:
+    flags = [*BASE, "--disable-cuda-graph"]
+    with start_emulator(flags, state_dir=str(tmp_path), env={"NCCL_ALGO": "Tree"}) as server:
+        assert server.wait_ready(30), server.log()
+        assert "Capture cuda graph begin" not in server.log()
+
+
+def test_a_second_server_on_busy_gpus_runs_out_of_memory(tmp_path: Path) -> None:
+    with start_emulator(BASE, state_dir=str(tmp_path)) as first:
+        assert first.wait_ready(30), first.log()
+        code, log = failed_start(tmp_path, BASE)
+        assert code == 1
+        assert "torch.OutOfMemoryError: CUDA out of memory" in log
