@@ -98,8 +98,10 @@ def _validate(runtime: str, release: str, extra_pins: Sequence[str], venv_path: 
         )
 
 
-def emulator_digest(root: Path = _ROOT) -> str:
-    """sha256 over the emulator packages' files (path and content), ignoring bytecode caches."""
+def emulator_digest(root: Path | None = None) -> str:
+    """sha256 over the emulator packages' files (path and content) in ``root`` (this checkout),
+    ignoring bytecode caches."""
+    root = root or _ROOT
     digest = hashlib.sha256()
     for package in EMULATOR_PACKAGES:
         folder = root / package
