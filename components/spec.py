@@ -8,6 +8,7 @@ inside a section every key is snake_case, and server flags carry SGLang's own na
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -135,11 +136,43 @@ class HostSpec(_Section):
         return self.memory_per_gpu_mib / 1024
 
 
+class EmulatorSpec(_Section):
+    """The SGLang emulator, when it stands in for SGLang on the host: what it plays and how fast."""
+
+    profile: str = Field(default="rtx-pro-6000-x8-kimi-k2.5-int4", pattern=r"^[A-Za-z0-9_./~-]+$")
+    """A shipped hardware profile's name, or the path of a profile JSON file on the host."""
+    time_scale: float = Field(default=0.05, gt=0, le=10)
+    """Factor on startup durations (weight loading, graph capture): 1.0 takes as long as the real
+    server; decode speed is never scaled."""
+    faults: dict[str, Any] | None = None
+    """Faults to inject (crash, hang, slow readiness, 5xx bursts, port in use); see docs/emulator.md."""
+    state_dir: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_./~-]+$")
+    """Where the emulated GPUs record their memory use on the host; default ``~/.sglang-emulator``."""
+
+    def variables(self, release: str) -> dict[str, str]:
+        """The emulator's environment variables for its server and its nvidia-smi."""
+        env = {
+            "SGLANG_EMULATOR_RELEASE": release,
+            "SGLANG_EMULATOR_PROFILE": self.profile,
+            "SGLANG_EMULATOR_TIME_SCALE": f"{self.time_scale:g}",
+        }
+        if self.faults:
+            env["SGLANG_EMULATOR_FAULTS"] = json.dumps(self.faults, sort_keys=True)
+        if self.state_dir:
+            env["SGLANG_EMULATOR_STATE_DIR"] = self.state_dir
+        return env
+
+
 class EnvironmentSpec(_Section):
     """The Python environment on the host: the SGLang release, extra pins, and process variables."""
 
     sglang_release: str = "0.5.8"
     """SGLang version to install; selects the flag table used for rendering and preflight."""
+    runtime: Literal["sglang", "emulator"] | None = None
+    """``sglang`` installs the real release from PyPI; ``emulator`` installs the project's SGLang
+    emulator playing that release. Default: emulator on the emulator host, sglang over SSH."""
+    emulator: EmulatorSpec = Field(default_factory=EmulatorSpec)
+    """Emulator settings (runtime emulator only)."""
     extra_pins: tuple[str, ...] = ()
     """Further exact pins installed next to SGLang, like ``flashinfer-python==0.2.9``."""
     env: dict[str, str] = Field(default_factory=dict)
@@ -259,6 +292,10 @@ class BenchmarkSpec(_Section):
     """Measured repetitions per concurrency level; the mean and 95 % interval come from these."""
     requests_per_repetition: int = Field(default=4, ge=1)
     """Requests per repetition; at least the highest concurrency."""
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest one request may take before it counts as an error."""
+    timeout_s: float = Field(default=3600.0, gt=0)
+    """Longest the whole benchmark may take on the host."""
 
     @model_validator(mode="after")
     def _enough_requests(self) -> BenchmarkSpec:
@@ -285,6 +322,20 @@ class GateSpec(_Section):
     """``fail`` the update, or ``hand_back`` the host to the baseline stack."""
 
 
+class LaunchSpec(_Section):
+    """How the server is supervised on the host."""
+
+    ready_timeout_s: float = Field(default=1800.0, gt=0)
+    """How long model loading and CUDA-graph capture may take before the start counts as failed."""
+    stop_timeout_s: float = Field(default=120.0, gt=0)
+    """How long a stopping server may take to exit and free its GPU memory."""
+    log_dir: str = Field(default="~/.sglang-stacks/logs", pattern=r"^[A-Za-z0-9_./~-]+$")
+    """Folder on the host for the server logs, one file per launch."""
+    takeover: bool = True
+    """Take the host's GPUs from another stack that holds them (its server is stopped first);
+    false makes the update stop with an error instead."""
+
+
 class StackSpec(BaseModel):
     """Everything one stack declares, one section per config key."""
 
@@ -306,6 +357,8 @@ class StackSpec(BaseModel):
     """``sglang-stacks:benchmark``: the post-deploy workload."""
     gate: GateSpec | None = None
     """``sglang-stacks:gate``: the regression gate, when there is one."""
+    launch: LaunchSpec = Field(default_factory=LaunchSpec)
+    """``sglang-stacks:launch``: supervision of the server process."""
 
     @model_validator(mode="after")
     def _paths_agree(self) -> StackSpec:
@@ -326,6 +379,13 @@ class StackSpec(BaseModel):
                 f"(it defaults to draftModel.path_on_host)"
             )
         return self
+
+    @property
+    def runtime(self) -> Literal["sglang", "emulator"]:
+        """What runs as SGLang on the host: the real release, or the emulator playing it."""
+        if self.environment.runtime is not None:
+            return self.environment.runtime
+        return "emulator" if self.host.kind == "emulator" else "sglang"
 
     @property
     def tp_size(self) -> int:
