@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import tempfile
 import time
 import uuid
@@ -124,6 +125,19 @@ def test_unreachable_port_fails_quickly_naming_the_address(sshd: SshServer) -> N
 
     with pytest.raises(HostError, match=f"127.0.0.1:{port} \\(connection refused\\)"):
         run(sshd.connection(port=port), "true", timeout_s=30)
+
+    assert time.monotonic() - started < 5
+
+
+def test_host_that_never_answers_fails_after_the_connect_timeout(sshd: SshServer) -> None:
+    with socket.socket() as silent:  # accepts connections, never speaks SSH
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+
+        with pytest.raises(HostError, match=f"No answer from 127.0.0.1:{port} within 1 s"):
+            run(sshd.connection(port=port, connect_timeout_s=1), "true", timeout_s=60)
 
     assert time.monotonic() - started < 5
 
