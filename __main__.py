@@ -1,18 +1,33 @@
-"""The Pulumi program: wiring only. Reads the stack's config once and builds the components."""
+"""The Pulumi program: wiring only. Reads the stack's config once into the typed spec, builds the
+deployment, exports its outputs."""
 
 import pulumi
 
-from components.process import Process
+from components.deployment import DeploymentArgs, SGLangDeployment
+from components.errors import StacksError
+from components.spec import SECTION_KEYS, load_spec
 
 config = pulumi.Config()
-port = config.get_int("demoPort") or 18080
 stack = pulumi.get_stack()
+try:
+    spec = load_spec(
+        {key: config.get_object(key) for key in SECTION_KEYS if config.get(key) is not None}, stack
+    )
+    deployment = SGLangDeployment(
+        stack,
+        DeploymentArgs(stack=stack, spec=spec, ssh_private_key=config.get_secret("sshPrivateKey")),
+    )
+except StacksError as error:
+    # The message already says what to fix; a traceback would only hide it.
+    raise pulumi.RunError(str(error)) from None
 
-server = Process(
-    "demo-http",
-    argv=["python3", "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-    log_path=f"/tmp/sglang-stacks-{stack}-demo-http.log",
-)
-
-pulumi.export("pid", server.pid)
-pulumi.export("url", f"http://127.0.0.1:{port}/")
+pulumi.export("tok_s", deployment.tok_s)
+pulumi.export("benchmark", deployment.benchmark)
+pulumi.export("benchmark_levels", deployment.benchmark_levels)
+pulumi.export("launch_command", deployment.launch_command)
+pulumi.export("launch_flags", deployment.launch_flags)
+pulumi.export("sglang_version", deployment.sglang_version)
+pulumi.export("host", deployment.host_facts)
+pulumi.export("server_log", deployment.server_log)
+pulumi.export("preflight", deployment.findings)
+pulumi.export("memory_plan", deployment.memory_plan)

@@ -16,7 +16,8 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import _transport, history, stats
-from components._transport import Connection, quote
+from components._resource import connect
+from components._transport import quote
 from components.errors import BenchmarkError
 
 LOADGEN_SOURCE = Path(__file__).with_name("loadgen.py")
@@ -39,7 +40,7 @@ def _loadgen_argv(url: str, workload: Mapping[str, Any]) -> list[str]:
 
 def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
     """Ships the load generator to the host over the session, runs it there, returns its JSON."""
-    conn = Connection(**props["connection"])
+    conn = connect(props)
     argv = " ".join(quote(arg) for arg in _loadgen_argv(props["url"], props["workload"]))
     result = _transport.run(
         conn,
@@ -111,8 +112,9 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
         server_instance: pulumi.Input[str],
         launch_command: pulumi.Input[str],
         sglang_version: pulumi.Input[str],
-        flags_digest: str,
+        flags_digest: pulumi.Input[str],
         workload: Mapping[str, Any],
+        gate: Mapping[str, Any] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props = {
@@ -125,6 +127,7 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
             "sglang_version": sglang_version,
             "flags_digest": flags_digest,
             "workload": dict(workload),
+            "gate": dict(gate) if gate else None,
             "result": None,
             "levels": None,
             "tok_s": None,

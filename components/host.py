@@ -11,7 +11,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import claim, probe
-from components._transport import Connection
+from components._resource import connect
 from components.errors import HostError
 from components.server import stop_pid
 
@@ -32,7 +32,7 @@ class _Declared:
 
 def check_host(props: Mapping[str, Any]) -> dict[str, Any]:
     """Probes the host; HostError naming every difference from the declared facts."""
-    conn = Connection(**props["connection"])
+    conn = connect(props)
     found = probe.probe(conn, nvidia_smi=props["nvidia_smi"])
     problems = probe.compare_facts(_Declared(props["declared"]), found)
     if problems:
@@ -87,7 +87,7 @@ class HostProbe(dynamic.Resource, module="sglang", name="HostProbe"):
 
 def take_claim(props: Mapping[str, Any]) -> dict[str, Any]:
     """Claims the GPUs for this stack; a previous owner's server is stopped first."""
-    conn = Connection(**props["connection"])
+    conn = connect(props)
     previous = claim.acquire(
         conn, props["stack"], takeover=bool(props["takeover"]), update_id=props["update_id"]
     )
@@ -112,11 +112,11 @@ class _ClaimProvider(dynamic.ResourceProvider):
         return dynamic.UpdateResult({**news, **take_claim(news)})
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
-        current = claim.read(Connection(**props["connection"]))
+        current = claim.read(connect(props))
         return dynamic.ReadResult(id_, {**props, "owner": current.stack if current else ""})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
-        claim.release(Connection(**props["connection"]), props["stack"])
+        claim.release(connect(props), props["stack"])
 
 
 class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):

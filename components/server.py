@@ -18,6 +18,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import _transport
+from components._resource import connect
 from components._transport import Connection, quote, quote_path
 from components.errors import ServerError
 
@@ -201,7 +202,7 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
     On failure the process is stopped and ServerError gives the class, the log's last lines and
     the fix.
     """
-    conn = Connection(**props["connection"])
+    conn = connect(props)
     instance = uuid.uuid4().hex[:12]
     log_path = f"{props['log_dir'].rstrip('/')}/{props['stack']}-{instance}.log"
     launched = _transport.run(conn, _launch_script(props, log_path), timeout_s=60)
@@ -284,14 +285,14 @@ class _ServerProvider(dynamic.ResourceProvider):
         return dynamic.UpdateResult({**news, **kept})
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
-        conn = Connection(**props["connection"])
+        conn = connect(props)
         if not is_running(conn, int(props["pid"]), int(props["start_ticks"])):
             # Gone from the host: refresh drops it from the state and the next up relaunches it.
             return dynamic.ReadResult(None, {})
         return dynamic.ReadResult(id_, props)
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
-        conn = Connection(**props["connection"])
+        conn = connect(props)
         stop(
             conn,
             int(props["pid"]),

@@ -404,6 +404,12 @@ class StackSpec(BaseModel):
         return self.server.model_copy(update=fill)
 
 
+SECTION_KEYS: tuple[str, ...] = tuple(
+    field.alias or name for name, field in StackSpec.model_fields.items()
+)
+"""The stack config keys that hold the spec's sections (``host``, ``draftModel``, ...)."""
+
+
 @cache
 def _schema() -> dict[str, Any]:
     return StackSpec.model_json_schema(by_alias=True)

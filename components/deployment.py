@@ -1,0 +1,218 @@
+"""One stack's deployment: the GPU host, its Python environment, the draft model, the SGLang server
+and its benchmark, built from the stack spec in the order the GPUs require.
+
+Nothing touches the GPUs before the host is probed and claimed; the server waits for all three.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from components import flags as flag_rendering
+from components import preflight
+from components.benchmark import Benchmark
+from components.draft_model import DraftModel
+from components.environment import PythonEnvironment
+from components.errors import FlagError
+from components.host import FACT_KEYS, GpuClaim, HostProbe
+from components.memory import plan_memory
+from components.server import SGLangServer, flag_map
+from components.spec import StackSpec
+
+DEFAULT_PORT = 30000
+
+
+@dataclass(frozen=True)
+class DeploymentArgs:
+    """What a deployment is made of: the stack's spec and its secrets."""
+
+    stack: str
+    """The stack's name: it owns the host's GPUs while deployed."""
+    spec: StackSpec
+    """The validated stack spec."""
+    ssh_private_key: pulumi.Output[str] | None = None
+    """The SSH key's contents, a Pulumi secret (SSH hosts only)."""
+
+
+def connection_of(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None) -> pulumi.Output[Any]:
+    """The host connection as the resources take it: always a secret, as it may hold the key."""
+    host = spec.host
+    if host.kind == "emulator":
+        return pulumi.Output.secret({"kind": "local"})
+    if ssh_private_key is None:
+        raise pulumi.RunError(
+            "This stack deploys over SSH but has no key. Set it with "
+            "`pulumi config set --secret sshPrivateKey < ~/.ssh/id_ed25519`."
+        )
+    fields = {
+        "kind": "ssh",
+        "host": host.address,
+        "port": host.port,
+        "user": host.user,
+        "host_key": host.host_key,
+    }
+    # The key comes from a secret config value, so the connection stays secret.
+    return ssh_private_key.apply(lambda key: {**fields, "private_key": key})
+
+
+def render_flags(spec: StackSpec, release: str) -> dict[str, Any]:
+    """The launch flags for `release` as the map the server takes; errors name the flag."""
+    if release != spec.environment.sglang_release:
+        raise FlagError(
+            f"The host has SGLang {release}, but the stack declares environment.sglang_release "
+            f"{spec.environment.sglang_release!r}. Set it to {release!r} or let the environment reinstall."
+        )
+    return flag_map(flag_rendering.render_argv(spec.launch_flags(), release))
+
+
+def flags_digest(flag_values: Mapping[str, Any]) -> str:
+    """A short digest of the launch flags: equal digests, equal configurations."""
+    return hashlib.sha256(json.dumps(flag_values, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class SGLangDeployment(pulumi.ComponentResource):
+    """The whole configuration of one stack on its GPU host, benchmarked."""
+
+    tok_s: pulumi.Output[float]
+    """Single-stream (first concurrency level) output tokens per second."""
+    benchmark: pulumi.Output[dict[str, Any]]
+    """Every metric of the first concurrency level."""
+    benchmark_levels: pulumi.Output[list[dict[str, Any]]]
+    """The metrics at each concurrency level."""
+    launch_command: pulumi.Output[str]
+    """The exact command the server runs."""
+    launch_flags: pulumi.Output[dict[str, Any]]
+    """The launch flags as rendered for the installed release."""
+    sglang_version: pulumi.Output[str]
+    """The SGLang release installed on the host (emulated on the emulator)."""
+    host_facts: pulumi.Output[dict[str, Any]]
+    """What nvidia-smi reports about the host."""
+    findings: list[dict[str, str]]
+    """Preflight warnings and notes (errors stop the program before this exists)."""
+
+    def __init__(self, name: str, args: DeploymentArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("sglang-stacks:index:SGLangDeployment", name, None, opts)
+        spec, stack = args.spec, args.stack
+        release = spec.environment.sglang_release
+        found = preflight.run_preflight(spec, release)
+        preflight.raise_on_errors(found)
+        self.findings = [vars(finding) for finding in found]
+        for finding in found:
+            if finding.severity == "warning":
+                pulumi.log.warn(finding.sentence(), self)
+        self.memory_plan = plan_memory(spec, release).as_dict()
+
+        child = pulumi.ResourceOptions(parent=self)
+        connection = connection_of(spec, args.ssh_private_key)
+        environment = PythonEnvironment(
+            f"{name}-environment",
+            connection=connection,
+            runtime=spec.runtime,
+            release=release,
+            extra_pins=spec.environment.extra_pins,
+            opts=child,
+        )
+        emulator_env = spec.environment.emulator.variables(release) if spec.runtime == "emulator" else {}
+        nvidia_smi: pulumi.Input[Sequence[str]] = (
+            environment.python.apply(
+                lambda python: [
+                    "env",
+                    *(f"{k}={v}" for k, v in sorted(emulator_env.items())),
+                    python,
+                    "-m",
+                    "sglang_emulator.nvidia_smi",
+                ]
+            )
+            if spec.runtime == "emulator"
+            else ["nvidia-smi"]
+        )
+        probe = HostProbe(
+            f"{name}-probe",
+            connection=connection,
+            declared={key: getattr(spec.host, key) for key in FACT_KEYS},
+            nvidia_smi=nvidia_smi,
+            opts=child,
+        )
+        claim = GpuClaim(
+            f"{name}-claim",
+            connection=connection,
+            stack=stack,
+            update_id=uuid.uuid4().hex[:12],
+            nvidia_smi=nvidia_smi,
+            takeover=spec.launch.takeover,
+            stop_timeout_s=spec.launch.stop_timeout_s,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[probe]),
+        )
+        draft_digest: pulumi.Input[str] | None = None
+        gpu_ready: list[pulumi.Resource] = [claim, probe, environment]
+        if spec.draft_model is not None:
+            draft = DraftModel(
+                f"{name}-draft-model",
+                connection=connection,
+                source=spec.draft_model.source,
+                local_path=spec.draft_model.local_path,
+                path_on_host=spec.draft_model.path_on_host,
+                sha256_manifest=spec.draft_model.sha256_manifest,
+                opts=child,
+            )
+            draft_digest = draft.digest
+            gpu_ready.append(draft)
+
+        launch_flags = environment.sglang_version.apply(lambda installed: render_flags(spec, installed))
+        port = spec.server.port or DEFAULT_PORT
+        server = SGLangServer(
+            f"{name}-server",
+            connection=connection,
+            stack=stack,
+            python=environment.python,
+            launcher_module=environment.launcher_module,
+            flags=launch_flags,
+            env={**spec.environment.env, **emulator_env},
+            port=port,
+            nvidia_smi=nvidia_smi,
+            draft_digest=draft_digest,
+            log_dir=spec.launch.log_dir,
+            ready_timeout_s=spec.launch.ready_timeout_s,
+            stop_timeout_s=spec.launch.stop_timeout_s,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=gpu_ready),
+        )
+        workload = spec.benchmark.model_dump(mode="json")
+        benchmark = Benchmark(
+            f"{name}-benchmark",
+            connection=connection,
+            stack=stack,
+            python=environment.python,
+            url=server.url,
+            server_instance=server.instance,
+            launch_command=server.launch_command,
+            sglang_version=environment.sglang_version,
+            flags_digest=launch_flags.apply(flags_digest),
+            workload=workload,
+            gate=spec.gate.model_dump(mode="json") if spec.gate else None,
+            opts=child,
+        )
+
+        self.tok_s = benchmark.tok_s
+        self.benchmark = benchmark.result
+        self.benchmark_levels = benchmark.levels
+        self.launch_command = server.launch_command
+        self.launch_flags = launch_flags
+        self.sglang_version = environment.sglang_version
+        self.host_facts = probe.facts
+        self.server_log = server.log_path
+        self.register_outputs(
+            {
+                "tok_s": self.tok_s,
+                "benchmark": self.benchmark,
+                "launch_command": self.launch_command,
+                "sglang_version": self.sglang_version,
+                "host_facts": self.host_facts,
+            }
+        )
