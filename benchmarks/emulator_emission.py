@@ -196,7 +196,7 @@ def main() -> int:
                 singles = [_stream(client, args.tokens, f"single {i}") for i in range(args.repeats)]
                 cpu = _cpu_s(server.process.pid) - cpu_before
             report["EAGLE 1 stream"] = _report(
-                "EAGLE, 1 stream", singles, cpu, eagle_model.single_stream_tok_s()
+                "EAGLE, 1 stream", singles, cpu, eagle_model.single_stream_tok_s(), 1
             )
     client_cpu = resource.getrusage(resource.RUSAGE_SELF)
     print(
