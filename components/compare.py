@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from components.errors import BenchmarkError, SpecError, StacksError
 from components.stats import BenchmarkResult, welch_t_test
@@ -50,13 +51,40 @@ FlagValue = str | bool | None
 
 
 class StackOutputs(BaseModel):
-    """The stack outputs a comparison reads; any others are ignored."""
+    """The stack outputs a comparison reads; any others are ignored.
+
+    The launch flags come from ``launch_argv`` (a list), else ``launch_flags`` (``--flag`` ->
+    value, ``True`` for a switch, a list for several values), else ``launch_command`` (one string).
+    """
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    launch_argv: tuple[str, ...]
+    launch_argv: tuple[str, ...] | None = None
+    launch_flags: dict[str, str | int | float | bool | list[str | int | float]] | None = None
+    launch_command: str | None = None
     sglang_version: str
     benchmark: BenchmarkResult
+
+    @model_validator(mode="after")
+    def _has_flags(self) -> StackOutputs:
+        if self.launch_argv is None and self.launch_flags is None and self.launch_command is None:
+            raise ValueError("none of the outputs launch_argv, launch_flags or launch_command is set")
+        return self
+
+    def argv(self) -> list[str]:
+        """The launch command as argv, from whichever output the stack has."""
+        if self.launch_argv is not None:
+            return list(self.launch_argv)
+        if self.launch_flags is not None:
+            argv: list[str] = []
+            for option, value in self.launch_flags.items():
+                if value is False:
+                    continue
+                argv.append(option)
+                if value is not True:
+                    argv.extend(str(v) for v in (value if isinstance(value, list) else [value]))
+            return argv
+        return shlex.split(self.launch_command or "")
 
 
 class FlagRow(BaseModel):
@@ -269,9 +297,11 @@ def _validated(outputs_by_stack: Mapping[str, Mapping[str, Any]]) -> dict[str, S
         except ValidationError as exc:
             first = exc.errors()[0]
             key = ".".join(str(part) for part in first["loc"])
+            what = f"output {key!r} is not usable" if key else "outputs are not usable"
+            reason = str(first["msg"]).removeprefix("Value error, ")
             raise SpecError(
-                f"Stack {stack!r} output {key!r} is not usable: {first['msg']}. Run `pulumi up -s {stack}` "
-                "so the stack is deployed and benchmarked, then compare again."
+                f"Stack {stack!r} {what}: {reason}. Run `pulumi up -s {stack}` so the stack is deployed "
+                "and benchmarked, then compare again."
             ) from exc
     return parsed
 
@@ -288,7 +318,7 @@ def compare(
         raise SpecError(f"tolerance_pct is {tolerance_pct}, but it must be 0 or more; pass e.g. 5 for 5 %.")
     parsed = _validated(outputs_by_stack)
     stacks = tuple(parsed)
-    argvs = {stack: parse_argv(o.launch_argv, o.sglang_version) for stack, o in parsed.items()}
+    argvs = {stack: parse_argv(o.argv(), o.sglang_version) for stack, o in parsed.items()}
     names: dict[str, None] = {}
     for flags in argvs.values():
         names.update(dict.fromkeys(flags))

@@ -178,6 +178,10 @@ def test_argv_parsing_uses_the_release_flag_table() -> None:
             r"Stack 'eagle3-bs128' output 'benchmark' is not usable",
         ),
         (lambda o: o["baseline"].update(launch_argv="[secret]"), r"output 'launch_argv' is not usable"),
+        (
+            lambda o: o["baseline"].pop("launch_argv"),
+            r"Stack 'baseline' outputs are not usable: none of the outputs launch_argv, launch_flags",
+        ),
         (lambda o: o.pop("baseline"), r"compare needs at least two stacks, got 1 \(eagle3-bs128\)"),
     ],
 )
@@ -240,3 +244,19 @@ def test_gate_rejects_a_negative_tolerance() -> None:
 def test_a_post_release_reads_its_release_table() -> None:
     argv = ["python", "-m", "sglang.launch_server", "--tp", "8"]
     assert compare.parse_argv(argv, "0.5.8.post1") == {"--tensor-parallel-size": "8"}
+
+
+def test_flags_also_come_from_the_launch_flags_map_or_the_command_string() -> None:
+    stacks = campaign()
+    baseline = stacks["baseline"]
+    del baseline["launch_argv"]
+    baseline["launch_flags"] = {"--model-path": "/shared/kimi-k2.5-int4", "--tp-size": "8"}
+    baseline["launch_flags"] |= {"--trust-remote-code": True, "--cuda-graph-max-bs": "512"}
+    baseline["launch_flags"] |= {"--cuda-graph-bs": ["1", "2", "4"]}
+    eagle = stacks["eagle3-bs128"]
+    eagle["launch_command"] = " ".join(eagle.pop("launch_argv"))
+    rows = {row.flag: row.values for row in compare.compare(stacks).flags}
+    assert rows["--cuda-graph-max-bs"] == {"baseline": "512", "eagle3-bs128": "128"}
+    assert rows["--cuda-graph-bs"] == {"baseline": "1 2 4", "eagle3-bs128": None}
+    assert "--trust-remote-code" not in rows and "--tensor-parallel-size" not in rows
+    assert rows["--host"] == {"baseline": None, "eagle3-bs128": "0.0.0.0"}
