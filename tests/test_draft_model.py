@@ -1,0 +1,328 @@
+"""DraftModel: real folders uploaded and hashed through the local transport, the digest checked
+against coreutils, and the resource driven through the real Pulumi engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.draft_model import DraftModel, _DraftModelProvider, local_tree_digest
+from components.errors import ArtifactError, SpecError
+from tests._pulumi import Workspace
+
+Props = dict[str, Any]
+LOCAL = {"kind": "local"}
+
+
+def make_draft(folder: Path, weights: bytes = b"\x00weights\x01" * 1000) -> Path:
+    """A small stand-in for an EAGLE-3 draft checkpoint folder."""
+    (folder / "shards").mkdir(parents=True)
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}\n')
+    (folder / "shards" / "model.safetensors").write_bytes(weights)
+    return folder
+
+
+def props_for(path_on_host: Path, local: Path | None = None, **changes: Any) -> Props:
+    """The inputs DraftModel gives its provider."""
+    local_digest = local_tree_digest(local).digest if local else None
+    props: Props = {
+        "connection": LOCAL,
+        "source": "local" if local else "host",
+        "local_path": str(local) if local else None,
+        "local_digest": local_digest,
+        "path_on_host": str(path_on_host),
+        "sha256": None,
+        "sha256_manifest": None,
+        "timeout_s": 60,
+        "digest": local_digest,
+        "files": None,
+        "size_bytes": None,
+    }
+    props.update(changes)
+    return props
+
+
+def coreutils_digest(folder: Path) -> str:
+    """The tree digest as the documented shell pipeline computes it."""
+    done = subprocess.run(
+        "find -L . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum",
+        shell=True,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()[0]
+
+
+def test_upload_puts_the_folder_on_the_host_with_the_digest_coreutils_computes(tmp_path: Path) -> None:
+    local = make_draft(tmp_path / "local")
+    host = tmp_path / "host" / "eagle3"
+    outs = _DraftModelProvider().create(props_for(host, local)).outs or {}
+    assert (host / "shards" / "model.safetensors").read_bytes() == (
+        local / "shards" / "model.safetensors"
+    ).read_bytes()
+    assert outs["digest"] == coreutils_digest(local) == coreutils_digest(host)
+    assert outs["files"] == 2
+    assert outs["size_bytes"] == sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
+    assert outs["path_on_host"] == str(host)
+    assert not [p.name for p in host.parent.iterdir() if p.name != "eagle3"]
+
+
+def test_a_folder_already_right_on_the_host_is_not_uploaded_again(tmp_path: Path) -> None:
+    local = make_draft(tmp_path / "local")
+    host = tmp_path / "host" / "eagle3"
+    provider = _DraftModelProvider()
+    outs = provider.create(props_for(host, local)).outs or {}
+    inode = (host / "config.json").stat().st_ino
+    again = provider.update(str(host), outs, props_for(host, local)).outs
+    assert again == outs
+    assert (host / "config.json").stat().st_ino == inode
+
+
+def test_new_local_content_updates_in_place_and_replaces_stale_files(tmp_path: Path) -> None:
+    local = make_draft(tmp_path / "local")
+    host = tmp_path / "host" / "eagle3"
+    provider = _DraftModelProvider()
+    outs = provider.create(props_for(host, local)).outs or {}
+
+    (local / "shards" / "model.safetensors").write_bytes(b"retrained" * 500)
+    (local / "shards" / "model.safetensors").rename(local / "shards" / "model-v2.safetensors")
+    news = props_for(host, local)
+    diff = provider.diff(str(host), outs, news)
+    assert diff.changes and diff.replaces == []
+
+    updated = provider.update(str(host), outs, news).outs or {}
+    assert updated["digest"] == news["local_digest"] != outs["digest"]
+    assert sorted(p.name for p in (host / "shards").iterdir()) == ["model-v2.safetensors"]
+
+
+def test_symbolic_links_in_the_local_folder_arrive_as_files(tmp_path: Path) -> None:
+    local = make_draft(tmp_path / "local")
+    elsewhere = tmp_path / "tokenizer.json"
+    elsewhere.write_text("{}")
+    (local / "tokenizer.json").symlink_to(elsewhere)
+    host = tmp_path / "host" / "eagle3"
+    outs = _DraftModelProvider().create(props_for(host, local)).outs or {}
+    assert not (host / "tokenizer.json").is_symlink()
+    assert outs["files"] == 3 and outs["digest"] == local_tree_digest(local).digest
+
+
+def test_host_source_is_measured_where_it_is(tmp_path: Path) -> None:
+    host = make_draft(tmp_path / "on-host")
+    outs = _DraftModelProvider().create(props_for(host)).outs or {}
+    assert outs["digest"] == coreutils_digest(host)
+    assert outs["files"] == 2
+
+
+def test_missing_and_empty_folders_on_the_host_are_artifact_errors(tmp_path: Path) -> None:
+    with pytest.raises(
+        ArtifactError, match=r"There is no draft model at .*/nowhere on the local host\. Copy"
+    ):
+        _DraftModelProvider().create(props_for(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ArtifactError, match=r"folder .*/empty on the local host is empty\. Copy"):
+        _DraftModelProvider().create(props_for(tmp_path / "empty"))
+
+
+def test_wrong_expected_digest_names_both_digests_and_the_fix(tmp_path: Path) -> None:
+    host = make_draft(tmp_path / "on-host")
+    expected = "0" * 64
+    with pytest.raises(ArtifactError) as caught:
+        _DraftModelProvider().create(props_for(host, sha256=expected))
+    assert str(caught.value) == (
+        f"The draft model at {host} on the local host has digest {coreutils_digest(host)}, expected "
+        f"{expected}. Re-upload the draft model, or fix draftModel.sha256 if the new content is intended."
+    )
+
+
+def test_manifest_names_missing_and_changed_files(tmp_path: Path) -> None:
+    host = make_draft(tmp_path / "on-host")
+    good = local_tree_digest(host).file_digests()
+    assert set(good) == {"config.json", "shards/model.safetensors"}
+    _DraftModelProvider().create(props_for(host, sha256_manifest=good))
+
+    manifest = {**good, "shards/model.safetensors": "1" * 64, "tokenizer.json": "2" * 64}
+    with pytest.raises(ArtifactError) as caught:
+        _DraftModelProvider().create(props_for(host, sha256_manifest=manifest))
+    message = str(caught.value)
+    assert "missing tokenizer.json" in message
+    assert "different content in shards/model.safetensors" in message
+    assert "config.json" not in message
+
+
+def test_refresh_sees_changed_files_and_drops_a_removed_folder(tmp_path: Path) -> None:
+    local = make_draft(tmp_path / "local")
+    host = tmp_path / "host" / "eagle3"
+    provider = _DraftModelProvider()
+    outs = provider.create(props_for(host, local)).outs or {}
+
+    (host / "shards" / "model.safetensors").write_bytes(b"corrupted")
+    drifted = provider.read(str(host), outs)
+    assert drifted.id == str(host)
+    assert drifted.outs is not None and drifted.outs["digest"] != outs["digest"]
+    # The next up sees the host no longer holds the local content and uploads it again.
+    diff = provider.diff(str(host), drifted.outs, props_for(host, local))
+    assert diff.changes and diff.replaces == []
+    repaired = provider.update(str(host), drifted.outs, props_for(host, local)).outs or {}
+    assert repaired["digest"] == outs["digest"]
+
+    for file in sorted(host.rglob("*"), reverse=True):
+        file.unlink() if file.is_file() else file.rmdir()
+    host.rmdir()
+    gone = provider.read(str(host), outs)
+    assert gone.id is None and gone.outs == {}
+
+
+@pytest.mark.parametrize(
+    ("change", "replaces"),
+    [
+        ({"path_on_host": "/data/other"}, ["path_on_host"]),
+        ({"source": "host", "local_path": None}, ["source"]),
+        ({"connection": {"kind": "ssh", "host": "gpu-1", "port": 22, "user": "root"}}, ["connection"]),
+        ({"sha256": "a" * 64}, []),
+        ({"timeout_s": 5}, []),
+    ],
+)
+def test_diff_replaces_for_another_folder_or_host_only(
+    tmp_path: Path, change: Props, replaces: list[str]
+) -> None:
+    local = make_draft(tmp_path / "local")
+    news = props_for(Path("/data/eagle3"), local)
+    olds = {**news, "files": 2, "size_bytes": 1}
+    assert not _DraftModelProvider().diff("/data/eagle3", olds, news).changes
+    diff = _DraftModelProvider().diff("/data/eagle3", olds, {**news, **change})
+    assert diff.changes and diff.replaces == replaces
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "named"),
+    [
+        (
+            {"source": "local", "local_path": "/no/such/draft"},
+            ArtifactError,
+            "'/no/such/draft' does not exist",
+        ),
+        ({"source": "host", "sha256": "ABC"}, SpecError, "draftModel.sha256 'ABC'"),
+        ({"source": "host", "sha256_manifest": {"w.bin": "xyz"}}, SpecError, "entries 'w.bin'"),
+        (
+            {"source": "host", "path_on_host": "relative/draft"},
+            SpecError,
+            "'relative/draft' is not an absolute",
+        ),
+        (
+            {"source": "local", "local_path": ".", "path_on_host": "/data"},
+            SpecError,
+            "'/data' is a top-level",
+        ),
+        ({"source": "remote"}, SpecError, "draftModel.source 'remote'"),
+        ({"source": "local"}, SpecError, "local_path is unset"),
+    ],
+)
+def test_bad_inputs_fail_in_the_program_naming_the_value(
+    kwargs: Props, error: type[Exception], named: str
+) -> None:
+    args: Props = {"connection": LOCAL, "path_on_host": "/data/eagle3/draft", **kwargs}
+    with pytest.raises(error) as caught:
+        DraftModel("draft", **args)
+    assert named in str(caught.value)
+
+
+def test_empty_local_folder_fails_in_the_program(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ArtifactError, match="holds no files"):
+        DraftModel(
+            "draft",
+            connection=LOCAL,
+            source="local",
+            local_path=str(tmp_path / "empty"),
+            path_on_host="/data/e/d",
+        )
+
+
+PROGRAM = """
+import os
+
+import pulumi
+
+from components.draft_model import DraftModel
+
+draft = DraftModel(
+    "draft",
+    connection=pulumi.Output.secret({"kind": "local"}),
+    source=os.environ["TEST_DRAFT_SOURCE"],
+    local_path=os.environ.get("TEST_DRAFT_LOCAL") or None,
+    path_on_host=os.environ["TEST_DRAFT_PATH"],
+    sha256=os.environ.get("TEST_DRAFT_SHA256") or None,
+)
+pulumi.export("digest", draft.digest)
+pulumi.export("files", draft.files)
+pulumi.export("path_on_host", draft.path_on_host)
+"""
+
+
+def use_program(workspace: Workspace, program: str) -> None:
+    """Puts this test's own program in the workspace, in place of the project's."""
+    main = workspace.path / "__main__.py"
+    main.unlink()
+    main.write_text(program)
+
+
+def draft_state(workspace: Workspace) -> Props:
+    """The DraftModel's outputs as the stack's state holds them (refresh changes these, not the
+    stack outputs)."""
+    state = json.loads(workspace.run("stack", "export", "-s", "draft").stdout)
+    (draft,) = [r for r in state["deployment"]["resources"] if r["urn"].endswith("::draft")]
+    outputs: Props = draft["outputs"]
+    return outputs
+
+
+@pytest.mark.integration
+def test_engine_uploads_notices_new_content_and_drift_and_stops_on_a_wrong_digest(
+    workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = make_draft(tmp_path / "local")
+    host = tmp_path / "host" / "eagle3"
+    monkeypatch.setenv("TEST_DRAFT_SOURCE", "local")
+    monkeypatch.setenv("TEST_DRAFT_LOCAL", str(local))
+    monkeypatch.setenv("TEST_DRAFT_PATH", str(host))
+    use_program(workspace, PROGRAM)
+    workspace.init_stack("draft")
+
+    workspace.run("up", "--yes", "-s", "draft")
+    first = workspace.outputs("draft")
+    assert first == {"digest": coreutils_digest(host), "files": 2, "path_on_host": str(host)}
+    workspace.run("up", "--yes", "--expect-no-changes", "-s", "draft")
+
+    # New content: the preview already knows the new digest, so dependents plan their replacement.
+    (local / "shards" / "model.safetensors").write_bytes(b"retrained" * 100)
+    preview = workspace.json("preview", "--diff", "--json", "-s", "draft")
+    steps = {step["urn"].rsplit("::", 1)[1]: step for step in preview["steps"]}
+    assert steps["draft"]["op"] == "update"
+    assert steps["draft"]["newState"]["inputs"]["digest"] == local_tree_digest(local).digest
+    workspace.run("up", "--yes", "-s", "draft")
+    second = workspace.outputs("draft")
+    assert second["digest"] == coreutils_digest(local) != first["digest"]
+
+    # Drift on the host: refresh shows it, the next up puts the local content back.
+    (host / "config.json").write_text("{}")
+    workspace.run("refresh", "--yes", "-s", "draft")
+    assert draft_state(workspace)["digest"] == coreutils_digest(host) != second["digest"]
+    workspace.run("up", "--yes", "-s", "draft")
+    assert coreutils_digest(host) == second["digest"]
+
+    # A draft model already on the host with the wrong expected digest stops the update.
+    monkeypatch.setenv("TEST_DRAFT_SOURCE", "host")
+    monkeypatch.setenv("TEST_DRAFT_LOCAL", "")
+    monkeypatch.setenv("TEST_DRAFT_SHA256", "f" * 64)
+    failed = workspace.run("up", "--yes", "-s", "draft", check=False)
+    assert failed.returncode != 0
+    assert f"has digest {second['digest']}, expected {'f' * 64}" in failed.stdout + failed.stderr
+    assert draft_state(workspace)["digest"] == second["digest"]
+    assert os.path.isdir(host)
