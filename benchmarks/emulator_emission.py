@@ -63,6 +63,15 @@ class StreamResult:
     decode_s: float
     started_s: float
     finished_s: float
+    samples: list[tuple[float, int]]
+    """(arrival time, cumulative completion tokens) of every chunk."""
+
+    def tokens_between(self, start_s: float, end_s: float) -> tuple[int, float]:
+        """Tokens that arrived in the window and the time between its first and last chunk."""
+        inside = [(t, n) for t, n in self.samples if start_s <= t <= end_s]
+        if len(inside) < 2:
+            return 0, 0.0
+        return inside[-1][1] - inside[0][1], inside[-1][0] - inside[0][0]
 
 
 def _profile_at_target(folder: Path) -> tuple[Path, float]:
@@ -93,18 +102,14 @@ def _stream(client: httpx.Client, max_new_tokens: int, prompt: str) -> StreamRes
         "stream": True,
     }
     started = time.perf_counter()
-    first_s = last_s = 0.0
-    first_tokens = tokens = 0
+    samples: list[tuple[float, int]] = []
     with client.stream("POST", "/generate", json=body, timeout=600) as reply:
         for line in reply.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            now = time.perf_counter()
-            tokens = json.loads(line[6:])["meta_info"]["completion_tokens"]
-            if not first_tokens:
-                first_s, first_tokens = now, tokens
-            last_s = now
-    return StreamResult(tokens, tokens - first_tokens, last_s - first_s, started, last_s)
+            samples.append((time.perf_counter(), json.loads(line[6:])["meta_info"]["completion_tokens"]))
+    (first_s, first_tokens), (last_s, tokens) = samples[0], samples[-1]
+    return StreamResult(tokens, tokens - first_tokens, last_s - first_s, started, last_s, samples)
 
 
 def _run_concurrent(
@@ -138,11 +143,20 @@ def _report(
     wall = max(r.finished_s for r in results) - min(r.started_s for r in results)
     total = sum(r.completion_tokens for r in results)
     measured = statistics.fmean(per_stream)
+    # Steady state: the window in which every stream was decoding, so no prefill of a late
+    # arrival interrupts it (prefill pauses decode in SGLang and in the emulator alike).
+    window_start = max(r.samples[0][0] for r in results)
+    window_end = min(r.finished_s for r in results)
+    in_window = [r.tokens_between(window_start, window_end) for r in results]
+    rates = [n / d for n, d in in_window if d > 0]
+    steady = statistics.fmean(rates) if concurrency > 1 and rates else measured
     row = {
         "streams": len(results),
         "model_tok_s_per_stream": expected_stream_tok_s,
         "emitted_tok_s_per_stream": measured,
         "error_pct": (measured - expected_stream_tok_s) / expected_stream_tok_s * 100,
+        "steady_state_tok_s_per_stream": steady,
+        "steady_state_error_pct": (steady - expected_stream_tok_s) / expected_stream_tok_s * 100,
         "min_stream_tok_s": min(per_stream),
         "max_stream_tok_s": max(per_stream),
         "aggregate_tok_s": total / wall,

@@ -400,7 +400,7 @@ class _Handler(BaseHTTPRequestHandler):
             for request in requests:
                 for _ in self._chunks(request):
                     pass
-            self._json(200, [self._generate_payload(r, True) for r in requests])
+            self._json(200, [self._generate_payload(r) for r in requests])
             self._finished()
             return
         prompt = self._prompt_ids(texts, body.get("input_ids"))
@@ -412,15 +412,15 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             for _ in self._chunks(request):
                 pass
-            self._json(200, self._generate_payload(request, True))
+            self._json(200, self._generate_payload(request))
         self._finished()
 
-    def _generate_payload(self, request: Request, finished: bool, upto: int | None = None) -> dict[str, Any]:
-        ids = request.output_ids if upto is None else request.output_ids[:upto]
+    def _generate_payload(self, request: Request) -> dict[str, Any]:
+        """The non-streaming reply of a finished request."""
         return {
-            "text": request.output_text if upto is None else None,
-            "output_ids": ids,
-            "meta_info": self._meta(request, finished),
+            "text": request.output_text,
+            "output_ids": request.output_ids,
+            "meta_info": self._meta(request, True),
         }
 
     def _generate_events(self, request: Request) -> Iterator[bytes]:
