@@ -14,6 +14,7 @@ import contextlib
 import math
 import os
 import re
+import select
 import selectors
 import shlex
 import shutil
@@ -29,7 +30,7 @@ from typing import IO, Literal
 
 from components.errors import HostError, SpecError, StacksError
 
-__all__ = ["CommandResult", "Connection", "quote", "quote_path", "run", "upload"]
+__all__ = ["CommandResult", "Connection", "Session", "open_session", "quote", "quote_path", "run", "upload"]
 
 quote = shlex.quote
 """Quotes one value for bash; the only quoting function the components use."""
@@ -214,6 +215,117 @@ def upload(
         )
 
 
+class Session:
+    """A script left running on the host, talked to through its stdin and stdout.
+
+    Made by `open_session`. The script ends when the session is closed, or when this process
+    ends: either way its stdin reaches end of file.
+    """
+
+    def __init__(
+        self, conn: Connection, process: subprocess.Popen[bytes], files: contextlib.ExitStack
+    ) -> None:
+        self.conn = conn
+        self._process = process
+        self._files = files
+        self._pending = bytearray()
+        self._stderr = bytearray()
+        threading.Thread(target=self._drain_stderr, daemon=True).start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the script (and its SSH session) still runs."""
+        return self._process.poll() is None
+
+    def read_line(self, *, timeout_s: float) -> str:
+        """The script's next line of output; HostError if the session ends or stays silent."""
+        stdout = self._process.stdout
+        assert stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._pending:
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                self.close()
+                raise HostError(
+                    f"{self.conn.label} did not answer within {timeout_s:g} s; the session was closed. "
+                    "Check that the host is up and responsive, then run the update again."
+                )
+            ready, _, _ = select.select([stdout], [], [], remaining_s)
+            if not ready:
+                continue
+            chunk = os.read(stdout.fileno(), 65536)
+            if not chunk:
+                raise self._ended()
+            self._pending.extend(chunk)
+        line, _, rest = bytes(self._pending).partition(b"\n")
+        self._pending = bytearray(rest)
+        # Authenticated and answering: the private key file is no longer needed.
+        self._files.close()
+        return line.decode(errors="replace")
+
+    def send(self, data: bytes) -> bool:
+        """Writes to the script's stdin; False once the session has ended."""
+        stdin = self._process.stdin
+        assert stdin is not None
+        try:
+            stdin.write(data)
+            stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            return False
+        return True
+
+    def close(self, *, timeout_s: float = 10) -> None:
+        """Ends the script's stdin and waits for it to finish (killing the session after ``timeout_s``)."""
+        with contextlib.suppress(BrokenPipeError, OSError):
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+        try:
+            self._process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._files.close()
+
+    def _drain_stderr(self) -> None:
+        stderr = self._process.stderr
+        assert stderr is not None
+        while chunk := os.read(stderr.fileno(), 65536):
+            self._stderr.extend(chunk)
+
+    def _ended(self) -> HostError:
+        self.close(timeout_s=5)
+        stderr = self._stderr.decode(errors="replace")
+        if self.conn.kind == "ssh" and self._process.returncode == 255:
+            return _ssh_failure(self.conn, stderr)
+        return HostError(
+            f"The session with {self.conn.label} ended (exit {self._process.returncode}). "
+            f"{_tail(stderr)} Check the host's logs and run the update again."
+        )
+
+
+def open_session(
+    conn: Connection, script: str, *, env: Mapping[str, str] | None = None, max_lifetime_s: float = 86400
+) -> Session:
+    """Starts a bash script on the host and leaves it running, to talk to through a `Session`.
+
+    The script reads the caller's messages on stdin and answers on stdout, one line each; it sees
+    end of file on stdin when the session is closed or this process ends. The host stops it
+    after ``max_lifetime_s`` in any case.
+    """
+    prelude = "".join(f"export {name}={quote(value)}\n" for name, value in _checked_env(env).items())
+    body = (prelude + script).encode()
+    files = contextlib.ExitStack()
+    argv = files.enter_context(_command_line(conn))
+    try:
+        process = _spawn(conn, argv)
+    except BaseException:
+        files.close()
+        raise
+    session = Session(conn, process, files)
+    session.send(f"__sglang_stacks_session {max_lifetime_s:g} {len(body)}\n".encode() + body)
+    return session
+
+
 def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = ""
@@ -320,16 +432,7 @@ def _execute(
     deadline_s = timeout_s + _KILL_AFTER_S + conn.connect_timeout_s + 10
     started = time.monotonic()
     with _command_line(conn) as argv:
-        try:
-            process = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-            )
-        except FileNotFoundError:
-            raise HostError(
-                f"`{argv[0]}` is not installed on this machine, so {conn.label} cannot be reached. "
-                "Install the OpenSSH client (scripts/ensure-sshd.sh does) and run the update again."
-            ) from None
-        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        process = _spawn(conn, argv)
 
         def write_request() -> None:
             pipe = process.stdin
@@ -349,6 +452,16 @@ def _execute(
         writer.join(timeout=5)
     elapsed_s = time.monotonic() - started
     return _result(conn, process.returncode, stdout, stderr, marker, outcome, timeout_s, elapsed_s)
+
+
+def _spawn(conn: Connection, argv: list[str]) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except FileNotFoundError:
+        raise HostError(
+            f"`{argv[0]}` is not installed on this machine, so {conn.label} cannot be reached. "
+            "Install the OpenSSH client (scripts/ensure-sshd.sh does) and run the update again."
+        ) from None
 
 
 def _collect(

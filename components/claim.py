@@ -1,44 +1,47 @@
-"""Which stack owns a host's GPUs: a claim file on the host, changed only under ``flock``.
+"""Which stack owns a host's GPUs: a claim file on the host, changed only under ``flock``, and an
+update lock that a stack's running update holds for as long as it runs.
 
-The claim names its stack and, while an update of that stack runs, a lease: the time until which
-that update is working on the host. Another stack may take an idle claim over (its caller stops
-the previous stack's server first), but never one under a live lease: of two updates racing for
-one host, the first to reach the lock wins and the other gets ClaimError before launching
-anything. A stack renews its lease by acquiring again before each step that touches the GPUs,
-and ends it with `finish` when its update is done; a lease left by an interrupted update expires.
+`acquire` leaves a small process on the host holding the update lock, tied to this process by a
+session: it lets go when the update's process ends, however it ends (done, failed, killed), or
+when the host stops hearing from it. Another stack may take an idle claim over (its caller
+stops the previous stack's server first) but never while the owner's update runs: of two
+updates racing for one host, the first to reach the lock wins and the other gets ClaimError
+before it launches anything.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any
 
-from components._transport import Connection, run
+from components._transport import Connection, Session, open_session, run
 from components.errors import ClaimError, HostError
 
 __all__ = [
-    "DEFAULT_LEASE_S",
     "DEFAULT_STATE_DIR",
     "Claim",
     "acquire",
     "finish",
+    "finish_all",
     "read",
     "record_server",
     "release",
 ]
 
 DEFAULT_STATE_DIR = "~/.sglang-stacks"
-"""Folder on the host that holds ``claim.json`` and its lock file."""
-DEFAULT_LEASE_S = 3600.0
-"""How long an update may hold the host between two renewals (model loading, graph capture,
-benchmark) before another stack may take over from it."""
+"""Folder on the host that holds ``claim.json`` and the lock files."""
 _LOCK_WAIT_S = 15.0
+# The update's process says it is alive this often; the host lets the update lock go after
+# _SILENCE_S without a word (a dead network does not close the session by itself).
+_HEARTBEAT_S = 10.0
+_SILENCE_S = 60.0
 
 # Runs on the host with its python3, so the read, the decision and the write happen under one
 # flock. Kept to Python 3.6 so any distribution's python3 can run it.
 _PROGRAM = r"""
-import calendar, fcntl, json, os, sys, time
+import fcntl, json, os, select, sys, time
 
 env = os.environ
 op, stack = env["CLAIM_OP"], env["CLAIM_STACK"]
@@ -46,17 +49,13 @@ folder = os.path.expanduser(env["CLAIM_DIR"])
 path = os.path.join(folder, "claim.json")
 
 
-def stamp(seconds):
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+def stamp():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def epoch(text):
-    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
-
-
-def answer(outcome, claim=None, previous=None):
-    print(json.dumps({"outcome": outcome, "claim": claim, "previous": previous, "now": stamp(now)}))
-    sys.exit(0)
+def answer(outcome, claim=None, previous=None, updating=False):
+    print(json.dumps({"outcome": outcome, "claim": claim, "previous": previous, "updating": updating}))
+    sys.stdout.flush()
 
 
 def write(claim):
@@ -71,85 +70,113 @@ def write(claim):
     os.replace(staging, path)
 
 
-os.makedirs(folder, mode=0o700, exist_ok=True)
-lock = open(os.path.join(folder, "claim.lock"), "a")
-give_up = time.time() + float(env["CLAIM_LOCK_WAIT_S"])
-while True:
+def try_lock(name):
+    handle = open(os.path.join(folder, name), "a")
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        break
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return handle
     except OSError:
-        if time.time() > give_up:
-            now = time.time()
-            answer("lock-timeout")
-        time.sleep(0.05)
+        handle.close()
+        return None
 
-now = time.time()
-try:
-    with open(path) as handle:
-        claim = json.load(handle)
-    claim["stack"]
-except FileNotFoundError:
-    claim = None
-except (ValueError, KeyError, TypeError):
-    answer("corrupt")
+
+def lock_claim():
+    handle = open(os.path.join(folder, "claim.lock"), "a")
+    give_up = time.time() + float(env["CLAIM_LOCK_WAIT_S"])
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except OSError:
+            if time.time() > give_up:
+                answer("lock-timeout")
+                sys.exit(0)
+            time.sleep(0.05)
+
+
+def load():
+    try:
+        with open(path) as handle:
+            claim = json.load(handle)
+        claim["stack"]
+        return claim
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        answer("corrupt")
+        sys.exit(0)
+
+
+os.makedirs(folder, mode=0o700, exist_ok=True)
+guard = lock_claim()
+claim = load()
+owned = claim is not None and claim["stack"] == stack
 
 if op == "read":
-    answer("read", claim)
+    free = try_lock("update.lock")
+    answer("read", claim, updating=free is None)
+    sys.exit(0)
 
 if op == "release":
-    if claim is None or claim["stack"] != stack:
+    if not owned:
         answer("not-owner", claim)
+        sys.exit(0)
     write(None)
     answer("released", None, claim)
+    sys.exit(0)
 
-if op in ("finish", "record-server"):
-    if claim is None or claim["stack"] != stack:
+if op in ("check", "record-server"):
+    if not owned:
         answer("lost", claim)
-    if op == "finish":
-        claim["updating_since"] = claim["updating_until"] = None
-    else:
+        sys.exit(0)
+    if op == "record-server":
         claim["server_pid"] = int(env["CLAIM_SERVER_PID"])
-    write(claim)
+        write(claim)
     answer("ok", claim)
+    sys.exit(0)
 
-# acquire
-lease = {
-    "update_id": env["CLAIM_UPDATE_ID"],
-    "updating_until": stamp(now + float(env["CLAIM_LEASE_S"])),
-}
-if claim is not None and claim["stack"] == stack:
-    claim.update(lease)
-    claim["updating_since"] = claim.get("updating_since") or stamp(now)
+# acquire: take the update lock first; held by someone means an update is running now.
+update_lock = try_lock("update.lock")
+if update_lock is None:
+    answer("busy", claim)
+    sys.exit(0)
+previous = claim if claim is not None and not owned else None
+if previous is not None and env["CLAIM_TAKEOVER"] != "1":
+    answer("held", claim)
+    sys.exit(0)
+if not owned:
+    claim = {"stack": stack, "project": env["CLAIM_PROJECT"], "claimed_at": stamp(), "server_pid": None}
+update_id = env["CLAIM_UPDATE_ID"]
+claim.update({"update_id": update_id, "updating_since": stamp()})
+write(claim)
+guard.close()
+answer("acquired", claim, previous, updating=True)
+
+# Hold the update lock while the update's process is alive: it writes a line every few seconds
+# and its end closes stdin.
+while True:
+    ready, _, _ = select.select([0], [], [], float(env["CLAIM_SILENCE_S"]))
+    if not ready or not os.read(0, 4096):
+        break
+guard = lock_claim()
+claim = load()
+if claim is not None and claim["stack"] == stack and claim.get("update_id") == update_id:
+    claim["updating_since"] = None
     write(claim)
-    answer("renewed", claim)
-if claim is not None:
-    until = claim.get("updating_until")
-    if until and epoch(until) > now:
-        answer("busy", claim)
-    if env["CLAIM_TAKEOVER"] != "1":
-        answer("held", claim)
-fresh = {
-    "stack": stack,
-    "project": env["CLAIM_PROJECT"],
-    "claimed_at": stamp(now),
-    "updating_since": stamp(now),
-    "server_pid": None,
-}
-fresh.update(lease)
-write(fresh)
-answer("acquired", fresh, claim)
 """
 
 # The system python3 first: it starts fastest (no version-manager shims) and needs nothing but the
-# standard library here; -I -S keep the user's site-packages and PYTHON* variables out.
-_SCRIPT = """\
+# standard library here; -I -S keep the user's site-packages and PYTHON* variables out. The
+# program comes on descriptor 3, leaving stdin to the update's heartbeat.
+_SCRIPT = f"""\
 py=/usr/bin/python3
-[ -x "$py" ] || py=$(command -v python3) || {
+[ -x "$py" ] || py=$(command -v python3) || {{
     echo "sglang-stacks: the host has no python3, which the GPU claim needs; install python3" >&2
     exit 3
-}
-exec "$py" -I -S -
+}}
+exec "$py" -I -S /dev/fd/3 3<<'__SGLANG_STACKS_CLAIM__'
+{_PROGRAM}
+__SGLANG_STACKS_CLAIM__
 """
 
 
@@ -161,16 +188,16 @@ class Claim:
     project: str
     claimed_at: str
     update_id: str
-    """The update that last acquired or renewed the claim."""
+    """The update of ``stack`` that last acquired the claim."""
     updating_since: str | None
-    """When the running update of ``stack`` started; None when no update is running."""
-    updating_until: str | None
-    """When that update's lease runs out unless renewed."""
+    """When that update started, while it runs (or until the next acquire, if it was killed)."""
+    updating: bool
+    """Whether an update holds the host's update lock right now."""
     server_pid: int | None
     """The pid of the stack's SGLang server, once recorded."""
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Claim:
+    def from_record(cls, record: dict[str, Any], *, updating: bool = False) -> Claim:
         """Reads the claim file's JSON object."""
         return cls(
             stack=str(record["stack"]),
@@ -178,9 +205,32 @@ class Claim:
             claimed_at=str(record.get("claimed_at", "")),
             update_id=str(record.get("update_id", "")),
             updating_since=record.get("updating_since"),
-            updating_until=record.get("updating_until"),
+            updating=updating,
             server_pid=record.get("server_pid"),
         )
+
+
+class _Lease:
+    """This process's hold on a host's update lock: a session plus its heartbeat."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._stopped = threading.Event()
+        threading.Thread(target=self._beat, daemon=True).start()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(_HEARTBEAT_S) and self.session.send(b"\n"):
+            pass
+
+    def end(self) -> None:
+        self._stopped.set()
+        self.session.close()
+
+
+# Leases held by this process (a Pulumi provider process lives exactly as long as its update),
+# by host, state folder and stack.
+_LEASES: dict[tuple[str, str, str], _Lease] = {}
+_LEASES_LOCK = threading.Lock()
 
 
 def acquire(
@@ -190,54 +240,63 @@ def acquire(
     takeover: bool,
     project: str = "sglang-stacks",
     update_id: str = "",
-    lease_s: float = DEFAULT_LEASE_S,
     state_dir: str = DEFAULT_STATE_DIR,
 ) -> Claim | None:
-    """Claims the host's GPUs for ``stack`` with a lease of ``lease_s`` for its running update.
+    """Claims the host's GPUs for ``stack`` for as long as this process's update runs.
 
-    Acquiring again as the owner renews the lease. With ``takeover`` an idle claim of another
-    stack is handed over and that stack's claim is returned, so the caller stops its server
-    before launching; without it, or while the other stack is updating, ClaimError.
+    Acquiring again from the same process only checks that ``stack`` still owns the host. With
+    ``takeover`` an idle claim of another stack is handed over and that stack's claim is
+    returned, so the caller stops its server before launching; without it, or while another
+    update holds the host, ClaimError.
     """
-    answer = _call(
-        conn,
-        "acquire",
-        stack,
-        state_dir,
-        CLAIM_TAKEOVER="1" if takeover else "0",
-        CLAIM_PROJECT=project,
-        CLAIM_UPDATE_ID=update_id,
-        CLAIM_LEASE_S=repr(float(lease_s)),
-    )
-    outcome, claim = answer["outcome"], answer["claim"]
-    if outcome == "busy":
-        raise ClaimError(
-            f"Stack {claim['stack']!r} is updating {conn.label} since {claim['updating_since']} "
-            f"(update {claim['update_id'] or 'unnamed'}), so this update of {stack!r} stops here and "
-            f"launches nothing. Wait for that update to finish, then run `pulumi up -s {stack}` again; "
-            f"if it was interrupted, its lease runs out at {claim['updating_until']}."
+    _check_stack(stack)
+    key = (conn.label, state_dir, stack)
+    with _LEASES_LOCK:
+        lease = _LEASES.get(key)
+        if lease is not None and lease.session.alive:
+            _owner_call(conn, "check", stack, state_dir)
+            return None
+        session = open_session(
+            conn,
+            _SCRIPT,
+            env=_env("acquire", stack, state_dir, takeover=takeover, project=project, update_id=update_id),
         )
-    if outcome == "held":
-        raise ClaimError(
-            f"The GPUs of {conn.label} belong to stack {claim['stack']!r} (claimed {claim['claimed_at']}) "
-            f"and this update of {stack!r} may not take them over. Allow the takeover for this stack "
-            f"(the other stack's server is stopped first), or free the host with "
-            f"`pulumi destroy -s {claim['stack']}`."
+        answer = _parse(
+            conn, session.read_line(timeout_s=_LOCK_WAIT_S + conn.connect_timeout_s + 30), state_dir
         )
-    if outcome == "acquired" and answer["previous"] is not None:
-        return Claim.from_record(answer["previous"])
-    return None
+        if answer["outcome"] != "acquired":
+            session.close()
+            raise _refusal(conn, stack, answer)
+        _LEASES[key] = _Lease(session)
+    previous = answer["previous"]
+    return None if previous is None else Claim.from_record(previous)
 
 
 def read(conn: Connection, *, state_dir: str = DEFAULT_STATE_DIR) -> Claim | None:
     """The host's current claim, or None when no stack owns its GPUs."""
-    claim = _call(conn, "read", "", state_dir)["claim"]
-    return None if claim is None else Claim.from_record(claim)
+    answer = _call(conn, "read", "", state_dir)
+    claim = answer["claim"]
+    return None if claim is None else Claim.from_record(claim, updating=bool(answer["updating"]))
 
 
 def finish(conn: Connection, stack: str, *, state_dir: str = DEFAULT_STATE_DIR) -> None:
-    """Ends the lease of ``stack``'s update (the update is done); the stack keeps the GPUs."""
-    _owner_call(conn, "finish", stack, state_dir)
+    """Lets go of the update lock this process holds for ``stack``; the stack keeps the GPUs.
+
+    Ending the process does the same; this is for a process that goes on with other work.
+    """
+    with _LEASES_LOCK:
+        lease = _LEASES.pop((conn.label, state_dir, stack), None)
+    if lease is not None:
+        lease.end()
+
+
+def finish_all() -> None:
+    """Lets go of every update lock this process holds."""
+    with _LEASES_LOCK:
+        leases = list(_LEASES.values())
+        _LEASES.clear()
+    for lease in leases:
+        lease.end()
 
 
 def record_server(conn: Connection, stack: str, pid: int, *, state_dir: str = DEFAULT_STATE_DIR) -> None:
@@ -247,7 +306,50 @@ def record_server(conn: Connection, stack: str, pid: int, *, state_dir: str = DE
 
 def release(conn: Connection, stack: str, *, state_dir: str = DEFAULT_STATE_DIR) -> bool:
     """Removes the claim if ``stack`` still owns it; False (and nothing changed) otherwise."""
+    _check_stack(stack)
+    finish(conn, stack, state_dir=state_dir)
     return bool(_call(conn, "release", stack, state_dir)["outcome"] == "released")
+
+
+def _check_stack(stack: str) -> None:
+    if not stack:
+        raise ValueError("a claim needs the stack's name")
+
+
+def _env(op: str, stack: str, state_dir: str, **values: Any) -> dict[str, str]:
+    env = {
+        "CLAIM_OP": op,
+        "CLAIM_STACK": stack,
+        "CLAIM_DIR": state_dir,
+        "CLAIM_LOCK_WAIT_S": repr(_LOCK_WAIT_S),
+        "CLAIM_SILENCE_S": repr(_SILENCE_S),
+    }
+    if "takeover" in values:
+        env["CLAIM_TAKEOVER"] = "1" if values["takeover"] else "0"
+        env["CLAIM_PROJECT"] = str(values["project"])
+        env["CLAIM_UPDATE_ID"] = str(values["update_id"])
+    return env
+
+
+def _refusal(conn: Connection, stack: str, answer: dict[str, Any]) -> ClaimError:
+    claim = answer["claim"]
+    if answer["outcome"] == "held":
+        return ClaimError(
+            f"The GPUs of {conn.label} belong to stack {claim['stack']!r} (claimed {claim['claimed_at']}) "
+            f"and this update of {stack!r} may not take them over. Allow the takeover for this stack "
+            f"(the other stack's server is stopped first), or free the host with "
+            f"`pulumi destroy -s {claim['stack']}`."
+        )
+    if claim is None:
+        holder = "Another update is running on"
+    else:
+        since = claim.get("updating_since") or claim.get("claimed_at")
+        update = claim.get("update_id") or "unnamed"
+        holder = f"Stack {claim['stack']!r} (update {update}, since {since}) is updating"
+    return ClaimError(
+        f"{holder} {conn.label}, so this update of {stack!r} stops here and launches nothing. "
+        f"Wait for that update to finish, then run `pulumi up -s {stack}` again."
+    )
 
 
 def _owner_call(conn: Connection, op: str, stack: str, state_dir: str, **env: str) -> None:
@@ -262,31 +364,23 @@ def _owner_call(conn: Connection, op: str, stack: str, state_dir: str, **env: st
 
 
 def _call(conn: Connection, op: str, stack: str, state_dir: str, **env: str) -> dict[str, Any]:
-    claim_file = f"{state_dir.rstrip('/')}/claim.json"
-    result = run(
-        conn,
-        _SCRIPT,
-        timeout_s=_LOCK_WAIT_S + 30,
-        stdin=_PROGRAM.encode(),
-        env={
-            "CLAIM_OP": op,
-            "CLAIM_STACK": stack,
-            "CLAIM_DIR": state_dir,
-            "CLAIM_LOCK_WAIT_S": repr(_LOCK_WAIT_S),
-            **env,
-        },
-    )
+    result = run(conn, _SCRIPT, timeout_s=_LOCK_WAIT_S + 30, env={**_env(op, stack, state_dir), **env})
     if not result.ok:
         raise HostError(
             f"The GPU claim step {op!r} failed on {conn.label} (exit {result.exit_code}): "
             f"{result.stderr.strip()[-400:] or 'no output'}. "
-            f"Check that {claim_file} is writable by this user and python3 runs."
+            f"Check that {state_dir} on the host is writable by this user and python3 runs."
         )
+    lines = result.stdout.strip().splitlines()
+    return _parse(conn, lines[-1] if lines else "", state_dir)
+
+
+def _parse(conn: Connection, line: str, state_dir: str) -> dict[str, Any]:
     try:
-        answer: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+        answer: dict[str, Any] = json.loads(line)
+    except ValueError:
         raise HostError(
-            f"The GPU claim on {conn.label} answered {result.stdout.strip()[-200:]!r} instead of JSON. "
+            f"The GPU claim on {conn.label} answered {line[-200:]!r} instead of JSON. "
             "Check that the user's login prints nothing on non-interactive shells."
         ) from None
     if answer["outcome"] == "lock-timeout":
@@ -296,7 +390,7 @@ def _call(conn: Connection, op: str, stack: str, state_dir: str, **env: str) -> 
         )
     if answer["outcome"] == "corrupt":
         raise ClaimError(
-            f"The claim file {claim_file} on {conn.label} is not a claim. Check that no stack is "
-            "deploying to the host, remove the file, and run the update again."
+            f"The claim file {state_dir}/claim.json on {conn.label} is not a claim. Check that no stack "
+            "is deploying to the host, remove the file, and run the update again."
         )
     return answer

@@ -29,25 +29,120 @@ def sshd() -> Iterator[SshServer]:
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path) -> str:
-    return str(tmp_path / "host-state")
+def state_dir(tmp_path: Path) -> Iterator[str]:
+    yield str(tmp_path / "host-state")
+    claim.finish_all()  # the updates this test process started end with the test
 
 
-def test_handover_from_an_idle_stack_returns_the_previous_owner(sshd: SshServer, state_dir: str) -> None:
+def test_handover_from_a_finished_update_returns_the_previous_owner(sshd: SshServer, state_dir: str) -> None:
     conn = sshd.connection()
 
     assert claim.acquire(conn, "baseline", takeover=False, update_id="u1", state_dir=state_dir) is None
     claim.record_server(conn, "baseline", 4242, state_dir=state_dir)
+    during = claim.read(conn, state_dir=state_dir)
     claim.finish(conn, "baseline", state_dir=state_dir)
+    after = claim.read(conn, state_dir=state_dir)
     with pytest.raises(ClaimError, match=r"belong to stack 'baseline'.*pulumi destroy -s baseline"):
         claim.acquire(conn, "eagle3-bs128", takeover=False, state_dir=state_dir)
     previous = claim.acquire(conn, "eagle3-bs128", takeover=True, update_id="u2", state_dir=state_dir)
 
+    assert during is not None and during.updating and during.updating_since is not None
+    assert after is not None and not after.updating and after.updating_since is None
     assert previous is not None
-    assert (previous.stack, previous.server_pid, previous.updating_until) == ("baseline", 4242, None)
+    assert (previous.stack, previous.server_pid) == ("baseline", 4242)
     current = claim.read(conn, state_dir=state_dir)
     assert current is not None
-    assert (current.stack, current.update_id, current.server_pid) == ("eagle3-bs128", "u2", None)
+    assert (current.stack, current.update_id, current.server_pid, current.updating) == (
+        "eagle3-bs128",
+        "u2",
+        None,
+        True,
+    )
+
+
+def test_running_update_is_never_taken_over(state_dir: str) -> None:
+    conn = Connection.local()
+    claim.acquire(conn, "baseline", takeover=False, update_id="u1", state_dir=state_dir)
+
+    with pytest.raises(
+        ClaimError, match=r"Stack 'baseline' \(update u1, since .*\) is updating the local host"
+    ):
+        claim.acquire(conn, "eagle3-bs128", takeover=True, state_dir=state_dir)
+    claim.finish(conn, "baseline", state_dir=state_dir)
+    previous = claim.acquire(conn, "eagle3-bs128", takeover=True, state_dir=state_dir)
+
+    assert previous is not None and previous.stack == "baseline"
+
+
+UPDATER = """
+import json, sys, time
+from pathlib import Path
+from components._transport import Connection
+from components.claim import acquire
+
+task = json.loads(Path(sys.argv[1]).read_text())
+acquire(Connection(**task["connection"]), task["stack"], takeover=True, state_dir=task["state_dir"])
+print("acquired", flush=True)
+time.sleep(120)  # an update busy loading the model, until it is killed
+"""
+
+
+def start_updater(
+    conn: Connection, stack: str, state_dir: str, folder: Path, script: str
+) -> subprocess.Popen[str]:
+    """A separate process that acquires the host for ``stack``, as a Pulumi update would."""
+    task = folder / f"{stack}.json"
+    task.touch(mode=0o600)  # it holds the test key
+    task.write_text(
+        json.dumps(
+            {
+                "connection": dataclasses.asdict(conn),
+                "stack": stack,
+                "state_dir": state_dir,
+                "launched": str(folder / f"launched-{stack}"),
+            }
+        )
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(task)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_killed_update_frees_the_host_within_seconds(sshd: SshServer, tmp_path: Path, state_dir: str) -> None:
+    conn = sshd.connection()
+    updater = start_updater(conn, "eagle3-bs128", state_dir, tmp_path, UPDATER)
+    try:
+        assert updater.stdout is not None and updater.stdout.readline() == "acquired\n"
+        with pytest.raises(ClaimError, match=r"'eagle3-bs128' .* is updating"):
+            claim.acquire(conn, "baseline", takeover=True, state_dir=state_dir)
+    finally:
+        updater.kill()
+        updater.wait()
+    killed = time.monotonic()
+
+    previous = None
+    while previous is None and time.monotonic() - killed < 10:
+        try:
+            previous = claim.acquire(conn, "baseline", takeover=True, state_dir=state_dir)
+        except ClaimError:
+            time.sleep(0.2)
+
+    assert previous is not None and previous.stack == "eagle3-bs128"
+    assert time.monotonic() - killed < 5
+
+
+def test_acquiring_again_within_the_update_checks_ownership_only(state_dir: str) -> None:
+    conn = Connection.local()
+    claim.acquire(conn, "baseline", takeover=False, update_id="u1", state_dir=state_dir)
+
+    assert claim.acquire(conn, "baseline", takeover=False, update_id="u1", state_dir=state_dir) is None
+    current = claim.read(conn, state_dir=state_dir)
+
+    assert current is not None and (current.stack, current.updating) == ("baseline", True)
 
 
 def test_a_stack_that_lost_the_host_cannot_touch_the_claim(state_dir: str) -> None:
@@ -64,43 +159,14 @@ def test_a_stack_that_lost_the_host_cannot_touch_the_claim(state_dir: str) -> No
     assert current is not None and current.stack == "eagle3-bs128"
 
 
-def test_release_by_the_owner_leaves_no_claim(state_dir: str) -> None:
+def test_release_by_the_owner_leaves_no_claim_and_a_free_host(state_dir: str) -> None:
     conn = Connection.local()
     claim.acquire(conn, "baseline", takeover=False, state_dir=state_dir)
 
     assert claim.release(conn, "baseline", state_dir=state_dir) is True
     assert claim.read(conn, state_dir=state_dir) is None
     assert not (Path(state_dir) / "claim.json").exists()
-
-
-def test_running_update_is_never_taken_over_until_its_lease_runs_out(state_dir: str) -> None:
-    conn = Connection.local()
-    claim.acquire(conn, "baseline", takeover=False, update_id="u1", lease_s=2, state_dir=state_dir)
-
-    with pytest.raises(ClaimError, match=r"'baseline' is updating the local host since .*update u1"):
-        claim.acquire(conn, "eagle3-bs128", takeover=True, state_dir=state_dir)
-    time.sleep(2.1)
-    previous = claim.acquire(conn, "eagle3-bs128", takeover=True, state_dir=state_dir)
-
-    assert previous is not None and previous.stack == "baseline"
-
-
-def test_owner_acquiring_again_renews_its_lease(state_dir: str) -> None:
-    conn = Connection.local()
-    claim.acquire(conn, "baseline", takeover=False, update_id="u1", lease_s=60, state_dir=state_dir)
-    first = claim.read(conn, state_dir=state_dir)
-
-    assert (
-        claim.acquire(conn, "baseline", takeover=False, update_id="u2", lease_s=600, state_dir=state_dir)
-        is None
-    )
-    renewed = claim.read(conn, state_dir=state_dir)
-
-    assert first is not None and renewed is not None
-    assert renewed.update_id == "u2"
-    assert renewed.claimed_at == first.claimed_at
-    assert renewed.updating_until is not None and first.updating_until is not None
-    assert renewed.updating_until > first.updating_until
+    assert claim.acquire(conn, "eagle3-bs128", takeover=False, state_dir=state_dir) is None
 
 
 def test_unreadable_claim_file_is_reported_with_the_fix(state_dir: str) -> None:
@@ -112,7 +178,7 @@ def test_unreadable_claim_file_is_reported_with_the_fix(state_dir: str) -> None:
 
 
 RACER = """
-import json, sys
+import json, sys, time
 from pathlib import Path
 from components._transport import Connection
 from components.claim import acquire
@@ -125,6 +191,7 @@ except ClaimError as error:
     print(error)
     sys.exit(3)
 Path(task["launched"]).write_text(task["stack"])  # what a server launch would be
+time.sleep(1.5)  # the update goes on (model loading) while the other one arrives
 """
 
 
@@ -151,25 +218,7 @@ def test_two_updates_racing_for_one_host_one_wins_the_other_launches_nothing(
     with lock_path.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for stack in ("baseline", "eagle3-bs128"):
-            task = tmp_path / f"{stack}.json"
-            task.touch(mode=0o600)  # it holds the test key
-            task.write_text(
-                json.dumps(
-                    {
-                        "connection": dataclasses.asdict(conn),
-                        "stack": stack,
-                        "state_dir": state_dir,
-                        "launched": str(tmp_path / f"launched-{stack}"),
-                    }
-                )
-            )
-            racers[stack] = subprocess.Popen(
-                [sys.executable, "-c", RACER, str(task)],
-                cwd=REPO,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
-                stdout=subprocess.PIPE,
-                text=True,
-            )
+            racers[stack] = start_updater(conn, stack, state_dir, tmp_path, RACER)
         deadline = time.monotonic() + 30
         while processes_holding(lock_path) < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -182,7 +231,7 @@ def test_two_updates_racing_for_one_host_one_wins_the_other_launches_nothing(
     losers = [stack for stack, (code, _) in outcomes.items() if code == 3]
     assert len(winners) == 1 and len(losers) == 1, outcomes
     assert [p.name for p in tmp_path.glob("launched-*")] == [f"launched-{winners[0]}"]
-    assert f"Stack '{winners[0]}' is updating" in outcomes[losers[0]][1]
+    assert f"Stack '{winners[0]}' (update unnamed, since " in outcomes[losers[0]][1]
     assert f"this update of '{losers[0]}' stops here and launches nothing" in outcomes[losers[0]][1]
     holder = claim.read(conn, state_dir=state_dir)
     assert holder is not None and holder.stack == winners[0]
