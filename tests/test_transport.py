@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from components._transport import Connection, quote, quote_path, run, upload
+from components._transport import Connection, open_session, quote, quote_path, run, upload
 from components.errors import HostError, SpecError
 from tests.sshd import SshServer, free_port, new_key, start_sshd
 
@@ -243,3 +243,29 @@ def test_malformed_private_key_is_named_as_the_problem(sshd: SshServer) -> None:
         run(sshd.connection(private_key=not_a_key), "true", timeout_s=10)
 
     assert "bm90IGEga2V5" not in str(caught.value)
+
+
+def test_session_keeps_a_script_running_and_talks_to_it_line_by_line(
+    conn: Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    session = open_session(
+        conn,
+        'echo "ready $GREETING"; while read -r line; do echo "got $line"; done; echo bye >&2',
+        env={"GREETING": "hi"},
+    )
+
+    assert session.read_line(timeout_s=20) == "ready hi"
+    assert list(tmp_path.glob("sglang-stacks-ssh-*")) == []  # the key file is gone once connected
+    assert session.send(b"one\n")
+    assert session.read_line(timeout_s=20) == "got one"
+    session.close()
+
+    assert not session.alive
+
+
+def test_session_to_an_unreachable_host_fails_on_first_read(sshd: SshServer) -> None:
+    session = open_session(sshd.connection(port=free_port()), "echo never")
+
+    with pytest.raises(HostError, match="connection refused"):
+        session.read_line(timeout_s=20)
