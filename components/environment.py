@@ -20,6 +20,7 @@ import pulumi.dynamic as dynamic
 from components._resource import connect, connection_diff, tail
 from components._transport import Connection, quote, quote_path, run, upload
 from components.errors import HostError, SpecError
+from sglang_flags import known_releases
 
 __all__ = ["EMULATOR_PACKAGES", "LOADGEN_PINS", "PythonEnvironment", "Runtime", "default_venv_path"]
 
@@ -47,6 +48,10 @@ _PIN = re.compile(
     rf"{_OPERATOR}[A-Za-z0-9.*+!_-]+(,{_OPERATOR}[A-Za-z0-9.*+!_-]+)*$"
 )
 _EXIT_VENV, _EXIT_PIP, _EXIT_LOCK, _EXIT_SITE = 10, 11, 12, 13
+# Every script works from / without the caller's Python search path, so a checkout in the
+# working folder (or another venv on PYTHONPATH) can neither stand in for what the environment
+# holds nor make pip think a requirement is already there.
+_ISOLATED = "unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER\ncd / || exit 2\n"
 
 
 def default_venv_path(runtime: str, release: str, extra_pins: Sequence[str] = ()) -> str:
@@ -74,6 +79,11 @@ def _validate(runtime: str, release: str, extra_pins: Sequence[str], venv_path: 
         raise SpecError(
             f"environment.sglang_release {release!r} is not a version; write it as SGLang publishes it, "
             "like '0.5.8'."
+        )
+    if runtime == "emulator" and release not in known_releases():
+        raise SpecError(
+            f"environment.sglang_release {release!r} is not one the emulator emulates; it knows "
+            f"{', '.join(known_releases())}. Pick one of them, or deploy to a real GPU host."
         )
     if isinstance(extra_pins, str):
         raise SpecError(
@@ -127,24 +137,18 @@ def _fingerprint(props: Mapping[str, Any], emulator: str | None) -> str:
 
 
 def _version_command(runtime: str, release: str) -> str:
-    # From / and without PYTHONPATH, so a checkout in the working folder cannot stand in for
-    # what is installed in the environment.
     if runtime == "emulator":
-        return (
-            f'env -u PYTHONPATH SGLANG_EMULATOR_RELEASE={quote(release)} "$V/bin/python" '
-            "-m sglang_emulator --version"
-        )
-    return "env -u PYTHONPATH \"$V/bin/python\" -c 'import sglang; print(sglang.__version__)'"
+        return f'SGLANG_EMULATOR_RELEASE={quote(release)} "$V/bin/python" -m sglang_emulator --version'
+    return "\"$V/bin/python\" -c 'import sglang; print(sglang.__version__)'"
 
 
 def _probe_script(venv: str, runtime: str, release: str) -> str:
     """Prints ``key=value`` lines: ``state=absent``, or the folder, marker and installed version."""
-    return f"""
+    return f"""{_ISOLATED}
 V={quote_path(venv)}
 if [ ! -x "$V/bin/python" ]; then echo state=absent; exit 0; fi
 echo "venv=$(cd "$V" && pwd)"
 echo "fingerprint=$(head -c 100 "$V/{_MARKER}" 2>/dev/null)"
-cd /
 if version=$({_version_command(runtime, release)} 2>&1); then
     echo "version=$(printf '%s\\n' "$version" | tail -n 1)"
 else
@@ -172,7 +176,7 @@ SP=$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"
 rm -rf {packages}
 mv {staged} "$SP"/ || exit {_EXIT_SITE}
 """
-    return f"""
+    return f"""{_ISOLATED}
 set -u
 V={quote_path(venv)}
 mkdir -p "$(dirname "$V")" || exit {_EXIT_VENV}
@@ -182,7 +186,6 @@ if [ ! -x "$V/bin/python" ]; then
     python3 -m venv "$V" >&2 || exit {_EXIT_VENV}
 fi
 rm -f "$V/{_MARKER}"
-cd /
 "$V/bin/python" -m pip install --no-input --disable-pip-version-check {pins} >"$V/{_INSTALL_LOG}" 2>&1 \\
     || {{ tail -n 15 "$V/{_INSTALL_LOG}" >&2; exit {_EXIT_PIP}; }}
 {swap}

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import components.environment as environment
@@ -66,10 +67,17 @@ def host_python(python: str, code: str, **env: str) -> str:
 
 @pytest.fixture(scope="module")
 def emulator_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Props, Props]]:
-    """One emulator environment, installed once for the module: (inputs, outputs)."""
+    """One emulator environment, installed once for the module: (inputs, outputs).
+
+    It is installed with this interpreter's site-packages (which hold httpx) on PYTHONPATH, as a
+    caller's environment might have it: pip must still install httpx into the new venv.
+    """
     venv = tmp_path_factory.mktemp("envs") / "emulator"
     props = props_for(venv)
-    yield props, _PythonEnvironmentProvider().create(props).outs or {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", str(Path(httpx.__file__).parent.parent))
+        outs = _PythonEnvironmentProvider().create(props).outs or {}
+    yield props, outs
     shutil.rmtree(venv, ignore_errors=True)
 
 
@@ -236,6 +244,7 @@ def test_new_key_for_the_same_host_updates_in_place() -> None:
         ({"extra_pins": "torch==2.8.0"}, "extra_pins is the string 'torch==2.8.0'"),
         ({"release": "0.5.8 && reboot"}, "sglang_release '0.5.8 && reboot'"),
         ({"runtime": "vllm"}, "runtime 'vllm'"),
+        ({"runtime": "emulator", "release": "0.4.0"}, "'0.4.0' is not one the emulator emulates"),
         ({"venv_path": "relative/env"}, "venv path 'relative/env'"),
     ],
 )
