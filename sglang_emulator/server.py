@@ -7,6 +7,7 @@ chunked transfer encoding, as uvicorn sends them. Access lines follow uvicorn's 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -113,6 +114,12 @@ class _Handler(BaseHTTPRequestHandler):
     server: EmulatorHttpServer
 
     # --- plumbing -------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        super().setup()
+        # Small SSE writes must leave at once (uvicorn's asyncio transports do the same);
+        # Nagle's algorithm would hold a chunk back until the previous one is acknowledged.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
