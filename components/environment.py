@@ -165,13 +165,12 @@ def _install_script(venv: str, props: Mapping[str, Any], fingerprint: str, stagi
     pins = " ".join(
         quote(pin) for pin in _effective_pins(props["runtime"], props["release"], props["extra_pins"])
     )
-    swap = ""
+    cleanup = swap = ""
     if staging is not None:
         packages = " ".join(f'"$SP"/{name}' for name in EMULATOR_PACKAGES)
         staged = " ".join(f'"$STAGE"/{name}' for name in EMULATOR_PACKAGES)
+        cleanup = f"STAGE={quote_path(staging)}\ntrap 'rm -rf \"$STAGE\"' EXIT"
         swap = f"""
-STAGE={quote_path(staging)}
-trap 'rm -rf "$STAGE"' EXIT
 SP=$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || exit {_EXIT_SITE}
 rm -rf {packages}
 mv {staged} "$SP"/ || exit {_EXIT_SITE}
@@ -179,6 +178,7 @@ mv {staged} "$SP"/ || exit {_EXIT_SITE}
     return f"""{_ISOLATED}
 set -u
 V={quote_path(venv)}
+{cleanup}
 mkdir -p "$(dirname "$V")" || exit {_EXIT_VENV}
 exec 9>"$V.lock"
 if command -v flock >/dev/null 2>&1; then flock -w {LOCK_WAIT_S} 9 || exit {_EXIT_LOCK}; fi
