@@ -15,6 +15,7 @@ import pytest
 from components.draft_model import DraftModel, _DraftModelProvider, local_tree_digest
 from components.errors import ArtifactError, SpecError
 from tests._pulumi import Workspace
+from tests.sshd import start_sshd
 
 Props = dict[str, Any]
 LOCAL = {"kind": "local"}
@@ -244,6 +245,23 @@ def test_empty_local_folder_fails_in_the_program(tmp_path: Path) -> None:
             local_path=str(tmp_path / "empty"),
             path_on_host="/data/e/d",
         )
+
+
+@pytest.mark.integration
+def test_upload_and_check_over_ssh_with_the_connection_as_pulumi_delivers_it(tmp_path: Path) -> None:
+    local = make_draft(tmp_path / "local")
+    host = tmp_path / "ssh-host" / "eagle3"
+    with start_sshd() as server:
+        conn = server.connection()
+        # Numbers arrive from the engine as floats.
+        fields = {"kind": "ssh", "host": conn.host, "port": float(conn.port), "user": conn.user}
+        fields |= {"private_key": conn.private_key, "host_key": conn.host_key}
+        provider = _DraftModelProvider()
+        outs = provider.create(props_for(host, local, connection=fields)).outs or {}
+        assert outs["digest"] == coreutils_digest(host) == local_tree_digest(local).digest
+        (host / "config.json").unlink()
+        drifted = provider.read(str(host), outs)
+        assert drifted.outs is not None and drifted.outs["files"] == 1
 
 
 PROGRAM = """
