@@ -128,3 +128,13 @@ def test_a_second_server_on_busy_gpus_runs_out_of_memory(tmp_path: Path) -> None
         code, log = failed_start(tmp_path, BASE)
         assert code == 1
         assert "torch.OutOfMemoryError: CUDA out of memory" in log
+
+
+def test_release_0_5_23_starts_with_its_own_flags(tmp_path: Path) -> None:
+    flags = ["--model", "/m", "--tp-size", "8", "--cuda-graph-max-bs-decode", "64"]
+    env = {"SGLANG_EMULATOR_RELEASE": "0.5.23"}
+    with start_emulator(flags, state_dir=str(tmp_path), env=env) as server:
+        assert server.wait_ready(30), server.log()
+        info = httpx.get(server.base_url + "/server_info").json()
+    assert info["version"] == "0.5.23" and info["cuda_graph_max_bs_decode"] == 64
+    assert "emulating SGLang 0.5.23" in server.log()

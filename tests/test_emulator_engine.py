@@ -1,0 +1,69 @@
+"""The batching engine: seeded output, speculative chunks, prefix cache and flush refusal."""
+
+from __future__ import annotations
+
+import logging
+
+from sglang_emulator.engine import Chunk, Engine, Request
+from sglang_emulator.launch import parse_launch_flags, resolve_launch
+from sglang_emulator.performance import PerformanceModel
+from sglang_emulator.profile import load_profile
+
+EAGLE = "--speculative-algorithm EAGLE --speculative-draft-model-path /d --speculative-num-steps 2"
+EAGLE_TREE = "--speculative-eagle-topk 4 --speculative-num-draft-tokens 4"
+
+
+def make_engine(flags: str, seed: int = 1) -> Engine:
+    profile = load_profile()
+    config = resolve_launch(
+        "0.5.8", parse_launch_flags("0.5.8", f"--model m --tp 8 {flags}".split()), profile
+    )
+    engine = Engine(PerformanceModel(config, profile), 48, 100_000, seed, logging.getLogger("test-engine"))
+    engine.start()
+    return engine
+
+
+def run(engine: Engine, prompt: list[int], tokens: int) -> tuple[Request, list[Chunk]]:
+    request = Request(rid="r", prompt_ids=prompt, max_new_tokens=tokens)
+    engine.submit(request)
+    chunks = [request.chunks.get(timeout=10)]
+    while not chunks[-1].finished:
+        chunks.append(request.chunks.get(timeout=10))
+    return request, chunks
+
+
+def test_same_seed_same_text_other_seed_other_text() -> None:
+    texts = []
+    for seed in (7, 7, 8):
+        engine = make_engine("--disable-custom-all-reduce", seed)
+        texts.append(run(engine, [1, 2, 3], 6)[0].output_text)
+        engine.stop()
+    assert texts[0] == texts[1] != texts[2]
+
+
+def test_speculative_chunks_are_seeded_accept_lengths() -> None:
+    lengths = []
+    for _ in range(2):
+        engine = make_engine(f"--disable-custom-all-reduce {EAGLE} {EAGLE_TREE}", seed=3)
+        request, chunks = run(engine, [1], 30)
+        engine.stop()
+        lengths.append([len(c.new_token_ids) for c in chunks])
+        assert request.spec_verify_ct == len(chunks) - 1  # the first token comes from prefill
+    assert lengths[0] == lengths[1]
+    assert max(lengths[0]) <= 3 and sum(lengths[0]) == 30
+
+
+def test_prefix_cache_and_flush() -> None:
+    engine = make_engine("--disable-custom-all-reduce")
+    run(engine, [5] * 20, 1)
+    request, _ = run(engine, [5] * 20 + [6], 1)
+    assert request.cached_tokens == 20
+    pending = Request(rid="p", prompt_ids=[9], max_new_tokens=30)
+    engine.submit(pending)
+    assert engine.flush_cache() is False
+    while not pending.chunks.get(timeout=10).finished:
+        pass
+    assert engine.flush_cache() is True
+    request, _ = run(engine, [5] * 20, 1)
+    assert request.cached_tokens == 0
+    engine.stop()
