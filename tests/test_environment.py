@@ -224,8 +224,8 @@ def test_diff_replaces_for_another_environment_and_updates_otherwise(
 
 
 def test_diff_of_the_same_inputs_is_no_change() -> None:
-    olds = {**props_for("~/env"), "requested_venv_path": "~/env", "venv_path": "/root/env"}
-    assert not _PythonEnvironmentProvider().diff("/root/env", olds, props_for("~/env")).changes
+    olds = {**props_for("~/env"), "requested_venv_path": "~/env", "venv_path": "/home/gpu/env"}
+    assert not _PythonEnvironmentProvider().diff("/home/gpu/env", olds, props_for("~/env")).changes
 
 
 def test_new_key_for_the_same_host_updates_in_place() -> None:
