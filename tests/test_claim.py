@@ -235,3 +235,112 @@ def test_two_updates_racing_for_one_host_one_wins_the_other_launches_nothing(
     assert f"this update of '{losers[0]}' stops here and launches nothing" in outcomes[losers[0]][1]
     holder = claim.read(conn, state_dir=state_dir)
     assert holder is not None and holder.stack == winners[0]
+
+
+PULUMI_PROGRAM = """
+import time
+
+import pulumi
+import pulumi.dynamic as dynamic
+
+
+class ClaimProvider(dynamic.ResourceProvider):
+    def create(self, props):
+        from components import claim
+        from components._transport import Connection
+
+        claim.acquire(Connection.local(), props["stack"], takeover=True, state_dir=props["state_dir"])
+        return dynamic.CreateResult(props["stack"], props)
+
+
+class ServerProvider(dynamic.ResourceProvider):
+    def create(self, props):
+        time.sleep(props["loading_s"])
+        if props["oom"]:
+            raise RuntimeError("the server died: CUDA out of memory")
+        return dynamic.CreateResult("server", props)
+
+
+class GpuClaim(dynamic.Resource):
+    def __init__(self, name, props, opts=None):
+        super().__init__(ClaimProvider(), name, props, opts)
+
+
+class Server(dynamic.Resource):
+    def __init__(self, name, props, opts=None):
+        super().__init__(ServerProvider(), name, props, opts)
+
+
+config = pulumi.Config()
+claimed = GpuClaim("claim", {"stack": pulumi.get_stack(), "state_dir": config.require("stateDir")})
+Server(
+    "server",
+    {"loading_s": config.require_float("loadingS"), "oom": config.require_bool("oom")},
+    pulumi.ResourceOptions(depends_on=[claimed]),
+)
+"""
+
+
+@pytest.mark.integration
+def test_pulumi_updates_hold_the_host_while_they_run_and_a_failed_one_frees_it(tmp_path: Path) -> None:
+    from tests._pulumi import pulumi_binary
+
+    pulumi = pulumi_binary()
+    project, host_state = tmp_path / "project", str(tmp_path / "host-state")
+    (tmp_path / "backend").mkdir()
+    project.mkdir()
+    (project / "Pulumi.yaml").write_text(
+        f"name: claim-check\nruntime:\n  name: python\n  options:\n    virtualenv: {REPO / '.venv'}\n"
+    )
+    (project / "__main__.py").write_text(PULUMI_PROGRAM)
+    env = {
+        **os.environ,
+        "PULUMI_BACKEND_URL": f"file://{tmp_path / 'backend'}",
+        "PULUMI_CONFIG_PASSPHRASE": "test",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PYTHONPATH": str(REPO),
+    }
+
+    def pulumi_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [pulumi, *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    for stack, loading_s, oom in (("eagle3-bs128", "6", "true"), ("baseline", "0", "false")):
+        pulumi_cli("stack", "init", stack)
+        pulumi_cli("config", "set", "-s", stack, "stateDir", host_state)
+        pulumi_cli("config", "set", "-s", stack, "loadingS", loading_s)
+        pulumi_cli("config", "set", "-s", stack, "oom", oom)
+
+    doomed = subprocess.Popen(
+        [pulumi, "up", "--yes", "--skip-preview", "-s", "eagle3-bs128"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        holder = None
+        while not (holder and holder.updating) and time.monotonic() < deadline and doomed.poll() is None:
+            holder = claim.read(Connection.local(), state_dir=host_state)
+            time.sleep(0.2)
+        assert holder is not None and (holder.stack, holder.updating) == ("eagle3-bs128", True), (
+            doomed.communicate()[0] if doomed.poll() is not None else ""
+        )
+
+        racing = pulumi_cli("up", "--yes", "--skip-preview", "-s", "baseline")
+        doomed_output = doomed.communicate(timeout=120)[0]
+    finally:
+        if doomed.poll() is None:
+            doomed.kill()
+    rollback = pulumi_cli("up", "--yes", "--skip-preview", "-s", "baseline")
+
+    assert racing.returncode != 0
+    assert "Stack 'eagle3-bs128'" in racing.stdout and "launches nothing" in racing.stdout
+    assert doomed.returncode != 0 and "CUDA out of memory" in doomed_output
+    assert rollback.returncode == 0, rollback.stdout + rollback.stderr
+    holder = claim.read(Connection.local(), state_dir=host_state)
+    assert holder is not None and (holder.stack, holder.updating) == ("baseline", False)
