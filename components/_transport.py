@@ -6,6 +6,10 @@ It must not leave the call open: a background process it starts keeps the output
 the SSH session) open unless it is detached, always as
 ``setsid nohup COMMAND >LOG 2>&1 </dev/null &``. `run` notices a script that finished while a
 background process still holds its output, and says so instead of waiting for the timeout.
+
+`open_session` leaves a script running and talks to it line by line; the script sees end of file
+on stdin when the session is closed or this process ends, which is how a host learns that the
+update holding it is over.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ _LINGER_S = 3.0
 # `[host]:port` spelling of known_hosts out of the way.
 _HOST_KEY_ALIAS = "sglang-stacks-pinned-host"
 _KEY_TYPES = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+)$")
+# Ends a session's script on the host's stderr; nothing waits for it.
+_SESSION_MARKER = "__sglang_stacks_session"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_OR_USER = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
 
@@ -167,13 +173,12 @@ def run(
     what the script reads. A script still running after ``timeout_s`` is stopped on the host and
     HostError is raised, as it is when the host cannot be reached or authenticated.
     """
-    prelude = "".join(f"export {name}={quote(value)}\n" for name, value in _checked_env(env).items())
 
     def feed(pipe: IO[bytes]) -> None:
         if stdin:
             pipe.write(stdin)
 
-    return _execute(conn, prelude + script, timeout_s=timeout_s, feed=feed)
+    return _execute(conn, _exports(env) + script, timeout_s=timeout_s, feed=feed)
 
 
 def upload(
@@ -294,7 +299,8 @@ class Session:
 
     def _ended(self) -> HostError:
         self.close(timeout_s=5)
-        stderr = self._stderr.decode(errors="replace")
+        lines = self._stderr.decode(errors="replace").splitlines()
+        stderr = "\n".join(line for line in lines if not line.startswith(_SESSION_MARKER))
         if self.conn.kind == "ssh" and self._process.returncode == 255:
             return _ssh_failure(self.conn, stderr)
         return HostError(
@@ -312,8 +318,7 @@ def open_session(
     end of file on stdin when the session is closed or this process ends. The host stops it
     after ``max_lifetime_s`` in any case.
     """
-    prelude = "".join(f"export {name}={quote(value)}\n" for name, value in _checked_env(env).items())
-    body = (prelude + script).encode()
+    body = (_exports(env) + script).encode()
     files = contextlib.ExitStack()
     argv = files.enter_context(_command_line(conn))
     try:
@@ -322,7 +327,7 @@ def open_session(
         files.close()
         raise
     session = Session(conn, process, files)
-    session.send(f"__sglang_stacks_session {max_lifetime_s:g} {len(body)}\n".encode() + body)
+    session.send(f"{_SESSION_MARKER} {max_lifetime_s:g} {len(body)}\n".encode() + body)
     return session
 
 
@@ -332,14 +337,15 @@ def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def _checked_env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+def _exports(env: Mapping[str, str] | None) -> str:
+    """``export NAME=value`` lines for the top of a script, every value quoted."""
     for name in env or {}:
         if not _ENV_NAME.match(name):
             raise SpecError(
                 f"Environment variable name {name!r} is not valid for bash; use letters, digits and "
                 "underscores, not starting with a digit."
             )
-    return env or {}
+    return "".join(f"export {name}={quote(value)}\n" for name, value in (env or {}).items())
 
 
 def _host_key_lines(host_key: str) -> list[str]:
