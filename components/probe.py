@@ -251,34 +251,44 @@ def probe(
     """Runs the probe on the host and parses what it printed; HostError when nvidia-smi fails."""
     result = run(conn, probe_script(nvidia_smi), timeout_s=timeout_s)
     sections = _sections(result.stdout)
+    command = " ".join(nvidia_smi)
     for section in _SECTIONS:
         if section not in sections:
             raise HostError(
                 f"The GPU probe on {conn.label} stopped before its {section} step "
-                f"(exit {result.exit_code}). {result.stderr.strip()} Run `nvidia-smi` on the host to see why."
+                f"(exit {result.exit_code}). {result.stderr.strip()} Run `{command}` on the host to see why."
             )
-        exit_code, text = sections[section]
-        if exit_code != 0:
-            command = " ".join(nvidia_smi)
-            hint = (
-                f"`{command}` is not installed there; install the NVIDIA driver"
-                if exit_code == 127
-                else "check the NVIDIA driver with `nvidia-smi` on the host"
-            )
-            raise HostError(
-                f"`{command}` failed on {conn.label} (exit {exit_code}) in the {section} step: "
-                f"{text.strip()[-400:] or 'no output'}. Fix: {hint}."
-            )
-    gpus = parse_query_gpu(sections["query-gpu"][1])
+    gpus = parse_query_gpu(_succeeded(conn, command, sections, "query-gpu"))
     if not gpus:
         raise HostError(
             f"nvidia-smi on {conn.label} lists no GPU. Check that the driver sees the GPUs "
             "(`nvidia-smi -L`) and that this user may use them."
         )
+    # Some virtual machines refuse `topo -m`; with one GPU there are no links to read anyway.
+    if len(gpus) == 1 and sections["topo"][0] != 0:
+        interconnect: Interconnect = "single"
+    else:
+        interconnect = parse_topology(_succeeded(conn, command, sections, "topo"))
     return HostFacts(
         gpus=tuple(gpus),
-        compute_apps=tuple(parse_compute_apps(sections["compute-apps"][1])),
-        interconnect=parse_topology(sections["topo"][1]),
+        compute_apps=tuple(parse_compute_apps(_succeeded(conn, command, sections, "compute-apps"))),
+        interconnect=interconnect,
+    )
+
+
+def _succeeded(conn: Connection, command: str, sections: dict[str, tuple[int, str]], section: str) -> str:
+    """The output of one probe step; HostError with the tool's own message when it failed."""
+    exit_code, text = sections[section]
+    if exit_code == 0:
+        return text
+    hint = (
+        f"`{command}` is not installed there; install the NVIDIA driver"
+        if exit_code == 127
+        else "check the NVIDIA driver with `nvidia-smi` on the host"
+    )
+    raise HostError(
+        f"`{command}` failed on {conn.label} (exit {exit_code}) in the {section} step: "
+        f"{text.strip()[-400:] or 'no output'}. Fix: {hint}."
     )
 
 

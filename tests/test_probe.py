@@ -282,3 +282,14 @@ def test_emulator_host_answers_the_probe_as_the_stacks_declare_it() -> None:
 
     assert compare_facts(HostSpec(), facts) == []
     assert {key: facts.summary()[key] for key in EMULATOR_HOST_FACTS} == EMULATOR_HOST_FACTS
+
+
+def test_single_gpu_host_that_refuses_topology_still_probes(tmp_path: Path) -> None:
+    command = fake_nvidia_smi(tmp_path)
+    text = command.read_text().replace(f"cat {H200 / 'topo.txt'}", "echo 'topo: Not Supported'; exit 3")
+    assert "Not Supported" in text
+    command.write_text(text)
+
+    facts = probe(Connection.local(), nvidia_smi=(str(command),))
+
+    assert (facts.gpu_count, facts.interconnect) == (1, "single")
