@@ -214,7 +214,7 @@ def load_profile(path: str | None = None) -> Profile:
         source = f"shipped:{chosen}"
     else:
         try:
-            text = Path(chosen).read_text()
+            text = Path(chosen).expanduser().read_text()
         except OSError as exc:
             raise ProfileError(
                 f"Cannot read the emulator profile {chosen!r}: {exc.strerror}. "

@@ -29,7 +29,7 @@ class GpuProcess:
 def state_dir() -> StateDir:
     """``$SGLANG_EMULATOR_STATE_DIR`` or ``~/.sglang-emulator``."""
     configured = os.environ.get("SGLANG_EMULATOR_STATE_DIR")
-    return StateDir(Path(configured) if configured else Path.home() / ".sglang-emulator")
+    return StateDir(Path(configured).expanduser() if configured else Path.home() / ".sglang-emulator")
 
 
 def _start_ticks(pid: int) -> str | None:
