@@ -142,6 +142,7 @@ def main(argv: list[str]) -> int:
     model = PerformanceModel(config, profile)
     engine = Engine(model, plan.max_running_requests, plan.max_total_num_tokens, config.random_seed, tp0)
     context = ServerContext(config, profile, plan, engine, faults, note, on_generation_finished)
+    boot.start_http()
     print(f"INFO:     Started server process [{os.getpid()}]", file=sys.stderr, flush=True)
     print("INFO:     Waiting for application startup.", file=sys.stderr, flush=True)
     print("INFO:     Application startup complete.", file=sys.stderr, flush=True)

@@ -293,6 +293,10 @@ class Boot:
             )
             avail -= plan.draft_cuda_graph_gib / 2
 
+    def start_http(self) -> None:
+        """The tokenizer manager and the HTTP app come up before uvicorn binds."""
+        self._wait(self.profile.startup.http_start_s)
+
     def warm_up(self, run_warmup_request: Callable[[], None]) -> None:
         """After uvicorn is up: the warmup request, any injected slowness, then ready."""
         self._hang_if("warmup")

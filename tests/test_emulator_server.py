@@ -6,6 +6,7 @@ import itertools
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -203,3 +204,16 @@ def test_decode_is_no_faster_than_the_model(eagle: RunningEmulator, baseline: Ru
     body = {"text": "x", "sampling_params": {"max_new_tokens": 40}}
     reply = httpx.post(baseline.base_url + "/generate", json=body).json()
     assert reply["meta_info"]["e2e_latency"] >= 39 / 89.5 * 0.99
+
+
+def test_api_key_guards_everything_but_health_and_metrics(tmp_path: Path) -> None:
+    flags = [*BASE_FLAGS, "--api-key", "sesame", "--enable-metrics"]
+    with start_emulator(flags, state_dir=str(tmp_path)) as server:
+        assert server.wait_ready(30), server.log()
+        assert httpx.get(server.base_url + "/health").status_code == 200
+        assert httpx.get(server.base_url + "/metrics").status_code == 200
+        assert httpx.get(server.base_url + "/v1/models").status_code == 401
+        authorized = httpx.get(server.base_url + "/v1/models", headers={"Authorization": "Bearer sesame"})
+        assert authorized.status_code == 200
+        assert "sesame" not in json.dumps(httpx.get(server.base_url + "/server_info", headers={
+            "Authorization": "Bearer sesame"}).json())  # fmt: skip
