@@ -15,7 +15,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dynamic
 
-from components import _transport, history, stats
+from components import _transport, claim, history, stats
 from components._resource import connect
 from components._transport import quote
 from components.errors import BenchmarkError
@@ -60,6 +60,14 @@ def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
 
 def measure(props: Mapping[str, Any]) -> dict[str, Any]:
     """Runs the benchmark, records it in the history, and returns the outputs."""
+    # GPU time belongs to the stack that holds the claim; a lost claim stops here.
+    claim.acquire(
+        connect(props),
+        props["stack"],
+        takeover=False,
+        update_id=props["update_id"],
+        state_dir=props["state_dir"],
+    )
     document = run_on_host(props)
     levels = stats.summarize_levels(document)
     headline = levels[0]
@@ -114,6 +122,8 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
         sglang_version: pulumi.Input[str],
         flags_digest: pulumi.Input[str],
         workload: Mapping[str, Any],
+        state_dir: str,
+        update_id: str,
         gate: Mapping[str, Any] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -128,6 +138,8 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
             "flags_digest": flags_digest,
             "workload": dict(workload),
             "gate": dict(gate) if gate else None,
+            "state_dir": state_dir,
+            "update_id": update_id,
             "result": None,
             "levels": None,
             "tok_s": None,

@@ -140,12 +140,15 @@ class SGLangDeployment(pulumi.ComponentResource):
             nvidia_smi=nvidia_smi,
             opts=child,
         )
+        # New on every run; the resources take it as a label for the claim, never as a change.
+        update_id = uuid.uuid4().hex[:12]
         claim = GpuClaim(
             f"{name}-claim",
             connection=connection,
             stack=stack,
-            update_id=uuid.uuid4().hex[:12],
+            update_id=update_id,
             nvidia_smi=nvidia_smi,
+            state_dir=spec.host.state_dir,
             takeover=spec.launch.takeover,
             stop_timeout_s=spec.launch.stop_timeout_s,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[probe]),
@@ -159,6 +162,7 @@ class SGLangDeployment(pulumi.ComponentResource):
                 source=spec.draft_model.source,
                 local_path=spec.draft_model.local_path,
                 path_on_host=spec.draft_model.path_on_host,
+                sha256=spec.draft_model.sha256,
                 sha256_manifest=spec.draft_model.sha256_manifest,
                 opts=child,
             )
@@ -178,7 +182,9 @@ class SGLangDeployment(pulumi.ComponentResource):
             port=port,
             nvidia_smi=nvidia_smi,
             draft_digest=draft_digest,
-            log_dir=spec.launch.log_dir,
+            state_dir=spec.host.state_dir,
+            update_id=update_id,
+            log_dir=spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs",
             ready_timeout_s=spec.launch.ready_timeout_s,
             stop_timeout_s=spec.launch.stop_timeout_s,
             opts=pulumi.ResourceOptions(parent=self, depends_on=gpu_ready),
@@ -196,6 +202,8 @@ class SGLangDeployment(pulumi.ComponentResource):
             flags_digest=launch_flags.apply(flags_digest),
             workload=workload,
             gate=spec.gate.model_dump(mode="json") if spec.gate else None,
+            state_dir=spec.host.state_dir,
+            update_id=update_id,
             opts=child,
         )
 

@@ -89,7 +89,11 @@ def take_claim(props: Mapping[str, Any]) -> dict[str, Any]:
     """Claims the GPUs for this stack; a previous owner's server is stopped first."""
     conn = connect(props)
     previous = claim.acquire(
-        conn, props["stack"], takeover=bool(props["takeover"]), update_id=props["update_id"]
+        conn,
+        props["stack"],
+        takeover=bool(props["takeover"]),
+        update_id=props["update_id"],
+        state_dir=props["state_dir"],
     )
     if previous is not None and previous.server_pid:
         stop_pid(conn, previous.server_pid, props["nvidia_smi"], float(props["stop_timeout_s"]))
@@ -103,7 +107,9 @@ class _ClaimProvider(dynamic.ResourceProvider):
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         # The update id is new on every run and alone changes nothing; a claim that another stack
         # took (seen on refresh) is taken back.
-        changed = [key for key in ("connection", "stack", "takeover") if olds.get(key) != news.get(key)]
+        changed = [
+            key for key in ("connection", "stack", "takeover", "state_dir") if olds.get(key) != news.get(key)
+        ]
         if olds.get("owner") != news["stack"]:
             changed.append("owner")
         return dynamic.DiffResult(changes=bool(changed), replaces=[])
@@ -112,11 +118,11 @@ class _ClaimProvider(dynamic.ResourceProvider):
         return dynamic.UpdateResult({**news, **take_claim(news)})
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
-        current = claim.read(connect(props))
+        current = claim.read(connect(props), state_dir=props["state_dir"])
         return dynamic.ReadResult(id_, {**props, "owner": current.stack if current else ""})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
-        claim.release(connect(props), props["stack"])
+        claim.release(connect(props), props["stack"], state_dir=props["state_dir"])
 
 
 class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
@@ -136,11 +142,13 @@ class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
         stack: str,
         update_id: str,
         nvidia_smi: pulumi.Input[Sequence[str]],
+        state_dir: str,
         takeover: bool = True,
         stop_timeout_s: float = 120.0,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props = {
+            "state_dir": state_dir,
             "connection": connection,
             "stack": stack,
             "update_id": update_id,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import pulumi
 import pulumi.dynamic as dynamic
 
-from components import _transport
+from components import _transport, claim
 from components._resource import connect
 from components._transport import Connection, quote, quote_path
 from components.errors import ServerError
@@ -203,6 +203,10 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
     the fix.
     """
     conn = connect(props)
+    # Holding the claim for this update keeps a racing update of another stack from launching too.
+    claim.acquire(
+        conn, props["stack"], takeover=False, update_id=props["update_id"], state_dir=props["state_dir"]
+    )
     instance = uuid.uuid4().hex[:12]
     log_path = f"{props['log_dir'].rstrip('/')}/{props['stack']}-{instance}.log"
     launched = _transport.run(conn, _launch_script(props, log_path), timeout_s=60)
@@ -212,6 +216,7 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
             "Check that the Python environment exists on the host."
         )
     pid, start_ticks = (int(word) for word in launched.stdout.split()[:2])
+    claim.record_server(conn, props["stack"], pid, state_dir=props["state_dir"])
     waited = _transport.run(
         conn,
         _ready_script(props, pid, start_ticks, log_path),
@@ -271,7 +276,9 @@ class _ServerProvider(dynamic.ResourceProvider):
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         replaces = [key for key in REPLACING_INPUTS if olds.get(key) != news.get(key)]
         in_place = [
-            key for key in ("ready_timeout_s", "stop_timeout_s", "log_dir") if olds.get(key) != news.get(key)
+            key
+            for key in ("ready_timeout_s", "stop_timeout_s", "log_dir", "state_dir")
+            if olds.get(key) != news.get(key)
         ]
         return dynamic.DiffResult(
             changes=bool(replaces or in_place), replaces=replaces, delete_before_replace=True
@@ -328,6 +335,8 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
         env: Mapping[str, str],
         port: int,
         nvidia_smi: pulumi.Input[Sequence[str]],
+        state_dir: str,
+        update_id: str,
         draft_digest: pulumi.Input[str] | None = None,
         log_dir: str = "~/.sglang-stacks/logs",
         ready_timeout_s: float = 1800.0,
@@ -344,6 +353,8 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
             "port": port,
             "nvidia_smi": nvidia_smi,
             "draft_digest": draft_digest or "",
+            "state_dir": state_dir,
+            "update_id": update_id,
             "log_dir": log_dir,
             "ready_timeout_s": ready_timeout_s,
             "stop_timeout_s": stop_timeout_s,

@@ -93,6 +93,8 @@ class HostSpec(_Section):
     """CUDA compute capability, like ``12.0`` (SM120) or ``9.0`` (SM90)."""
     interconnect: Literal["pcie", "nvlink"] = EMULATOR_HOST_FACTS["interconnect"]
     """How the GPUs talk to each other: ``pcie`` only, or ``nvlink``."""
+    state_dir: str = Field(default="~/.sglang-stacks", pattern=r"^[A-Za-z0-9_./~-]+$")
+    """Folder on the host for sglang-stacks' own files: the GPU claim, server logs."""
 
     @model_validator(mode="after")
     def _facts_fit_the_kind(self) -> HostSpec:
@@ -258,6 +260,9 @@ class DraftModelSpec(_Section):
     """Folder on this machine to upload (source ``local`` only)."""
     path_on_host: str = Field(pattern=r"^/[^\x00-\x1f\x7f]*$")
     """Absolute folder on the host the server reads; the server's draft path unless that is set."""
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """Digest of the whole folder (sha256 of its sorted ``sha256sum`` listing); checked on the host
+    before launch."""
     sha256_manifest: dict[str, str] | None = None
     """Relative file path -> sha256 hex digest; checked on the host before launch."""
     weights_gb: float = Field(gt=0)
@@ -329,8 +334,8 @@ class LaunchSpec(_Section):
     """How long model loading and CUDA-graph capture may take before the start counts as failed."""
     stop_timeout_s: float = Field(default=120.0, gt=0)
     """How long a stopping server may take to exit and free its GPU memory."""
-    log_dir: str = Field(default="~/.sglang-stacks/logs", pattern=r"^[A-Za-z0-9_./~-]+$")
-    """Folder on the host for the server logs, one file per launch."""
+    log_dir: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_./~-]+$")
+    """Folder on the host for the server logs, one file per launch; default ``<host.state_dir>/logs``."""
     takeover: bool = True
     """Take the host's GPUs from another stack that holds them (its server is stopped first);
     false makes the update stop with an error instead."""
@@ -404,9 +409,7 @@ class StackSpec(BaseModel):
         return self.server.model_copy(update=fill)
 
 
-SECTION_KEYS: tuple[str, ...] = tuple(
-    field.alias or name for name, field in StackSpec.model_fields.items()
-)
+SECTION_KEYS: tuple[str, ...] = tuple(field.alias or name for name, field in StackSpec.model_fields.items())
 """The stack config keys that hold the spec's sections (``host``, ``draftModel``, ...)."""
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml  # type: ignore[import-untyped]  # types-PyYAML is not a project requirement
+import yaml
 
 from components.errors import SpecError
 from components.spec import CONFIG_NAMESPACE, SECRET_KEYS, StackSpec, load_spec

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-LINKED = ("Pulumi.yaml", "__main__.py", "components", "sglang_flags", "sglang_emulator", "toolchain", ".venv")
+LINKED = (
+    "Pulumi.yaml",
+    "__main__.py",
+    "components",
+    "sglang_flags",
+    "sglang_emulator",
+    "toolchain",
+    "artifacts",
+    ".venv",
+)
 PASSPHRASE = "test-passphrase"
 
 
@@ -88,3 +97,55 @@ class Workspace:
     def outputs(self, stack: str) -> dict[str, Any]:
         result: dict[str, Any] = self.json("stack", "output", "--json", "-s", stack)
         return result
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def emulator_stack(
+    *,
+    port: int,
+    state_dir: Path,
+    host: str = "  sglang-stacks:host:\n    kind: emulator\n",
+    server: str = "    cuda_graph_max_bs: 128\n",
+    draft: str = "",
+    extra: str = "",
+) -> str:
+    """A stack file's `config:` for a quick deployment to the emulator: the campaign's host and
+    model, a startup thousands of times faster than a real one, and a small benchmark."""
+    return (
+        "config:\n"
+        f"{host}"
+        f"    state_dir: {state_dir}/host\n"
+        "  sglang-stacks:environment:\n"
+        '    sglang_release: "0.5.8"\n'
+        "    emulator:\n"
+        "      time_scale: 0.002\n"
+        f"      state_dir: {state_dir}/gpus\n"
+        "  sglang-stacks:model:\n"
+        "    path: /shared/kimi-k2.5-int4\n"
+        "    weights_per_gpu_gb: 72.33\n"
+        f"{draft}"
+        "  sglang-stacks:server:\n"
+        "    tp_size: 8\n"
+        "    trust_remote_code: true\n"
+        "    disable_custom_all_reduce: true\n"
+        f"    port: {port}\n"
+        f"{server}"
+        "  sglang-stacks:benchmark:\n"
+        "    input_len: 32\n"
+        "    output_len: 48\n"
+        "    warmup_requests: 1\n"
+        "    repetitions: 3\n"
+        "    requests_per_repetition: 1\n"
+        "  sglang-stacks:launch:\n"
+        "    ready_timeout_s: 120\n"
+        "    stop_timeout_s: 30\n"
+        f"{extra}"
+    )
