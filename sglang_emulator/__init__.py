@@ -8,8 +8,17 @@ Stdlib only, so it can be copied into a bare virtualenv next to ``sglang_flags``
 
 from __future__ import annotations
 
-from sglang_emulator.profile import Profile, ProfileError, load_profile
+from sglang_emulator.launcher import RunningEmulator, start_emulator
+from sglang_emulator.profile import Profile, ProfileError, load_profile, shipped_profiles
 
-__all__ = ["EMULATOR_NAME", "Profile", "ProfileError", "load_profile"]
+__all__ = [
+    "EMULATOR_NAME",
+    "Profile",
+    "ProfileError",
+    "RunningEmulator",
+    "load_profile",
+    "shipped_profiles",
+    "start_emulator",
+]
 
 EMULATOR_NAME = "sglang-emulator"

@@ -72,3 +72,10 @@ def test_fake_tokenizer_counts_four_character_pieces_and_round_trips_outputs() -
     assert encode("hello", 1000) == encode("hello", 1000)
     generated = "".join(" " + w for w in GENERATED_WORDS)
     assert count_tokens(generated) == len(GENERATED_WORDS)
+
+
+def test_public_surface_is_sorted_and_importable() -> None:
+    import sglang_emulator
+
+    assert sglang_emulator.__all__ == sorted(sglang_emulator.__all__)
+    assert all(hasattr(sglang_emulator, name) for name in sglang_emulator.__all__)

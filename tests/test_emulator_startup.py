@@ -65,7 +65,7 @@ def test_graph_capture_takes_longer_with_more_batch_sizes(tmp_path: Path) -> Non
 
 
 def test_health_is_503_until_warmup_finishes(tmp_path: Path) -> None:
-    env = {"SGLANG_EMULATOR_FAULTS": '{"slow_readiness_s": 1.5}'}
+    env = {"SGLANG_EMULATOR_FAULTS": '{"slow_readiness_s": 0.8}'}
     with start_emulator(BASE, state_dir=str(tmp_path), env=env, wait=False) as server:
         for _ in range(300):
             try:
