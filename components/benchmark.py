@@ -16,6 +16,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import _transport, claim, history, stats
+from components import gate as regression_gate
 from components._resource import connect
 from components._transport import quote
 from components.errors import BenchmarkError
@@ -71,14 +72,19 @@ def measure(props: Mapping[str, Any]) -> dict[str, Any]:
     document = run_on_host(props)
     levels = stats.summarize_levels(document)
     headline = levels[0]
+    db_path = history.default_history_path()
     history.record(
-        history.default_history_path(),
+        db_path,
         props["stack"],
         props["flags_digest"],
         props["sglang_version"],
         props["launch_command"],
         headline,
     )
+    if props.get("gate"):
+        # The host is free for the baseline once this update lets go of it.
+        claim.finish(connect(props), props["stack"], state_dir=props["state_dir"])
+        regression_gate.check(props["stack"], headline, props["gate"], db_path)
     return {
         "result": headline.model_dump(mode="json"),
         "levels": [level.model_dump(mode="json") for level in levels],
