@@ -92,6 +92,19 @@ class Boot:
         config, plan, startup, host = self.config, self.plan, self.profile.startup, self.profile.host
         args = ", ".join(f"{k}={v!r}" for k, v in sorted(self.config.server_args.items()))
         self.log.info("server_args=ServerArgs(%s)", args)
+        self.log.info(
+            "sglang-emulator: memory plan per GPU: static pool %.3f x %.2f GB = %.2f GB; runtime %.2f GB, "
+            "weights %.2f GB, draft %.2f GB, driver reserve and other processes %.2f GB; KV pool %.2f GB (%d tokens)",
+            plan.mem_fraction_static,
+            plan.total_gib,
+            plan.mem_fraction_static * plan.total_gib,
+            plan.runtime_overhead_gib,
+            plan.weights_gib,
+            plan.draft_weights_gib,
+            plan.total_gib - plan.avail_before_load_gib,
+            plan.kv_pool_gib,
+            plan.max_total_num_tokens,
+        )
         self._wait(startup.process_start_s)
         self.tp0.info("Init torch distributed begin.")
         self._hang_if("init")
