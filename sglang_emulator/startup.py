@@ -94,7 +94,8 @@ class Boot:
         self.log.info("server_args=ServerArgs(%s)", args)
         self.log.info(
             "sglang-emulator: memory plan per GPU: static pool %.3f x %.2f GB = %.2f GB; runtime %.2f GB, "
-            "weights %.2f GB, draft %.2f GB, driver reserve and other processes %.2f GB; KV pool %.2f GB (%d tokens)",
+            "weights %.2f GB, draft %.2f GB, driver reserve and other processes %.2f GB; "
+            "KV pool %.2f GB (%d tokens)",
             plan.mem_fraction_static,
             plan.total_gib,
             plan.mem_fraction_static * plan.total_gib,
