@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from components import compare, history, promote
 from components.errors import FlagError, StacksError
 from components.flags import render_argv, render_command
 from components.memory import plan_memory
@@ -114,7 +115,78 @@ def _run_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _configure_compare(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "stacks", nargs="+", metavar="stack", help="two or more deployed stacks; the first is the reference"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    parser.add_argument(
+        "--all-flags", action="store_true", help="show every flag, not only those that differ"
+    )
+    parser.add_argument(
+        "--tolerance-pct",
+        type=float,
+        default=0.0,
+        help="exit 1 only when a stack is significantly slower than the first by more than this",
+    )
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    if len(args.stacks) < 2:
+        print(
+            "error: compare needs at least two stacks, e.g. `compare baseline eagle3-bs128`.", file=sys.stderr
+        )
+        return EXIT_BAD_INPUT
+    return compare.main_compare(
+        args.stacks, json_out=args.json, all_flags=args.all_flags, tolerance_pct=args.tolerance_pct
+    )
+
+
+def _configure_history(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stacks", nargs="*", metavar="stack", help="only these stacks (default: all)")
+    parser.add_argument(
+        "--plot", type=Path, metavar="PNG", help="also write a plot of tok/s per stack over time"
+    )
+    parser.add_argument("--db", type=Path, help="the history file (default: beside the Pulumi state)")
+
+
+def _run_history(args: argparse.Namespace) -> int:
+    db_path = args.db or history.default_history_path()
+    return history.main_history(db_path, args.stacks, args.plot)
+
+
+def _configure_promote(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("winner", help="the stack whose server configuration won")
+    parser.add_argument(
+        "target", nargs="?", default="baseline", help="the stack file to write (default: baseline)"
+    )
+    parser.add_argument("--yes", action="store_true", help="write without asking")
+    parser.add_argument("--stacks-dir", type=Path, default=STACKS_DIR, help=argparse.SUPPRESS)
+
+
+def _run_promote(args: argparse.Namespace) -> int:
+    return promote.promote(args.winner, args.target, yes=args.yes, stacks_dir=args.stacks_dir, out=sys.stdout)
+
+
 COMMANDS: dict[str, Command] = {
+    "compare": Command(
+        name="compare",
+        help="compare deployed stacks: flags side by side, metrics with change and significance, a verdict",
+        configure=_configure_compare,
+        run=_run_compare,
+    ),
+    "history": Command(
+        name="history",
+        help="print every recorded benchmark result, and plot tok/s per stack over time",
+        configure=_configure_history,
+        run=_run_history,
+    ),
+    "promote": Command(
+        name="promote",
+        help="copy a winning stack's server configuration into another stack's file (default: baseline)",
+        configure=_configure_promote,
+        run=_run_promote,
+    ),
     "render": Command(
         name="render",
         help="print a stack's launch command, memory plan and preflight findings, without deploying",

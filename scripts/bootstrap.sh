@@ -81,8 +81,19 @@ export PULUMI_BACKEND_URL="\${PULUMI_BACKEND_URL:-file://\$HOME/.sglang-stacks/s
 ENV
 }
 
+# The companion CLI as a command: `sglang-stacks render baseline`, `sglang-stacks compare a b`.
+install_cli() {
+    cat >"$ROOT/.venv/bin/sglang-stacks" <<CLI
+#!/bin/sh
+# sglang-stacks' companion CLI (components/cli.py), run in the project folder.
+cd "$ROOT" && exec "$ROOT/.venv/bin/python" -m components.cli "\$@"
+CLI
+    chmod 0755 "$ROOT/.venv/bin/sglang-stacks"
+}
+
 main() {
     ensure_venv
+    install_cli
     write_env "$(ensure_toolchain)"
 }
 

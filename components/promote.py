@@ -1,0 +1,105 @@
+"""Promote a winning stack's server configuration into another stack's file (usually baseline).
+
+The `server` section, and the `draftModel` section that speculative flags depend on, are copied
+as text, so the target file keeps its own comments and every other section. The change is shown
+as a diff and written only after confirmation.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from components.errors import SpecError
+from components.spec import CONFIG_NAMESPACE, load_spec
+from components.stackfile import STACKS_DIR, read_stack_file, stack_path
+
+PROMOTED_SECTIONS = ("server", "draftModel")
+_SECTION_LINE = re.compile(rf"^  {re.escape(CONFIG_NAMESPACE)}:(?P<key>[A-Za-z_]+):")
+
+
+def _blocks(text: str) -> dict[str, tuple[int, int]]:
+    """Each config section's line range [start, end) in a stack file's text."""
+    lines = text.splitlines(keepends=True)
+    starts = [(i, m.group("key")) for i, line in enumerate(lines) if (m := _SECTION_LINE.match(line))]
+    blocks: dict[str, tuple[int, int]] = {}
+    for number, (start, key) in enumerate(starts):
+        end = starts[number + 1][0] if number + 1 < len(starts) else len(lines)
+        # A section ends at the first line indented less than its body (a new top-level key).
+        for i in range(start + 1, end):
+            if lines[i].strip() and not lines[i].startswith("    ") and not lines[i].startswith("  #"):
+                end = i
+                break
+        while end > start + 1 and lines[end - 1].strip().startswith("#") and lines[end - 1].startswith("  #"):
+            end -= 1  # comments that introduce the next section stay with it
+        blocks[key] = (start, end)
+    return blocks
+
+
+def promoted_text(winner_text: str, target_text: str) -> str:
+    """The target file's text with the winner's promoted sections in place of its own."""
+    winner_lines = winner_text.splitlines(keepends=True)
+    target_lines = target_text.splitlines(keepends=True)
+    winner_blocks, target_blocks = _blocks(winner_text), _blocks(target_text)
+    if "server" not in winner_blocks:
+        raise SpecError("The winning stack's file has no sglang-stacks:server section to promote.")
+    if not target_blocks:
+        raise SpecError("The target stack's file has no sglang-stacks: sections under config.")
+    # Sections the target lacks go right after its last section, inside `config:`.
+    config_end = max(end for _, end in target_blocks.values())
+    edits: list[tuple[int, int, list[str]]] = []
+    for key in PROMOTED_SECTIONS:
+        new = winner_lines[slice(*winner_blocks[key])] if key in winner_blocks else []
+        edits.append((*target_blocks.get(key, (config_end, config_end)), new))
+    if target_lines and not target_lines[config_end - 1].endswith("\n"):
+        target_lines[config_end - 1] += "\n"
+    for start, end, new in sorted(edits, key=lambda edit: edit[0], reverse=True):
+        target_lines[start:end] = new
+    return "".join(target_lines)
+
+
+def promote(
+    winner: str,
+    target: str,
+    *,
+    yes: bool,
+    stacks_dir: Path = STACKS_DIR,
+    confirm: Callable[[str], str] = input,
+    out: TextIO,
+) -> int:
+    """Shows the diff of `target`'s file and writes it after confirmation; the exit code."""
+    if winner == target:
+        raise SpecError(f"Promote copies one stack into another; {winner!r} was named twice.")
+    winner_path, target_path = stack_path(winner, stacks_dir), stack_path(target, stacks_dir)
+    read_stack_file(winner, stacks_dir)
+    read_stack_file(target, stacks_dir)
+    before = target_path.read_text()
+    after = promoted_text(winner_path.read_text(), before)
+    if after == before:
+        print(f"{target} already has {winner}'s server configuration; nothing to promote.", file=out)
+        return 0
+    # The result must still be a valid stack before anything is written.
+    with tempfile.TemporaryDirectory() as scratch:
+        stack_path(target, Path(scratch)).write_text(after)
+        load_spec(read_stack_file(target, Path(scratch)).sections, target)
+    diff = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        fromfile=str(target_path),
+        tofile=f"{target_path} (with {winner}'s server)",
+    )
+    out.write("".join(diff))
+    if not yes and confirm(f"\nWrite this to {target_path}? [y/N] ").strip().lower() not in ("y", "yes"):
+        print("Nothing written.", file=out)
+        return 1
+    target_path.write_text(after)
+    print(
+        f"Promoted {winner}'s {' and '.join(PROMOTED_SECTIONS)} into {target_path}. "
+        f"`pulumi preview --diff -s {target}` shows what deploying it will change.",
+        file=out,
+    )
+    return 0
