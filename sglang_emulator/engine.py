@@ -145,11 +145,6 @@ class Engine:
             self._prefixes.clear()
             return True
 
-    @property
-    def busy(self) -> bool:
-        with self._wake:
-            return bool(self._inflight)
-
     def token_usage(self) -> float:
         used = sum(len(r.prompt_ids) + r.completion_tokens for r in self._running)
         return used / self._max_tokens if self._max_tokens else 0.0

@@ -19,7 +19,6 @@ __all__ = [
     "capture_batch_sizes",
     "parse_launch_flags",
     "resolve_launch",
-    "server_args_view",
 ]
 
 DEFAULT_RELEASE = "0.5.8"
@@ -149,13 +148,6 @@ def resolve_launch(release: str, args: argparse.Namespace, profile: Profile) -> 
         api_key=raw.get("api_key"),
     )
     return _with_server_args(resolved, raw)
-
-
-def server_args_view(config: LaunchConfig, mem_fraction_static: float, max_running: int) -> dict[str, Any]:
-    """Every server arg as ``/server_info`` reports it, with the values SGLang resolved."""
-    view = dict(config.server_args)
-    view.update(mem_fraction_static=mem_fraction_static, max_running_requests=max_running)
-    return view
 
 
 def _with_server_args(config: LaunchConfig, raw: dict[str, Any]) -> LaunchConfig:

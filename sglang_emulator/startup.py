@@ -138,7 +138,7 @@ class Boot:
         self.tp0.info("Load weight begin. avail mem=%.2f GB", avail)
         self._hang_if("weights")
         self._wait(plan.weights_gib / startup.weight_load_gib_per_s)
-        if plan.weights_gib > avail:
+        if not plan.weights_fit:
             self._fail(
                 [
                     (
