@@ -7,6 +7,7 @@ defaults, the running-request limit) so the models below read one release-indepe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,7 +177,7 @@ def _with_server_args(config: LaunchConfig, raw: dict[str, Any]) -> LaunchConfig
         )
     view.pop("api_key", None)
     view.pop("admin_api_key", None)
-    return LaunchConfig(**{**config.__dict__, "server_args": view})
+    return dataclasses.replace(config, server_args=view)
 
 
 def _resolve_speculative(raw: dict[str, Any], profile: Profile) -> SpeculativeConfig | None:
