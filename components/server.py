@@ -39,6 +39,8 @@ class Failure:
     fix: str
 
 
+# Checked in order. SGLang wraps every error during CUDA-graph capture in "Capture cuda graph
+# failed", so the specific causes come before the out-of-memory pattern that phrase belongs to.
 _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
     (
         re.compile(r"error: (unrecognized arguments|ambiguous option|argument [^:]+: invalid)"),
@@ -50,19 +52,29 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
         ),
     ),
     (
-        re.compile(r"Not enough memory|CUDA out of memory|OutOfMemoryError|Capture cuda graph failed"),
-        Failure(
-            "out_of_memory",
-            "Raise server.mem_fraction_static to at least the smallest fraction the memory plan of "
-            "`python -m components.cli render <stack>` gives, or lower server.cuda_graph_max_bs.",
-        ),
-    ),
-    (
         re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|NCCL_ALGO"),
         Failure(
             "nccl",
             "Check the NCCL settings in environment.env (NCCL_ALGO=Tree cannot run with CUDA graphs) "
             "and keep server.disable_custom_all_reduce on PCIe hosts.",
+        ),
+    ),
+    (
+        # Kernels that do not support the GPU: SGLang reports them inside the CUDA-graph capture
+        # error, so they are looked for before out-of-memory.
+        re.compile(r"FlashInfer JIT failed|torch symmetric memory|not supported on (this GPU|SM)"),
+        Failure(
+            "other",
+            "A kernel this flag selects does not support the host's GPU architecture. Remove the flag "
+            "(preflight knows the SM120 cases: `python -m components.cli render <stack>`).",
+        ),
+    ),
+    (
+        re.compile(r"Not enough memory|CUDA out of memory|OutOfMemoryError|Capture cuda graph failed"),
+        Failure(
+            "out_of_memory",
+            "Raise server.mem_fraction_static to at least the smallest fraction the memory plan of "
+            "`python -m components.cli render <stack>` gives, or lower server.cuda_graph_max_bs.",
         ),
     ),
     (
