@@ -10,7 +10,8 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,8 @@ class Workspace:
 
     path: Path
     backend: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """Variables every command of this workspace also gets (e.g. the results history's path)."""
 
     @classmethod
     def create(cls, tmp: Path) -> Workspace:
@@ -56,7 +59,8 @@ class Workspace:
                 (path / name).symlink_to(ROOT / name)
         return cls(path, backend)
 
-    def env(self) -> dict[str, str]:
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment of the workspace's commands; ``extra`` adds or overrides variables."""
         env = dict(os.environ)
         env.update(
             PULUMI_BACKEND_URL=f"file://{self.backend}",
@@ -65,14 +69,20 @@ class Workspace:
             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
             SGLANG_STACKS_HOME=str(ROOT),
         )
+        env.update(self.extra_env)
+        env.update(extra or {})
         return env
 
-    def run(self, *args: str, check: bool = True, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-        """Runs `pulumi <args>` in the workspace; on failure the assertion shows its output."""
+    def run(
+        self, *args: str, check: bool = True, timeout_s: float = 600, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs `pulumi <args>` in the workspace, with `stdin` as its input (a secret's value, say);
+        on failure the assertion shows its output."""
         result = subprocess.run(
             [pulumi_binary(), *args, "--non-interactive"],
             cwd=self.path,
             env=self.env(),
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout_s,

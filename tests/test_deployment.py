@@ -1,0 +1,374 @@
+"""The whole deployment with the real Pulumi CLI, over a real OpenSSH server, in front of the
+SGLang emulator: up, a second up that changes nothing, the flag-by-flag diff of the EAGLE-3
+change, the takeover by another stack and the rollback, a killed server relaunched, destroy,
+a host that is not what the stack declares, a server that fails to start, two racing updates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.spec import EMULATOR_HOST_FACTS
+from tests._pulumi import ROOT, Workspace, emulator_stack, free_port, pulumi_binary
+from tests.sshd import SshServer, start_sshd
+
+pytestmark = pytest.mark.integration
+
+DRAFT_SHA256 = "fbd5f417dc41ab67521f9f8ec82c37c42f8fb257591ffc10b2371bd10e116cf8"
+EAGLE3_SERVER = (
+    "    cuda_graph_max_bs: 128\n"
+    "    mem_fraction_static: 0.88\n"
+    "    speculative_algorithm: EAGLE\n"
+    "    speculative_num_steps: 2\n"
+    "    speculative_eagle_topk: 4\n"
+    "    speculative_num_draft_tokens: 4\n"
+)
+
+
+@pytest.fixture(scope="module")
+def sshd() -> Iterator[SshServer]:
+    with start_sshd() as server:
+        yield server
+
+
+@pytest.fixture
+def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The results history the benchmarks of this test write to."""
+    path = tmp_path / "history.sqlite"
+    monkeypatch.setenv("SGLANG_STACKS_HISTORY", str(path))
+    return path
+
+
+@pytest.fixture
+def ports() -> Iterator[list[int]]:
+    """Server ports for the test; any emulator still serving on one of them is stopped after it."""
+    taken: list[int] = []
+    yield taken
+    for port in taken:
+        for pid in emulator_pids(port):
+            os.kill(pid, signal.SIGKILL)
+
+
+def new_port(ports: list[int]) -> int:
+    port = free_port()
+    ports.append(port)
+    return port
+
+
+def ssh_config(
+    server: SshServer,
+    state_dir: Path,
+    *,
+    port: int,
+    eagle3: bool = False,
+    emulator: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A stack's config for the emulator behind the test sshd: the baseline-bs128 launch, or with
+    `eagle3` the campaign's EAGLE-3 change with the stand-in draft model uploaded over SSH."""
+    facts = "".join(f"    {key}: {json.dumps(value)}\n" for key, value in EMULATOR_HOST_FACTS.items())
+    host = (
+        "  sglang-stacks:host:\n"
+        "    kind: ssh\n"
+        f"    address: {server.host}\n"
+        f"    port: {server.port}\n"
+        f"    user: {server.user}\n"
+        f"    host_key: {server.host_key}\n"
+        f"{facts}"
+    )
+    draft = (
+        "  sglang-stacks:draftModel:\n"
+        "    source: local\n"
+        "    local_path: artifacts/eagle3-standin\n"
+        f"    path_on_host: {state_dir}/draft/eagle3\n"
+        f"    sha256: {DRAFT_SHA256}\n"
+        "    weights_gb: 2.4\n"
+    )
+    text = emulator_stack(
+        port=port,
+        state_dir=state_dir,
+        host=host,
+        server=EAGLE3_SERVER if eagle3 else "    cuda_graph_max_bs: 128\n",
+        draft=draft if eagle3 else "",
+    )
+    config: dict[str, Any] = yaml.safe_load(text)["config"]
+    environment = config["sglang-stacks:environment"]
+    environment["runtime"] = "emulator"
+    environment["emulator"].update(emulator or {})
+    return config
+
+
+def write_config(workspace: Workspace, stack: str, config: dict[str, Any]) -> None:
+    """Makes `config` the stack's config, keeping its encrypted SSH key."""
+    path = workspace.path / "stacks" / f"Pulumi.{stack}.yaml"
+    document = yaml.safe_load(path.read_text()) or {}
+    secrets = {key: value for key, value in (document.get("config") or {}).items() if "sshPrivateKey" in key}
+    document["config"] = {**config, **secrets}
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+def new_stack(workspace: Workspace, stack: str, server: SshServer, config: dict[str, Any]) -> None:
+    """Creates `stack` with `config` and the test sshd's client key as the secret sshPrivateKey."""
+    workspace.init_stack(stack)
+    workspace.run("config", "set", "--secret", "sshPrivateKey", "-s", stack, stdin=server.client_key)
+    write_config(workspace, stack, config)
+
+
+def resources(workspace: Workspace, stack: str) -> dict[str, dict[str, Any]]:
+    """The stack's resources as its state holds them (secrets hidden), by resource name."""
+    exported = workspace.json("stack", "export", "-s", stack)
+    return {
+        resource["urn"].rsplit("::", 1)[1]: resource.get("outputs", {})
+        for resource in exported["deployment"].get("resources") or []
+    }
+
+
+def emulator_pids(port: int) -> list[int]:
+    """Emulated SGLang servers on this machine launched for `port`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"sglang_emulator" in words and b"--port" in words and str(port).encode() in words:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def gpu_processes(state_dir: Path) -> set[int]:
+    """The pids the emulator's nvidia-smi lists as holding GPU memory."""
+    listed = subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "python"),
+            "-m",
+            "sglang_emulator.nvidia_smi",
+            "--query-compute-apps=pid",
+            "--format=csv,noheader",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "SGLANG_EMULATOR_STATE_DIR": str(state_dir / "gpus")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {int(line) for line in listed.stdout.split()}
+
+
+def claim_file(state_dir: Path) -> dict[str, Any] | None:
+    path = state_dir / "host" / "claim.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def history_rows(path: Path, stack: str) -> int:
+    if not path.exists():
+        return 0
+    with sqlite3.connect(path) as db:
+        count: int = db.execute("SELECT COUNT(*) FROM results WHERE stack = ?", (stack,)).fetchone()[0]
+    return count
+
+
+def server_pid(workspace: Workspace, stack: str) -> int:
+    return int(resources(workspace, stack)[f"{stack}-server"]["pid"])
+
+
+def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_nothing(
+    workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
+) -> None:
+    port = new_port(ports)
+    new_stack(workspace, "baseline", sshd, ssh_config(sshd, tmp_path, port=port))
+
+    workspace.run("up", "--yes", "-s", "baseline")
+    outputs = workspace.outputs("baseline")
+    assert 70 < outputs["tok_s"] < 95
+    assert outputs["sglang_version"] == "0.5.8"
+    assert outputs["host"]["gpu_count"] == 8
+    assert outputs["host"]["gpu_model"] == EMULATOR_HOST_FACTS["gpu_model"]
+    assert "-m sglang_emulator " in outputs["launch_command"]
+    assert "--cuda-graph-max-bs 128" in outputs["launch_command"]
+    pid = server_pid(workspace, "baseline")
+    assert emulator_pids(port) == [pid]
+    assert history_rows(history, "baseline") == 1
+
+    workspace.run("up", "--yes", "--expect-no-changes", "-s", "baseline")
+    assert server_pid(workspace, "baseline") == pid
+    assert history_rows(history, "baseline") == 1
+    assert workspace.outputs("baseline")["tok_s"] == outputs["tok_s"]
+
+    workspace.run("destroy", "--yes", "-s", "baseline")
+    assert emulator_pids(port) == []
+    assert claim_file(tmp_path) is None
+    assert pid not in gpu_processes(tmp_path)
+    key_lines = [line for line in sshd.client_key.splitlines() if line and not line.startswith("-----")]
+    exported = workspace.run("stack", "export", "--show-secrets=false", "-s", "baseline").stdout
+    for line in key_lines:
+        assert line not in exported
+    for state_file in workspace.backend.rglob("*"):
+        if state_file.is_file():
+            text = state_file.read_text(errors="replace")
+            assert not any(line in text for line in key_lines), state_file
+
+
+def test_eagle3_change_is_diffed_flag_by_flag_takes_the_host_over_and_baseline_rolls_back(
+    workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
+) -> None:
+    port = new_port(ports)
+    baseline, eagle3 = (ssh_config(sshd, tmp_path, port=port, eagle3=on) for on in (False, True))
+    new_stack(workspace, "baseline", sshd, baseline)
+    new_stack(workspace, "eagle3-bs128", sshd, eagle3)
+    workspace.run("up", "--yes", "-s", "baseline")
+    baseline_pid = server_pid(workspace, "baseline")
+
+    write_config(workspace, "baseline", eagle3)
+    diff = workspace.json("preview", "--diff", "--json", "-s", "baseline")
+    write_config(workspace, "baseline", baseline)
+    step = next(
+        step
+        for step in diff["steps"]
+        if step["urn"].endswith("::baseline-server") and step["op"] != "refresh"
+    )
+    old, new = step["oldState"]["inputs"]["flags"], step["newState"]["inputs"]["flags"]
+    assert step["op"] == "replace" and "flags" in step["replaceReasons"]
+    assert {flag for flag in old.keys() | new.keys() if old.get(flag) != new.get(flag)} == {
+        "--mem-fraction-static",
+        "--speculative-algorithm",
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+        "--speculative-draft-model-path",
+    }
+    assert new["--mem-fraction-static"] == "0.88"
+    assert new["--speculative-draft-model-path"] == f"{tmp_path}/draft/eagle3"
+    assert emulator_pids(port) == [baseline_pid]
+
+    workspace.run("up", "--yes", "-s", "eagle3-bs128")
+    eagle3_pid = server_pid(workspace, "eagle3-bs128")
+    assert emulator_pids(port) == [eagle3_pid]
+    held = gpu_processes(tmp_path)
+    assert eagle3_pid in held and baseline_pid not in held
+    assert (claim_file(tmp_path) or {})["stack"] == "eagle3-bs128"
+    outputs = workspace.outputs("eagle3-bs128")
+    assert 45 < outputs["tok_s"] < 65
+    assert outputs["benchmark"]["accept_length"] > 1
+    assert (tmp_path / "draft" / "eagle3" / "config.json").exists()
+    workspace.run("refresh", "--yes", "-s", "baseline")
+    seen = resources(workspace, "baseline")
+    assert "baseline-server" not in seen
+    assert seen["baseline-claim"]["owner"] == "eagle3-bs128"
+
+    workspace.run("up", "--yes", "-s", "baseline")
+    rolled_back = server_pid(workspace, "baseline")
+    assert emulator_pids(port) == [rolled_back]
+    held = gpu_processes(tmp_path)
+    assert rolled_back in held and eagle3_pid not in held
+    assert (claim_file(tmp_path) or {})["stack"] == "baseline"
+    assert 70 < workspace.outputs("baseline")["tok_s"] < 95
+    workspace.run("refresh", "--yes", "-s", "eagle3-bs128")
+    seen = resources(workspace, "eagle3-bs128")
+    assert "eagle3-bs128-server" not in seen
+    assert seen["eagle3-bs128-claim"]["owner"] == "baseline"
+
+
+def test_a_killed_server_is_noticed_by_refresh_and_relaunched_by_the_next_up(
+    workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
+) -> None:
+    port = new_port(ports)
+    new_stack(workspace, "baseline", sshd, ssh_config(sshd, tmp_path, port=port))
+    workspace.run("up", "--yes", "-s", "baseline")
+    pid = server_pid(workspace, "baseline")
+    assert (claim_file(tmp_path) or {})["server_pid"] == pid
+
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while emulator_pids(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workspace.run("refresh", "--yes", "-s", "baseline")
+    assert "baseline-server" not in resources(workspace, "baseline")
+
+    workspace.run("up", "--yes", "-s", "baseline")
+    relaunched = server_pid(workspace, "baseline")
+    assert relaunched != pid
+    assert emulator_pids(port) == [relaunched]
+    assert 70 < workspace.outputs("baseline")["tok_s"] < 95
+    assert history_rows(history, "baseline") == 2
+
+
+def test_a_host_that_is_not_the_declared_one_stops_the_up_before_any_launch(
+    workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
+) -> None:
+    port = new_port(ports)
+    config = ssh_config(sshd, tmp_path, port=port, emulator={"profile": "h200-1gpu-llama-3.1-8b"})
+    new_stack(workspace, "baseline", sshd, config)
+
+    up = workspace.run("up", "--yes", "-s", "baseline", check=False)
+
+    assert up.returncode != 0
+    assert "host.gpu_count declares 8 GPUs but 1 found" in up.stdout
+    assert "nothing was launched" in up.stdout
+    assert emulator_pids(port) == []
+    assert "baseline-server" not in resources(workspace, "baseline")
+    assert history_rows(history, "baseline") == 0
+
+
+def test_a_server_that_fails_to_start_is_stopped_and_its_failure_explained(
+    workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
+) -> None:
+    port = new_port(ports)
+    config = ssh_config(sshd, tmp_path, port=port, emulator={"faults": {"port_in_use": True}})
+    new_stack(workspace, "baseline", sshd, config)
+
+    up = workspace.run("up", "--yes", "-s", "baseline", check=False)
+
+    assert up.returncode != 0
+    assert "exited before it became ready (other)" in up.stdout
+    assert "address already in use" in up.stdout
+    assert "Another process holds the server's port on the host" in up.stdout
+    assert emulator_pids(port) == []
+    assert "baseline-server" not in resources(workspace, "baseline")
+
+
+def test_of_two_updates_racing_for_one_host_one_wins_and_the_other_launches_nothing(
+    workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
+) -> None:
+    port = new_port(ports)
+    # A slow readiness keeps the winner's update running while the other reaches the claim.
+    config = ssh_config(sshd, tmp_path, port=port, emulator={"faults": {"slow_readiness_s": 4}})
+    stacks = ("baseline", "eagle3-bs128")
+    for stack in stacks:
+        new_stack(workspace, stack, sshd, config)
+
+    racers = {
+        stack: subprocess.Popen(
+            [pulumi_binary(), "up", "--yes", "--non-interactive", "-s", stack],
+            cwd=workspace.path,
+            env=workspace.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for stack in stacks
+    }
+    outcomes = {
+        stack: (racer.communicate(timeout=300)[0], racer.returncode) for stack, racer in racers.items()
+    }
+
+    winners = [stack for stack, (_, code) in outcomes.items() if code == 0]
+    assert len(winners) == 1, outcomes
+    winner, loser = winners[0], next(stack for stack in stacks if stack not in winners)
+    assert f"this update of '{loser}' stops here and launches nothing" in outcomes[loser][0]
+    assert f"Stack '{winner}' (update " in outcomes[loser][0]
+    assert emulator_pids(port) == [server_pid(workspace, winner)]
+    assert f"{loser}-server" not in resources(workspace, loser)
+    assert [log.name.startswith(winner) for log in (tmp_path / "host" / "logs").iterdir()] == [True]
+    assert (claim_file(tmp_path) or {})["stack"] == winner
+    assert history_rows(history, loser) == 0
