@@ -1,0 +1,215 @@
+"""The campaign's decision end to end on the emulator, through the real Pulumi CLI: baseline and
+EAGLE-3 deployed and benchmarked, compared, kept in the history and plotted, an EAGLE-3 update
+stopped by the regression gate (and the host handed back to baseline), and the winner promoted.
+
+The tests share one workspace and run in file order: each step is what a user does next.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components import history
+from tests._pulumi import Workspace, emulator_stack, free_port
+
+pytestmark = pytest.mark.integration
+
+PROMOTED_FLAGS = {
+    "--speculative-algorithm",
+    "--speculative-num-steps",
+    "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens",
+    "--speculative-draft-model-path",
+    "--mem-fraction-static",
+}
+"""The launch flags in which eagle3-bs128 differs from baseline (both at CUDA-graph batch size 128)."""
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """One workspace whose stacks all deploy to one emulator host on one port."""
+
+    workspace: Workspace
+    tmp: Path
+    port: int
+    history_path: Path
+
+    def stack_config(self, *, eagle3: bool, gate: str = "") -> str:
+        if not eagle3:
+            return emulator_stack(port=self.port, state_dir=self.tmp, extra=gate)
+        return emulator_stack(
+            port=self.port,
+            state_dir=self.tmp,
+            draft=(
+                "  sglang-stacks:draftModel:\n"
+                "    source: local\n"
+                "    local_path: artifacts/eagle3-standin\n"
+                f"    path_on_host: {self.tmp}/eagle3/output_100k_sglang/4\n"
+                "    weights_gb: 2.4\n"
+            ),
+            server=(
+                "    cuda_graph_max_bs: 128\n"
+                "    mem_fraction_static: 0.88\n"
+                "    speculative_algorithm: EAGLE\n"
+                "    speculative_num_steps: 2\n"
+                "    speculative_eagle_topk: 4\n"
+                "    speculative_num_draft_tokens: 4\n"
+            ),
+            extra=gate,
+        )
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`python -m components.cli <args>` from the workspace folder, as a user runs it there."""
+        return subprocess.run(
+            [sys.executable, "-m", "components.cli", *args],
+            cwd=self.workspace.path,
+            env=self.workspace.env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    def claim_owner(self) -> str:
+        claim: dict[str, Any] = json.loads((self.tmp / "host" / "claim.json").read_text())
+        return str(claim["stack"])
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
+    """baseline (bs128) and eagle3-bs128 deployed one after the other; eagle3-bs128 holds the host."""
+    tmp = tmp_path_factory.mktemp("campaign")
+    workspace = Workspace.create(tmp)
+    history_path = tmp / "history.sqlite"
+    workspace.extra_env[history.ENV_VAR] = str(history_path)
+    found = Campaign(workspace, tmp, free_port(), history_path)
+    workspace.init_stack("baseline", found.stack_config(eagle3=False))
+    workspace.init_stack("eagle3-bs128", found.stack_config(eagle3=True))
+    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "-s", "eagle3-bs128")
+    yield found
+    for stack in ("eagle3-gated", "eagle3-bs128", "baseline"):
+        workspace.run("destroy", "--yes", "-s", stack, check=False)
+
+
+def test_compare_reports_eagle3_about_40_percent_slower(campaign: Campaign) -> None:
+    shown = campaign.cli("compare", "baseline", "eagle3-bs128")
+
+    assert shown.returncode == 1, shown.stdout + shown.stderr  # slower beyond the 0 % tolerance
+    lines = shown.stdout.splitlines()
+    draft_path = f"{campaign.tmp}/eagle3/output_100k_sglang/4"
+    expected_rows = {
+        "--speculative-algorithm": ("-", "EAGLE"),
+        "--speculative-num-steps": ("-", "2"),
+        "--speculative-eagle-topk": ("-", "4"),
+        "--speculative-num-draft-tokens": ("-", "4"),
+        "--mem-fraction-static": ("-", "0.88"),
+        "--speculative-draft-model-path": ("-", draft_path),
+    }
+    for flag, (baseline_cell, eagle3_cell) in expected_rows.items():
+        row = next(line for line in lines if line.startswith(flag + " "))
+        assert row.split() == [flag, baseline_cell, eagle3_cell]
+    assert not any(line.startswith("--cuda-graph-max-bs") for line in lines)  # equal, so not shown
+    tok_s = next(line for line in lines if line.startswith("tok/s "))
+    change = float(re.search(r"\(([-+]\d+\.\d) %\)", tok_s).group(1))  # type: ignore[union-attr]
+    assert -45 < change < -33
+    verdict = lines[-1]
+    assert verdict.startswith("eagle3-bs128 is ") and "slower than baseline" in verdict
+    assert "(significant" in verdict
+
+    as_json = campaign.cli("compare", "baseline", "eagle3-bs128", "--json")
+    assert as_json.returncode == 1
+    document = json.loads(as_json.stdout)
+    (eagle3,) = document["verdicts"]
+    assert eagle3["stack"] == "eagle3-bs128" and eagle3["significant"] is True
+    assert -45 < eagle3["change_pct"] < -33
+    assert {row["flag"] for row in document["flags"]} == PROMOTED_FLAGS
+
+    tolerant = campaign.cli("compare", "baseline", "eagle3-bs128", "--tolerance-pct", "50")
+    assert tolerant.returncode == 0
+
+
+def test_history_lists_both_stacks_and_plots_them(campaign: Campaign) -> None:
+    shown = campaign.cli("history")
+
+    assert shown.returncode == 0, shown.stderr
+    stacks = [line.split()[2] for line in shown.stdout.splitlines()[1:] if line.strip()]
+    assert stacks == ["baseline", "eagle3-bs128"]
+    plot = campaign.tmp / "history.png"
+    plotted = campaign.cli("history", "--plot", str(plot))
+    assert plotted.returncode == 0, plotted.stderr
+    assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert plot.stat().st_size > 2000
+
+
+def test_gate_fails_an_eagle3_update_with_both_numbers(campaign: Campaign) -> None:
+    gate = "  sglang-stacks:gate:\n    baseline_stack: baseline\n    tolerance_pct: 5\n"
+    campaign.workspace.init_stack("eagle3-gated", campaign.stack_config(eagle3=True, gate=gate))
+
+    up = campaign.workspace.run("up", "--yes", "-s", "eagle3-gated", check=False)
+
+    assert up.returncode != 0
+    candidate = history.latest(campaign.history_path, "eagle3-gated")
+    baseline = history.latest(campaign.history_path, "baseline")
+    assert candidate is not None and baseline is not None
+    output = up.stdout + up.stderr
+    assert f"ran at {candidate.result.tok_s_mean:.1f} tok/s" in output
+    assert f"baseline's {baseline.result.tok_s_mean:.1f} tok/s" in output
+    assert "beyond the 5 % tolerance" in output
+    assert campaign.claim_owner() == "eagle3-gated"  # failing alone hands nothing back
+
+
+def test_gate_hands_the_host_back_to_baseline(campaign: Campaign) -> None:
+    campaign.workspace.run("config", "set", "--path", "gate.on_regression", "hand_back", "-s", "eagle3-gated")
+
+    up = campaign.workspace.run("up", "--yes", "-s", "eagle3-gated", check=False)
+
+    assert up.returncode != 0
+    assert "beyond the 5 % tolerance" in up.stdout + up.stderr
+    assert "baseline is serving again" in up.stdout + up.stderr
+    assert campaign.claim_owner() == "baseline"
+    with urllib.request.urlopen(f"http://127.0.0.1:{campaign.port}/health", timeout=10) as reply:
+        assert reply.status == 200
+    served = urllib.request.Request(
+        f"http://127.0.0.1:{campaign.port}/generate",
+        data=json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 4}}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(served, timeout=30) as reply:
+        assert reply.status == 200
+        assert "spec_verify_ct" not in json.loads(reply.read()).get("meta_info", {})
+
+
+def test_promote_then_preview_shows_exactly_the_promoted_flags(campaign: Campaign) -> None:
+    stacks_dir = campaign.workspace.path / "stacks"
+    promoted = campaign.cli("promote", "eagle3-bs128", "baseline", "--yes", "--stacks-dir", str(stacks_dir))
+    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    assert "+    speculative_algorithm: EAGLE" in promoted.stdout
+
+    preview = campaign.workspace.json("preview", "--diff", "--json", "-s", "baseline")
+
+    server = next(
+        step
+        for step in preview["steps"]
+        if step["urn"].endswith("::baseline-server") and step["op"] != "refresh"
+    )
+    assert server["op"] == "replace"
+    assert "flags" in server["replaceReasons"]
+    old_flags = server["oldState"]["inputs"]["flags"]
+    new_flags = server["newState"]["inputs"]["flags"]
+    changed = {flag for flag in {*old_flags, *new_flags} if old_flags.get(flag) != new_flags.get(flag)}
+    assert changed == PROMOTED_FLAGS
+    assert new_flags["--speculative-algorithm"] == "EAGLE"
+    assert new_flags["--mem-fraction-static"] == "0.88"
+    draft = [step for step in preview["steps"] if step["urn"].endswith("::baseline-draft-model")]
+    assert [step["op"] for step in draft] == ["create"]
