@@ -54,12 +54,23 @@ def promoted_text(winner_text: str, target_text: str) -> str:
     edits: list[tuple[int, int, list[str]]] = []
     for key in PROMOTED_SECTIONS:
         new = winner_lines[slice(*winner_blocks[key])] if key in winner_blocks else []
+        if new and not new[-1].endswith("\n"):
+            new[-1] += "\n"  # the winner's file ended without a newline; the target's next line stays its own
         edits.append((*target_blocks.get(key, (config_end, config_end)), new))
     if target_lines and not target_lines[config_end - 1].endswith("\n"):
         target_lines[config_end - 1] += "\n"
     for start, end, new in sorted(edits, key=lambda edit: edit[0], reverse=True):
         target_lines[start:end] = new
     return "".join(target_lines)
+
+
+def _confirmed(confirm: Callable[[str], str], question: str, out: TextIO) -> bool:
+    try:
+        answer = confirm(question)
+    except EOFError:  # no terminal to ask (a script or CI job): not confirmed
+        print(file=out)
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 def promote(
@@ -85,7 +96,13 @@ def promote(
     # The result must still be a valid stack before anything is written.
     with tempfile.TemporaryDirectory() as scratch:
         stack_path(target, Path(scratch)).write_text(after)
-        load_spec(read_stack_file(target, Path(scratch)).sections, target)
+        try:
+            load_spec(read_stack_file(target, Path(scratch)).sections, target)
+        except SpecError as error:
+            raise SpecError(
+                f"Promoting {winner}'s server into {target} would make an invalid stack, so nothing was "
+                f"written. {error} Fix {winner_path.name} first, then promote again."
+            ) from None
     diff = difflib.unified_diff(
         before.splitlines(keepends=True),
         after.splitlines(keepends=True),
@@ -93,8 +110,8 @@ def promote(
         tofile=f"{target_path} (with {winner}'s server)",
     )
     out.write("".join(diff))
-    if not yes and confirm(f"\nWrite this to {target_path}? [y/N] ").strip().lower() not in ("y", "yes"):
-        print("Nothing written.", file=out)
+    if not yes and not _confirmed(confirm, f"\nWrite this to {target_path}? [y/N] ", out):
+        print("Nothing written. Answer y to write it, or pass --yes to write without asking.", file=out)
         return 1
     target_path.write_text(after)
     print(
