@@ -78,6 +78,15 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
         ),
     ),
     (
+        # nohup's and env's words when the program to run is missing.
+        re.compile(r"failed to run command|^env: .*No such file or directory", re.MULTILINE),
+        Failure(
+            "other",
+            "The server's Python is not on the host any more. Run `pulumi refresh` so that the Python "
+            "environment is seen gone, then `pulumi up` installs it again.",
+        ),
+    ),
+    (
         re.compile(r"[Aa]ddress already in use"),
         Failure(
             "other",
@@ -180,7 +189,7 @@ def _ready_script(props: Mapping[str, Any], pid: int, start_ticks: int, log_path
         '    if [ "$SECONDS" -ge "$deadline" ]; then echo timeout; break; fi\n'
         "    sleep 1\n"
         "done\n"
-        f"echo ---log---; tail -n {_LOG_TAIL_LINES} {quote_path(log_path)} 2>/dev/null || true\n"
+        f"echo ---log---; {_log_tail_script(log_path)}"
     )
 
 
@@ -227,7 +236,12 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
             f"Could not start SGLang on {conn.label}: {launched.stderr.strip() or launched.stdout.strip()}. "
             "Check that the Python environment exists on the host."
         )
-    pid, start_ticks = (int(word) for word in launched.stdout.split()[:2])
+    words = launched.stdout.split()
+    if len(words) < 2:
+        # No start time: the process was gone before it could be read, it failed at once.
+        tail = _transport.run(conn, _log_tail_script(log_path), timeout_s=30)
+        raise _start_failure(conn, props, "exited", tail.stdout, log_path)
+    pid, start_ticks = int(words[0]), int(words[1])
     claim.record_server(conn, props["stack"], pid, state_dir=props["state_dir"])
     waited = _transport.run(
         conn,
@@ -237,15 +251,7 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
     verdict, _, log_tail = waited.stdout.partition("---log---\n")
     if verdict.strip() != "ready":
         stop(conn, pid, start_ticks, props["nvidia_smi"], float(props["stop_timeout_s"]))
-        failure = classify_failure(log_tail)
-        why = {
-            "exited": "exited before it became ready",
-            "timeout": f"was not ready within {props['ready_timeout_s']} s and was stopped",
-        }.get(verdict.strip(), "could not be checked")
-        raise ServerError(
-            f"SGLang on {conn.label} {why} ({failure.kind}). Last log lines of {log_path}:\n"
-            f"{log_tail.rstrip()}\n{failure.fix}"
-        )
+        raise _start_failure(conn, props, verdict.strip(), log_tail, log_path)
     return {
         "pid": pid,
         "start_ticks": start_ticks,
@@ -254,6 +260,31 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
         "launch_command": _command(props),
         "url": f"http://127.0.0.1:{int(props['port'])}",
     }
+
+
+def _log_tail_script(log_path: str) -> str:
+    return f"tail -n {_LOG_TAIL_LINES} {quote_path(log_path)} 2>/dev/null || true\n"
+
+
+def _start_failure(
+    conn: Connection, props: Mapping[str, Any], verdict: str, log_tail: str, log_path: str
+) -> ServerError:
+    """The error of a start that did not reach ready: how it ended, its class, the log, the fix."""
+    failure = classify_failure(log_tail)
+    fix = failure.fix
+    if verdict == "timeout":
+        why = f"was not ready within {props['ready_timeout_s']:g} s and was stopped"
+        if failure.kind == "other":
+            fix = (
+                "If the log shows it still loading, raise launch.ready_timeout_s; if it stopped making "
+                "progress, fix what its last lines name and run `pulumi up` again."
+            )
+    else:
+        why = "exited before it became ready" if verdict == "exited" else "could not be checked"
+    return ServerError(
+        f"SGLang on {conn.label} {why} ({failure.kind}). Last log lines of {log_path}:\n"
+        f"{log_tail.rstrip() or '(the log is empty)'}\n{fix}"
+    )
 
 
 def stop(

@@ -1,0 +1,296 @@
+"""The SGLang server step: failures classified with their fix, the flag map that `pulumi preview
+--diff` shows flag by flag, and start, readiness, liveness and stop of a real emulated server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components import claim, server
+from components._transport import Connection
+from components.errors import ServerError
+from components.flags import render_argv
+from components.stackfile import load_stack_spec
+from tests._pulumi import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+STACKS = sorted(path.name.split(".")[1] for path in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+BASELINE_ARGV = [
+    "--model-path",
+    "/shared/kimi-k2.5-int4",
+    "--tp-size",
+    "8",
+    "--trust-remote-code",
+    "--cuda-graph-max-bs",
+    "128",
+    "--disable-custom-all-reduce",
+]
+SGLANG_HINTS = (
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "kind", "fix_names"),
+    [
+        ("launch_server.py: error: unrecognized arguments: --bogus", "bad_flag", "sglang_release"),
+        (
+            "launch_server.py: error: ambiguous option: --cuda-graph-max-bs could match "
+            "--cuda-graph-max-bs, --cuda-graph-max-bs-decode",
+            "bad_flag",
+            "sglang_release",
+        ),
+        ("error: argument --tp-size: invalid int value: 'eight'", "bad_flag", "sglang_release"),
+        (
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+            "out_of_memory",
+            "mem_fraction_static",
+        ),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out_of_memory", "memory"),
+        (
+            "Exception: Capture cuda graph failed: NCCL error in: all_reduce, invalid usage\n" + SGLANG_HINTS,
+            "nccl",
+            "NCCL_ALGO",
+        ),
+        (
+            "Exception: Capture cuda graph failed: RuntimeError: FlashInfer JIT failed to build "
+            "trtllm_allreduce_fusion: compute capability 12.0 (sm_120) is not supported\n" + SGLANG_HINTS,
+            "other",
+            "Remove the flag",
+        ),
+        (
+            "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
+            "address already in use",
+            "other",
+            "server.port",
+        ),
+        (
+            "nohup: failed to run command '/opt/venv/bin/python': No such file or directory",
+            "other",
+            "refresh",
+        ),
+        ("Received sigquit from a child process. It usually means the child failed.", "other", "log lines"),
+    ],
+)
+def test_failures_are_classified_with_a_fix(log: str, kind: str, fix_names: str) -> None:
+    failure = server.classify_failure(f"[2026-01-01 00:00:00] loading\n{log}\n")
+
+    assert failure.kind == kind
+    assert fix_names in failure.fix
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_flag_map_and_launch_argv_give_back_every_shipped_stacks_argv(stack: str) -> None:
+    spec = load_stack_spec(stack, ROOT / "stacks")
+    argv = render_argv(spec.launch_flags(), spec.environment.sglang_release)
+
+    flags = server.flag_map(argv)
+
+    assert server.launch_argv(flags) == argv
+    assert list(flags) == [token for token in argv if token.startswith("--")]
+
+
+def test_flag_map_holds_switches_values_and_lists_as_the_diff_shows_them() -> None:
+    argv = ["--trust-remote-code", "--tp-size", "8", "--cuda-graph-bs", "1", "2", "4", "--random-seed", "-1"]
+
+    flags = server.flag_map(argv)
+
+    assert flags == {
+        "--trust-remote-code": True,
+        "--tp-size": "8",
+        "--cuda-graph-bs": ["1", "2", "4"],
+        "--random-seed": "-1",
+    }
+    assert server.launch_argv(flags) == argv
+
+
+def test_only_launch_inputs_replace_the_server_and_the_update_id_changes_nothing() -> None:
+    provider = server._ServerProvider()
+    olds = {
+        "flags": {"--tp-size": "8"},
+        "env": {},
+        "python": "/venv/bin/python",
+        "port": 30000,
+        "update_id": "a",
+        "log_dir": "/logs",
+    }
+
+    same = provider.diff("id", olds, {**olds, "update_id": "b"})
+    new_flag = provider.diff(
+        "id", olds, {**olds, "flags": {"--tp-size": "8", "--mem-fraction-static": "0.88"}}
+    )
+    new_log_dir = provider.diff("id", olds, {**olds, "log_dir": "/other"})
+
+    assert not same.changes
+    assert new_flag.changes and new_flag.replaces == ["flags"] and new_flag.delete_before_replace
+    assert new_log_dir.changes and not new_log_dir.replaces
+
+
+# Real emulated servers from here on: started on this machine through a local connection.
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[Path]:
+    """A host state folder; the claim leases the test took end with it."""
+    yield tmp_path
+    claim.finish_all()
+
+
+def server_props(
+    host: Path, *, argv: list[str] = BASELINE_ARGV, env: dict[str, str] | None = None, **changes: Any
+) -> dict[str, Any]:
+    """The server's inputs as the engine delivers them, for the emulator on this machine."""
+    port = free_port()
+    emulator = {
+        "PYTHONPATH": str(ROOT),
+        "SGLANG_EMULATOR_RELEASE": "0.5.8",
+        "SGLANG_EMULATOR_TIME_SCALE": "0.002",
+        "SGLANG_EMULATOR_STATE_DIR": str(host / "gpus"),
+    }
+    props = {
+        "connection": {"kind": "local"},
+        "stack": "baseline",
+        "update_id": "u1",
+        "state_dir": str(host / "state"),
+        "log_dir": str(host / "state" / "logs"),
+        "python": sys.executable,
+        "launcher_module": "sglang_emulator",
+        "release": "0.5.8",
+        "installed_version": "0.5.8",
+        "flags": server.flag_map([*argv, "--port", str(port)]),
+        "env": {**emulator, **(env or {})},
+        "port": port,
+        "nvidia_smi": [
+            "env",
+            *(f"{k}={v}" for k, v in emulator.items()),
+            sys.executable,
+            "-m",
+            "sglang_emulator.nvidia_smi",
+        ],
+        "ready_timeout_s": 60.0,
+        "stop_timeout_s": 20.0,
+    }
+    props.update(changes)
+    return props
+
+
+def gpu_pids(props: dict[str, Any]) -> set[int]:
+    from components._transport import run
+
+    listed = run(
+        Connection.local(),
+        " ".join([*props["nvidia_smi"], "--query-compute-apps=pid", "--format=csv,noheader"]),
+        timeout_s=30,
+    )
+    return {int(word) for word in listed.stdout.split()}
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def emulator_running(port: int) -> bool:
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"sglang_emulator" in words and str(port).encode() in words:
+            return True
+    return False
+
+
+@pytest.mark.integration
+def test_started_server_is_ready_and_stop_waits_until_its_gpu_memory_is_free(host: Path) -> None:
+    props = server_props(host)
+    conn = Connection.local()
+
+    started = server.start(props)
+    try:
+        with urllib.request.urlopen(f"{started['url']}/health_generate", timeout=10) as reply:
+            assert reply.status == 200
+        assert server.is_running(conn, started["pid"], started["start_ticks"])
+        assert not server.is_running(conn, started["pid"], started["start_ticks"] + 1)
+        assert started["pid"] in gpu_pids(props)
+        assert "The server is fired up and ready to roll!" in Path(started["log_path"]).read_text()
+        assert started["launch_command"].endswith(
+            f"-m sglang_emulator {' '.join(BASELINE_ARGV)} --port {props['port']}"
+        )
+        owner = claim.read(conn, state_dir=props["state_dir"])
+        assert owner is not None and (owner.stack, owner.server_pid) == ("baseline", started["pid"])
+    finally:
+        server.stop(conn, started["pid"], started["start_ticks"], props["nvidia_smi"], 20.0)
+
+    assert not server.is_running(conn, started["pid"], started["start_ticks"])
+    assert started["pid"] not in gpu_pids(props)
+    assert not listening(props["port"])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("argv", "env", "kind", "said"),
+    [
+        ([*BASELINE_ARGV, "--bogus"], {}, "bad_flag", "unrecognized arguments: --bogus"),
+        ([*BASELINE_ARGV, "--mem-fraction-static", "0.5"], {}, "out_of_memory", "Not enough memory"),
+        (BASELINE_ARGV, {"NCCL_ALGO": "Tree"}, "nccl", "NCCL error in: all_reduce"),
+        ([*BASELINE_ARGV, "--enable-flashinfer-allreduce-fusion"], {}, "other", "FlashInfer JIT failed"),
+        (
+            BASELINE_ARGV,
+            {"SGLANG_EMULATOR_FAULTS": json.dumps({"port_in_use": True})},
+            "other",
+            "address already in use",
+        ),
+    ],
+)
+def test_a_start_that_fails_names_the_class_the_log_and_the_fix_and_leaves_nothing_running(
+    host: Path, argv: list[str], env: dict[str, str], kind: str, said: str
+) -> None:
+    props = server_props(host, argv=argv, env=env)
+
+    with pytest.raises(ServerError) as raised:
+        server.start(props)
+
+    message = str(raised.value)
+    assert (
+        f"exited before it became ready ({kind}). Last log lines of {props['log_dir']}/baseline-" in message
+    )
+    assert said in message
+    assert message.rstrip().endswith(server.classify_failure(message).fix)
+    assert not emulator_running(props["port"])
+    assert gpu_pids(props) == set()
+
+
+@pytest.mark.integration
+def test_a_server_that_hangs_is_stopped_at_the_ready_timeout(host: Path) -> None:
+    props = server_props(
+        host, env={"SGLANG_EMULATOR_FAULTS": json.dumps({"hang_at_phase": "weights"})}, ready_timeout_s=3.0
+    )
+
+    with pytest.raises(ServerError, match=r"was not ready within 3 s and was stopped \(other\)") as raised:
+        server.start(props)
+
+    assert "hanging during startup phase 'weights'" in str(raised.value)
+    assert "raise launch.ready_timeout_s" in str(raised.value)
+    assert not emulator_running(props["port"])
+
+
+def test_a_missing_python_fails_the_start_with_its_class_and_fix(host: Path) -> None:
+    props = server_props(host, python=str(host / "gone" / "bin" / "python"))
+
+    with pytest.raises(ServerError) as raised:
+        server.start(props)
+
+    message = str(raised.value)
+    assert "exited before it became ready (other)" in message
+    assert f"{host}/gone/bin/python" in message and "No such file or directory" in message
+    assert "`pulumi refresh`" in message
