@@ -16,11 +16,12 @@ from typing import Any
 import pulumi
 
 from components import flags as flag_rendering
-from components import preflight
+from components import preflight, serving
+from components._resource import connect
 from components.benchmark import Benchmark
 from components.draft_model import DraftModel
 from components.environment import PythonEnvironment
-from components.errors import FlagError
+from components.errors import StacksError
 from components.host import FACT_KEYS, GpuClaim, HostProbe
 from components.memory import plan_memory
 from components.server import SGLangServer, flag_map
@@ -62,14 +63,13 @@ def connection_of(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None) -
     return ssh_private_key.apply(lambda key: {**fields, "private_key": key})
 
 
-def render_flags(spec: StackSpec, release: str) -> dict[str, Any]:
-    """The launch flags for `release` as the map the server takes; errors name the flag."""
-    if release != spec.environment.sglang_release:
-        raise FlagError(
-            f"The host has SGLang {release}, but the stack declares environment.sglang_release "
-            f"{spec.environment.sglang_release!r}. Set it to {release!r} or let the environment reinstall."
-        )
-    return flag_map(flag_rendering.render_argv(spec.launch_flags(), release))
+def render_flags(spec: StackSpec) -> dict[str, Any]:
+    """The launch flags for the stack's release as the map the server takes; errors name the flag.
+
+    Rendered from the declared release, so a preview shows every flag; the server checks at
+    launch that the host really has that release.
+    """
+    return flag_map(flag_rendering.render_argv(spec.launch_flags(), spec.environment.sglang_release))
 
 
 def flags_digest(flag_values: Mapping[str, Any]) -> str:
@@ -88,7 +88,7 @@ class SGLangDeployment(pulumi.ComponentResource):
     """The metrics at each concurrency level."""
     launch_command: pulumi.Output[str]
     """The exact command the server runs."""
-    launch_flags: pulumi.Output[dict[str, Any]]
+    launch_flags: dict[str, Any]
     """The launch flags as rendered for the installed release."""
     sglang_version: pulumi.Output[str]
     """The SGLang release installed on the host (emulated on the emulator)."""
@@ -169,7 +169,9 @@ class SGLangDeployment(pulumi.ComponentResource):
             draft_digest = draft.digest
             gpu_ready.append(draft)
 
-        launch_flags = environment.sglang_version.apply(lambda installed: render_flags(spec, installed))
+        launch_flags = render_flags(spec)
+        if pulumi.runtime.is_dry_run():
+            connection.apply(lambda fields: self._announce(fields, stack, spec.host.state_dir, launch_flags))
         port = spec.server.port or DEFAULT_PORT
         server = SGLangServer(
             f"{name}-server",
@@ -178,6 +180,8 @@ class SGLangDeployment(pulumi.ComponentResource):
             python=environment.python,
             launcher_module=environment.launcher_module,
             flags=launch_flags,
+            release=release,
+            installed_version=environment.sglang_version,
             env={**spec.environment.env, **emulator_env},
             port=port,
             nvidia_smi=nvidia_smi,
@@ -199,7 +203,7 @@ class SGLangDeployment(pulumi.ComponentResource):
             server_instance=server.instance,
             launch_command=server.launch_command,
             sglang_version=environment.sglang_version,
-            flags_digest=launch_flags.apply(flags_digest),
+            flags_digest=flags_digest(launch_flags),
             workload=workload,
             gate=spec.gate.model_dump(mode="json") if spec.gate else None,
             state_dir=spec.host.state_dir,
@@ -224,3 +228,14 @@ class SGLangDeployment(pulumi.ComponentResource):
                 "host_facts": self.host_facts,
             }
         )
+
+    def _announce(
+        self, fields: Mapping[str, Any], stack: str, state_dir: str, flags: Mapping[str, Any]
+    ) -> None:
+        """Says in the preview how this stack differs from the server the host runs now."""
+        try:
+            conn = connect({"connection": fields})
+            note = serving.describe(serving.read(conn, state_dir), stack, flags, conn.label)
+        except StacksError:
+            return  # an unreachable host fails the probe, with its own message
+        pulumi.log.info(note, self)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import pulumi
 import pulumi.dynamic as dynamic
 
-from components import _transport, claim
+from components import _transport, claim, serving
 from components._resource import connect
 from components._transport import Connection, quote, quote_path
 from components.errors import ServerError
@@ -25,7 +25,16 @@ from components.errors import ServerError
 FailureClass = Literal["out_of_memory", "bad_flag", "nccl", "other"]
 
 # Inputs whose change means a different server: it is replaced, the old one stopped first.
-REPLACING_INPUTS = ("flags", "env", "python", "launcher_module", "port", "draft_digest", "connection")
+REPLACING_INPUTS = (
+    "flags",
+    "env",
+    "python",
+    "launcher_module",
+    "installed_version",
+    "port",
+    "draft_digest",
+    "connection",
+)
 _LOG_TAIL_LINES = 25
 # Seconds that the host-side scripts may take beyond their own waits.
 _SLACK_S = 30.0
@@ -224,6 +233,12 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
     the fix.
     """
     conn = connect(props)
+    if props["installed_version"] != props["release"]:
+        raise ServerError(
+            f"The flags were rendered for SGLang {props['release']}, but {conn.label} has "
+            f"{props['installed_version']} installed. Set environment.sglang_release to "
+            f"{props['installed_version']!r}, or let the environment install {props['release']}."
+        )
     # Holding the claim for this update keeps a racing update of another stack from launching too.
     claim.acquire(
         conn, props["stack"], takeover=False, update_id=props["update_id"], state_dir=props["state_dir"]
@@ -252,6 +267,17 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
     if verdict.strip() != "ready":
         stop(conn, pid, start_ticks, props["nvidia_smi"], float(props["stop_timeout_s"]))
         raise _start_failure(conn, props, verdict.strip(), log_tail, log_path)
+    serving.record(
+        conn,
+        props["state_dir"],
+        {
+            "stack": props["stack"],
+            "pid": pid,
+            "release": props["release"],
+            "flags": props["flags"],
+            "launch_command": _command(props),
+        },
+    )
     return {
         "pid": pid,
         "start_ticks": start_ticks,
@@ -343,6 +369,7 @@ class _ServerProvider(dynamic.ResourceProvider):
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         conn = connect(props)
+        serving.forget(conn, props["state_dir"], int(props["pid"]))
         stop(
             conn,
             int(props["pid"]),
@@ -374,7 +401,9 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
         stack: str,
         python: pulumi.Input[str],
         launcher_module: pulumi.Input[str],
-        flags: pulumi.Input[Mapping[str, Any]],
+        flags: Mapping[str, Any],
+        release: str,
+        installed_version: pulumi.Input[str],
         env: Mapping[str, str],
         port: int,
         nvidia_smi: pulumi.Input[Sequence[str]],
@@ -391,7 +420,9 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
             "stack": stack,
             "python": python,
             "launcher_module": launcher_module,
-            "flags": flags,
+            "flags": dict(flags),
+            "release": release,
+            "installed_version": installed_version,
             "env": dict(env),
             "port": port,
             "nvidia_smi": nvidia_smi,
