@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pulumi
+
 from components._transport import Connection
 
 # Fields that decide which machine (and which home folder) a resource lives on: changing one
@@ -48,3 +50,10 @@ def tail(text: str, lines: int = 12) -> str:
     """The last non-blank ``lines`` of ``text``, joined with `` | `` for a one-paragraph message."""
     kept = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
     return " | ".join(kept) if kept else "(no output)"
+
+
+def keep_connection_secret(opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:
+    """`opts` plus marking the ``connection`` output secret: it may hold the SSH key."""
+    return pulumi.ResourceOptions.merge(
+        opts, pulumi.ResourceOptions(additional_secret_outputs=["connection"])
+    )

@@ -17,7 +17,7 @@ import pulumi.dynamic as dynamic
 
 from components import _transport, claim, history, stats
 from components import gate as regression_gate
-from components._resource import connect
+from components._resource import connect, keep_connection_secret
 from components._transport import quote
 from components.errors import BenchmarkError
 
@@ -150,7 +150,4 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
             "levels": None,
             "tok_s": None,
         }
-        opts = pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(additional_secret_outputs=["connection"])
-        )
-        super().__init__(_BenchmarkProvider(), name, props, opts)
+        super().__init__(_BenchmarkProvider(), name, props, keep_connection_secret(opts))

@@ -21,7 +21,7 @@ from typing import Any, Literal, get_args
 import pulumi
 import pulumi.dynamic as dynamic
 
-from components._resource import connect, connection_diff, tail
+from components._resource import connect, connection_diff, keep_connection_secret, tail
 from components._transport import Connection, quote_path, run, upload
 from components.errors import ArtifactError, HostError, SpecError
 
@@ -359,5 +359,4 @@ class DraftModel(dynamic.Resource, module="sglang", name="DraftModel"):
             "files": None,
             "size_bytes": None,
         }
-        secret = pulumi.ResourceOptions(additional_secret_outputs=["connection"])
-        super().__init__(_DraftModelProvider(), name, props, pulumi.ResourceOptions.merge(opts, secret))
+        super().__init__(_DraftModelProvider(), name, props, keep_connection_secret(opts))

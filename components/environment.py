@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 import pulumi
 import pulumi.dynamic as dynamic
 
-from components._resource import connect, connection_diff, tail
+from components._resource import connect, connection_diff, keep_connection_secret, tail
 from components._transport import Connection, quote, quote_path, run, upload
 from components.errors import HostError, SpecError
 from sglang_flags import known_releases
@@ -383,7 +383,4 @@ class PythonEnvironment(dynamic.Resource, module="sglang", name="PythonEnvironme
             "python": None,
             "sglang_version": None,
         }
-        secret = pulumi.ResourceOptions(additional_secret_outputs=["connection"])
-        super().__init__(
-            _PythonEnvironmentProvider(), name, props, pulumi.ResourceOptions.merge(opts, secret)
-        )
+        super().__init__(_PythonEnvironmentProvider(), name, props, keep_connection_secret(opts))

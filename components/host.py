@@ -11,7 +11,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import claim, probe
-from components._resource import connect
+from components._resource import connect, keep_connection_secret
 from components.errors import HostError
 from components.server import stop_pid
 
@@ -79,10 +79,7 @@ class HostProbe(dynamic.Resource, module="sglang", name="HostProbe"):
             "nvidia_smi": nvidia_smi,
             "facts": None,
         }
-        opts = pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(additional_secret_outputs=["connection"])
-        )
-        super().__init__(_ProbeProvider(), name, props, opts)
+        super().__init__(_ProbeProvider(), name, props, keep_connection_secret(opts))
 
 
 def take_claim(props: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,7 +155,4 @@ class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
             "owner": None,
             "taken_from": None,
         }
-        opts = pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(additional_secret_outputs=["connection"])
-        )
-        super().__init__(_ClaimProvider(), name, props, opts)
+        super().__init__(_ClaimProvider(), name, props, keep_connection_secret(opts))

@@ -18,7 +18,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import _transport, claim, serving
-from components._resource import connect
+from components._resource import connect, keep_connection_secret
 from components._transport import Connection, quote, quote_path
 from components.errors import ServerError
 
@@ -36,6 +36,8 @@ REPLACING_INPUTS = (
     "connection",
 )
 _LOG_TAIL_LINES = 25
+# SGLang's first log line lists every server argument; error messages keep the start of such lines.
+_LOG_LINE_CHARS = 400
 # Seconds that the host-side scripts may take beyond their own waits.
 _SLACK_S = 30.0
 
@@ -292,6 +294,15 @@ def _log_tail_script(log_path: str) -> str:
     return f"tail -n {_LOG_TAIL_LINES} {quote_path(log_path)} 2>/dev/null || true\n"
 
 
+def _shorten_lines(text: str) -> str:
+    return "\n".join(
+        line
+        if len(line) <= _LOG_LINE_CHARS
+        else f"{line[:_LOG_LINE_CHARS]} [... {len(line) - _LOG_LINE_CHARS} more characters]"
+        for line in text.rstrip().splitlines()
+    )
+
+
 def _start_failure(
     conn: Connection, props: Mapping[str, Any], verdict: str, log_tail: str, log_path: str
 ) -> ServerError:
@@ -309,7 +320,7 @@ def _start_failure(
         why = "exited before it became ready" if verdict == "exited" else "could not be checked"
     return ServerError(
         f"SGLang on {conn.label} {why} ({failure.kind}). Last log lines of {log_path}:\n"
-        f"{log_tail.rstrip() or '(the log is empty)'}\n{fix}"
+        f"{_shorten_lines(log_tail) or '(the log is empty)'}\n{fix}"
     )
 
 
@@ -439,7 +450,4 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
             "launch_command": None,
             "url": None,
         }
-        opts = pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(additional_secret_outputs=["connection"])
-        )
-        super().__init__(_ServerProvider(), name, props, opts)
+        super().__init__(_ServerProvider(), name, props, keep_connection_secret(opts))
