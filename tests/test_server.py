@@ -266,6 +266,7 @@ def test_a_start_that_fails_names_the_class_the_log_and_the_fix_and_leaves_nothi
     )
     assert said in message
     assert message.rstrip().endswith(server.classify_failure(message).fix)
+    assert max(len(line) for line in message.splitlines()) < 450, "long log lines are shortened"
     assert not emulator_running(props["port"])
     assert gpu_pids(props) == set()
 
