@@ -205,10 +205,21 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     assert history_rows(history, "baseline") == 1
     assert workspace.outputs("baseline")["tok_s"] == outputs["tok_s"]
 
+    bs512 = ssh_config(sshd, tmp_path, port=port)
+    bs512["sglang-stacks:server"]["cuda_graph_max_bs"] = 512
+    write_config(workspace, "baseline", bs512)
+    workspace.run("up", "--yes", "-s", "baseline")
+    replaced = server_pid(workspace, "baseline")
+    assert replaced != pid
+    assert emulator_pids(port) == [replaced]
+    assert gpu_processes(tmp_path) == {replaced}
+    assert "--cuda-graph-max-bs 512" in workspace.outputs("baseline")["launch_command"]
+    assert history_rows(history, "baseline") == 2
+
     workspace.run("destroy", "--yes", "-s", "baseline")
     assert emulator_pids(port) == []
     assert claim_file(tmp_path) is None
-    assert pid not in gpu_processes(tmp_path)
+    assert gpu_processes(tmp_path) == set()
     key_lines = [line for line in sshd.client_key.splitlines() if line and not line.startswith("-----")]
     exported = workspace.run("stack", "export", "--show-secrets=false", "-s", "baseline").stdout
     for line in key_lines:
@@ -278,6 +289,10 @@ def test_eagle3_change_is_diffed_flag_by_flag_takes_the_host_over_and_baseline_r
     assert "eagle3-bs128-server" not in seen
     assert seen["eagle3-bs128-claim"]["owner"] == "baseline"
 
+    workspace.run("destroy", "--yes", "-s", "eagle3-bs128")
+    assert emulator_pids(port) == [rolled_back]
+    assert (claim_file(tmp_path) or {})["stack"] == "baseline"
+
 
 def test_a_killed_server_is_noticed_by_refresh_and_relaunched_by_the_next_up(
     workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
@@ -301,6 +316,12 @@ def test_a_killed_server_is_noticed_by_refresh_and_relaunched_by_the_next_up(
     assert emulator_pids(port) == [relaunched]
     assert 70 < workspace.outputs("baseline")["tok_s"] < 95
     assert history_rows(history, "baseline") == 2
+
+    # Every up refreshes first, so a plain `up` notices a dead server too.
+    os.kill(relaunched, signal.SIGKILL)
+    workspace.run("up", "--yes", "-s", "baseline")
+    assert emulator_pids(port) == [server_pid(workspace, "baseline")] != [relaunched]
+    assert history_rows(history, "baseline") == 3
 
 
 def test_a_host_that_is_not_the_declared_one_stops_the_up_before_any_launch(
