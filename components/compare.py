@@ -311,6 +311,11 @@ def _validated(outputs_by_stack: Mapping[str, Mapping[str, Any]]) -> dict[str, S
         )
     parsed = {}
     for stack, outputs in outputs_by_stack.items():
+        if not outputs:
+            raise SpecError(
+                f"Stack {stack!r} has no outputs: it was never deployed, or it was destroyed. Run "
+                f"`pulumi up -s {stack}` so it is deployed and benchmarked, then compare again."
+            )
         try:
             parsed[stack] = StackOutputs.model_validate(outputs)
         except ValidationError as exc:
