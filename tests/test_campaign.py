@@ -139,6 +139,19 @@ def test_compare_reports_eagle3_about_40_percent_slower(campaign: Campaign) -> N
     assert tolerant.returncode == 0
 
 
+def test_compare_names_a_stack_that_is_not_deployed(campaign: Campaign) -> None:
+    campaign.workspace.init_stack("eagle3-draft", campaign.stack_config(eagle3=True))
+
+    never_up = campaign.cli("compare", "baseline", "eagle3-draft")
+    unknown = campaign.cli("compare", "baseline", "eagle3-typo")
+
+    assert never_up.returncode == 2
+    assert "Stack 'eagle3-draft' has no outputs" in never_up.stderr
+    assert "`pulumi up -s eagle3-draft`" in never_up.stderr
+    assert unknown.returncode == 2
+    assert "eagle3-typo" in unknown.stderr and "pulumi stack ls" in unknown.stderr
+
+
 def test_history_lists_both_stacks_and_plots_them(campaign: Campaign) -> None:
     shown = campaign.cli("history")
 
