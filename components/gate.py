@@ -25,15 +25,10 @@ def check(stack: str, result: BenchmarkResult, gate: Mapping[str, Any], db_path:
     serves when this update fails.
     """
     baseline_stack = str(gate["baseline_stack"])
-    recorded = history.latest(db_path, baseline_stack)
-    if recorded is None:
-        raise BenchmarkError(
-            f"The gate compares {stack} with {baseline_stack}, which has no recorded benchmark yet. "
-            f"Run `pulumi up -s {baseline_stack}` first, or remove the gate from this stack."
-        )
+    recorded = _comparable_result(stack, result, baseline_stack, db_path)
     verdict = compare.gate(
         result,
-        recorded.result,
+        recorded,
         float(gate["tolerance_pct"]),
         candidate_stack=stack,
         baseline_stack=baseline_stack,
@@ -46,6 +41,32 @@ def check(stack: str, result: BenchmarkResult, gate: Mapping[str, Any], db_path:
             f"{verdict.message} The host was handed back: {baseline_stack} is serving again."
         )
     verdict.raise_for_failure()
+
+
+def _workload(result: BenchmarkResult) -> str:
+    return f"input_len {result.input_len}, output_len {result.output_len} at concurrency {result.concurrency}"
+
+
+def _comparable_result(
+    stack: str, result: BenchmarkResult, baseline_stack: str, db_path: Path
+) -> BenchmarkResult:
+    """The baseline's newest result measured with the same workload as `result`."""
+    recorded = history.rows(db_path, [baseline_stack])
+    if not recorded:
+        raise BenchmarkError(
+            f"The gate compares {stack} with {baseline_stack}, which has no recorded benchmark yet. "
+            f"Run `pulumi up -s {baseline_stack}` first, or remove the gate from this stack."
+        )
+    # Numbers from another prompt length, output length or concurrency say nothing about a regression.
+    same = [row.result for row in recorded if _workload(row.result) == _workload(result)]
+    if not same:
+        raise BenchmarkError(
+            f"The gate compares {stack} with {baseline_stack}, but {baseline_stack} was benchmarked with "
+            f"{_workload(recorded[-1].result)} and {stack} with {_workload(result)}, so their tok/s are "
+            f"not comparable. Give both stacks the same sglang-stacks:benchmark workload and run "
+            f"`pulumi up -s {baseline_stack}`, then this stack again."
+        )
+    return same[-1]
 
 
 def hand_back(baseline_stack: str) -> None:
