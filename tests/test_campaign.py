@@ -226,3 +226,13 @@ def test_promote_then_preview_shows_exactly_the_promoted_flags(campaign: Campaig
     assert new_flags["--mem-fraction-static"] == "0.88"
     draft = [step for step in preview["steps"] if step["urn"].endswith("::baseline-draft-model")]
     assert [step["op"] for step in draft] == ["create"]
+
+
+def test_a_gate_with_room_lets_the_update_through(campaign: Campaign) -> None:
+    campaign.workspace.run("config", "set", "--path", "gate.tolerance_pct", "50", "-s", "eagle3-gated")
+
+    campaign.workspace.run("up", "--yes", "-s", "eagle3-gated")
+
+    outputs = campaign.workspace.outputs("eagle3-gated")
+    assert 45 < outputs["tok_s"] < 62
+    assert campaign.claim_owner() == "eagle3-gated"
