@@ -18,7 +18,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import _transport, claim, serving
-from components._resource import connect, keep_connection_secret
+from components._resource import connect, connection_diff, keep_connection_secret
 from components._transport import Connection, quote, quote_path
 from components.errors import ServerError
 
@@ -33,7 +33,6 @@ REPLACING_INPUTS = (
     "installed_version",
     "port",
     "draft_digest",
-    "connection",
 )
 _LOG_TAIL_LINES = 25
 # SGLang's first log line lists every server argument; error messages keep the start of such lines.
@@ -360,12 +359,16 @@ class _ServerProvider(dynamic.ResourceProvider):
             for key in ("ready_timeout_s", "stop_timeout_s", "log_dir", "state_dir")
             if olds.get(key) != news.get(key)
         ]
+        # Another host means another server; a new key or host key for the same host does not.
+        connection_changed, new_host = connection_diff(olds, news)
+        if connection_changed:
+            (replaces if new_host else in_place).append("connection")
         return dynamic.DiffResult(
             changes=bool(replaces or in_place), replaces=replaces, delete_before_replace=True
         )
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
-        # Only supervision settings change in place; the process stays as it is.
+        # Only supervision settings and the way in change in place; the process stays as it is.
         kept = {
             key: olds[key] for key in ("pid", "start_ticks", "instance", "log_path", "launch_command", "url")
         }

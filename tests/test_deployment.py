@@ -21,7 +21,7 @@ import yaml
 
 from components.spec import EMULATOR_HOST_FACTS
 from tests._pulumi import ROOT, Workspace, emulator_stack, free_port, pulumi_binary
-from tests.sshd import SshServer, start_sshd
+from tests.sshd import SshServer, new_key, start_sshd
 
 pytestmark = pytest.mark.integration
 
@@ -204,6 +204,20 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     assert server_pid(workspace, "baseline") == pid
     assert history_rows(history, "baseline") == 1
     assert workspace.outputs("baseline")["tok_s"] == outputs["tok_s"]
+
+    # A new key for the same host: the server keeps running and is not benchmarked again.
+    rotated, rotated_public = new_key(tmp_path, "rotated")
+    with (sshd.folder / "authorized_keys").open("a") as authorized:
+        authorized.write(rotated_public + "\n")
+    workspace.run("config", "set", "--secret", "sshPrivateKey", "-s", "baseline", stdin=rotated)
+    workspace.run("up", "--yes", "-s", "baseline")
+    assert server_pid(workspace, "baseline") == pid
+    assert history_rows(history, "baseline") == 1
+    exported = workspace.json("stack", "export", "--show-secrets", "-s", "baseline")
+    server_state = next(
+        r for r in exported["deployment"]["resources"] if r["urn"].endswith("::baseline-server")
+    )
+    assert server_state["outputs"]["connection"]["plaintext"].count(rotated.strip().splitlines()[1]) == 1
 
     bs512 = ssh_config(sshd, tmp_path, port=port)
     bs512["sglang-stacks:server"]["cuda_graph_max_bs"] = 512

@@ -135,6 +135,18 @@ def test_only_launch_inputs_replace_the_server_and_the_update_id_changes_nothing
     assert new_log_dir.changes and not new_log_dir.replaces
 
 
+def test_a_new_key_for_the_same_host_keeps_the_server_and_another_host_replaces_it() -> None:
+    provider = server._ServerProvider()
+    ssh = {"kind": "ssh", "host": "gpu1", "port": 22.0, "user": "me", "private_key": "old", "host_key": "k"}
+    olds = {"flags": {"--tp-size": "8"}, "port": 30000, "connection": ssh}
+
+    new_key = provider.diff("id", olds, {**olds, "connection": {**ssh, "private_key": "new", "port": 22}})
+    new_host = provider.diff("id", olds, {**olds, "connection": {**ssh, "host": "gpu2"}})
+
+    assert new_key.changes and not new_key.replaces
+    assert new_host.replaces == ["connection"]
+
+
 # Real emulated servers from here on: started on this machine through a local connection.
 
 
