@@ -1,8 +1,9 @@
 """The companion CLI, for what Pulumi has no verb for: ``python -m components.cli <command>``.
 
 Each subcommand is a ``Command`` in ``COMMANDS``: a name, a one-line help, a function that adds
-its arguments and a function that runs it and returns the exit code. Exit codes: 0 fine, 1 the
-configuration has errors, 2 bad input.
+its arguments and a function that runs it and returns the exit code. Exit codes: 0 fine; 1 the
+answer is no (render: the configuration has errors; compare: a stack is significantly slower than
+the first beyond the tolerance; promote: nothing was written); 2 bad input.
 """
 
 from __future__ import annotations
