@@ -98,7 +98,16 @@ class _BenchmarkProvider(dynamic.ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         rerun = [key for key in RERUN_INPUTS if olds.get(key) != news.get(key)]
-        return dynamic.DiffResult(changes=bool(rerun), replaces=rerun, delete_before_replace=True)
+        # A new or changed gate is checked against the result already measured: no GPU time.
+        regated = olds.get("gate") != news.get("gate")
+        return dynamic.DiffResult(changes=bool(rerun) or regated, replaces=rerun, delete_before_replace=True)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
+        measured = {key: olds[key] for key in ("result", "levels", "tok_s")}
+        if news.get("gate"):
+            result = stats.BenchmarkResult.model_validate(olds["result"])
+            regression_gate.check(news["stack"], result, news["gate"], history.default_history_path())
+        return dynamic.UpdateResult({**news, **measured})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         # Results stay in the history; there is nothing on the host to remove.

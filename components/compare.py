@@ -12,8 +12,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from types import NoneType, UnionType
-from typing import Any, TextIO, Union, get_args, get_origin
+from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -50,12 +49,6 @@ EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 FlagValue = str | bool | None
 """A flag's value: its text, ``True`` for a switch that is present, ``None`` when absent."""
 
-_NULLABLE_RESULT_FIELDS = tuple(
-    name
-    for name, field in BenchmarkResult.model_fields.items()
-    if get_origin(field.annotation) in (Union, UnionType) and NoneType in get_args(field.annotation)
-)
-
 
 class StackOutputs(BaseModel):
     """The stack outputs a comparison reads; any others are ignored.
@@ -71,18 +64,6 @@ class StackOutputs(BaseModel):
     launch_command: str | None = None
     sglang_version: str
     benchmark: BenchmarkResult
-
-    @model_validator(mode="before")
-    @classmethod
-    def _restore_nulls(cls, data: Any) -> Any:
-        # Pulumi drops null values from output maps, so a result without speculation arrives with
-        # no accept_length at all; read an absent nullable field as the null it was.
-        if not isinstance(data, Mapping) or not isinstance(data.get("benchmark"), Mapping):
-            return data
-        benchmark = dict(data["benchmark"])
-        for name in _NULLABLE_RESULT_FIELDS:
-            benchmark.setdefault(name, None)
-        return {**data, "benchmark": benchmark}
 
     @model_validator(mode="after")
     def _has_flags(self) -> StackOutputs:

@@ -21,7 +21,7 @@ from components._resource import connect
 from components.benchmark import Benchmark
 from components.draft_model import DraftModel
 from components.environment import PythonEnvironment
-from components.errors import StacksError
+from components.errors import SpecError, StacksError
 from components.host import FACT_KEYS, GpuClaim, HostProbe
 from components.memory import plan_memory
 from components.server import SGLangServer, flag_map
@@ -100,6 +100,11 @@ class SGLangDeployment(pulumi.ComponentResource):
     def __init__(self, name: str, args: DeploymentArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("sglang-stacks:index:SGLangDeployment", name, None, opts)
         spec, stack = args.spec, args.stack
+        if spec.gate is not None and spec.gate.baseline_stack == stack:
+            raise SpecError(
+                f"gate.baseline_stack names this stack ({stack}), so the gate would compare it with "
+                "itself. Name the stack to compare with, such as baseline."
+            )
         release = spec.environment.sglang_release
         found = preflight.run_preflight(spec, release)
         preflight.raise_on_errors(found)

@@ -189,7 +189,11 @@ class Percentiles(BaseModel):
 
 
 class BenchmarkResult(BaseModel):
-    """One benchmark at one concurrency level: a stack output and a history row."""
+    """One benchmark at one concurrency level: a stack output and a history row.
+
+    Fields that may be None default to it: Pulumi drops null values from output maps, so a result
+    read back from a stack lacks them.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -201,10 +205,12 @@ class BenchmarkResult(BaseModel):
     tok_s_stdev: float = Field(description="sample standard deviation over runs")
     tok_s_ci95: tuple[float, float] = Field(description="95 % confidence interval of the mean")
     tok_s_runs: tuple[float, ...] = Field(description="tok/s of each run")
-    ttft_ms: Percentiles | None = Field(description="time to first token")
-    tpot_ms: Percentiles | None = Field(description="time per output token after the first")
-    itl_ms: Percentiles | None = Field(description="inter-token latency")
-    accept_length: float | None = Field(description="tokens per verify step; None without speculation")
+    ttft_ms: Percentiles | None = Field(default=None, description="time to first token")
+    tpot_ms: Percentiles | None = Field(default=None, description="time per output token after the first")
+    itl_ms: Percentiles | None = Field(default=None, description="inter-token latency")
+    accept_length: float | None = Field(
+        default=None, description="tokens per verify step; None without speculation"
+    )
     requests: int = Field(ge=0, description="measured requests")
     errors: int = Field(ge=0, description="measured requests that failed")
 
