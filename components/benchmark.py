@@ -59,6 +59,23 @@ def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
     return document
 
 
+def _check_no_errors(props: Mapping[str, Any], document: Mapping[str, Any]) -> None:
+    """BenchmarkError when measured requests failed: tok/s would count them as no tokens."""
+    failed = [level for level in document["levels"] if level["errors"]]
+    if not failed:
+        return
+    counts = "; ".join(
+        f"{level['errors']} of {level['requests']} measured requests failed at concurrency "
+        f"{level['concurrency']} (first: {level['error_samples'][0]})"
+        for level in failed
+    )
+    raise BenchmarkError(
+        f"The benchmark of stack {props['stack']!r} on {connect(props).label} is not a measure of the "
+        f"server: {counts}. Nothing was recorded. If the server died, `pulumi refresh -s {props['stack']}` "
+        f"shows it gone and its log tells why; fix that and run `pulumi up -s {props['stack']}` again."
+    )
+
+
 def measure(props: Mapping[str, Any]) -> dict[str, Any]:
     """Runs the benchmark, records it in the history, and returns the outputs."""
     # GPU time belongs to the stack that holds the claim; a lost claim stops here.
@@ -70,6 +87,7 @@ def measure(props: Mapping[str, Any]) -> dict[str, Any]:
         state_dir=props["state_dir"],
     )
     document = run_on_host(props)
+    _check_no_errors(props, document)
     levels = stats.summarize_levels(document)
     headline = levels[0]
     db_path = history.default_history_path()

@@ -407,3 +407,19 @@ def test_of_two_updates_racing_for_one_host_one_wins_and_the_other_launches_noth
     assert [log.name.startswith(winner) for log in (tmp_path / "host" / "logs").iterdir()] == [True]
     assert (claim_file(tmp_path) or {})["stack"] == winner
     assert history_rows(history, loser) == 0
+
+
+def test_a_server_that_dies_during_the_benchmark_fails_the_up_and_records_no_number(
+    workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
+) -> None:
+    port = new_port(ports)
+    config = ssh_config(sshd, tmp_path, port=port, emulator={"faults": {"crash_after_requests": 2}})
+    new_stack(workspace, "baseline", sshd, config)
+
+    up = workspace.run("up", "--yes", "-s", "baseline", check=False)
+
+    assert up.returncode != 0
+    assert "2 of 3 measured requests failed at concurrency 1" in up.stdout
+    assert "`pulumi refresh -s baseline`" in up.stdout
+    assert history_rows(history, "baseline") == 0
+    assert "tok_s" not in workspace.outputs("baseline")
