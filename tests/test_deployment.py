@@ -230,18 +230,25 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     assert "--cuda-graph-max-bs 512" in workspace.outputs("baseline")["launch_command"]
     assert history_rows(history, "baseline") == 2
 
-    workspace.run("destroy", "--yes", "-s", "baseline")
-    assert emulator_pids(port) == []
-    assert claim_file(tmp_path) is None
-    assert gpu_processes(tmp_path) == set()
-    key_lines = [line for line in sshd.client_key.splitlines() if line and not line.startswith("-----")]
-    exported = workspace.run("stack", "export", "--show-secrets=false", "-s", "baseline").stdout
-    for line in key_lines:
-        assert line not in exported
+    # Neither key is in the deployed state, nor in any file of the backend (backups included).
+    key_lines = [
+        line
+        for key in (sshd.client_key, rotated)
+        for line in key.splitlines()
+        if not line.startswith("-----")
+    ]
+    exported_text = workspace.run("stack", "export", "--show-secrets=false", "-s", "baseline").stdout
+    assert '"baseline-server"' in exported_text or "::baseline-server" in exported_text
+    assert not any(line in exported_text for line in key_lines)
     for state_file in workspace.backend.rglob("*"):
         if state_file.is_file():
             text = state_file.read_text(errors="replace")
             assert not any(line in text for line in key_lines), state_file
+
+    workspace.run("destroy", "--yes", "-s", "baseline")
+    assert emulator_pids(port) == []
+    assert claim_file(tmp_path) is None
+    assert gpu_processes(tmp_path) == set()
 
 
 def test_eagle3_change_is_diffed_flag_by_flag_takes_the_host_over_and_baseline_rolls_back(
