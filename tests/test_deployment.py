@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -430,3 +431,26 @@ def test_a_server_that_dies_during_the_benchmark_fails_the_up_and_records_no_num
     assert "`pulumi refresh -s baseline`" in up.stdout
     assert history_rows(history, "baseline") == 0
     assert "tok_s" not in workspace.outputs("baseline")
+
+
+def test_new_draft_model_content_replaces_the_server_and_benchmarks_it_again(
+    workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
+) -> None:
+    port = new_port(ports)
+    draft = tmp_path / "eagle3-head"
+    shutil.copytree(ROOT / "artifacts" / "eagle3-standin", draft)
+    config = ssh_config(sshd, tmp_path, port=port, eagle3=True)
+    config["sglang-stacks:draftModel"] = {**config["sglang-stacks:draftModel"], "local_path": str(draft)}
+    del config["sglang-stacks:draftModel"]["sha256"]
+    new_stack(workspace, "eagle3-bs128", sshd, config)
+    workspace.run("up", "--yes", "-s", "eagle3-bs128")
+    pid = server_pid(workspace, "eagle3-bs128")
+
+    (draft / "README.md").write_text("retrained head\n")
+    workspace.run("up", "--yes", "-s", "eagle3-bs128")
+
+    relaunched = server_pid(workspace, "eagle3-bs128")
+    assert relaunched != pid
+    assert emulator_pids(port) == [relaunched]
+    assert (tmp_path / "draft" / "eagle3" / "README.md").read_text() == "retrained head\n"
+    assert history_rows(history, "eagle3-bs128") == 2
