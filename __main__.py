@@ -15,7 +15,12 @@ try:
     )
     deployment = SGLangDeployment(
         stack,
-        DeploymentArgs(stack=stack, spec=spec, ssh_private_key=config.get_secret("sshPrivateKey")),
+        DeploymentArgs(
+            stack=stack,
+            spec=spec,
+            ssh_private_key=config.get_secret("sshPrivateKey"),
+            hub_token=config.get_secret("hubToken"),
+        ),
     )
 except StacksError as error:
     # The message already says what to fix; a traceback would only hide it.

@@ -40,6 +40,8 @@ class DeploymentArgs:
     """The validated stack spec."""
     ssh_private_key: pulumi.Output[str] | None = None
     """The SSH key's contents, a Pulumi secret (SSH hosts only)."""
+    hub_token: pulumi.Output[str] | None = None
+    """A Hugging Face token for gated models, a Pulumi secret; the server gets it as HF_TOKEN."""
 
 
 def connection_of(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None) -> pulumi.Output[Any]:
@@ -188,6 +190,7 @@ class SGLangDeployment(pulumi.ComponentResource):
             release=release,
             installed_version=environment.sglang_version,
             env={**spec.environment.env, **emulator_env},
+            secret_env=args.hub_token.apply(lambda token: {"HF_TOKEN": token}) if args.hub_token else None,
             port=port,
             nvidia_smi=nvidia_smi,
             draft_digest=draft_digest,

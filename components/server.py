@@ -28,6 +28,7 @@ FailureClass = Literal["out_of_memory", "bad_flag", "nccl", "other"]
 REPLACING_INPUTS = (
     "flags",
     "env",
+    "secret_env",
     "python",
     "launcher_module",
     "installed_version",
@@ -171,9 +172,15 @@ def _command(props: Mapping[str, Any]) -> str:
 
 def _launch_script(props: Mapping[str, Any], log_path: str) -> str:
     # setsid makes the server a session leader, so stopping its process group stops its workers;
-    # the redirections release the SSH session at once.
+    # the redirections release the SSH session at once. Secret variables (a hub token) are
+    # exported inside the script, which travels on stdin: never on a command line.
+    secrets = "".join(
+        f"export {name}={quote(str(value))}\n"
+        for name, value in sorted((props.get("secret_env") or {}).items())
+    )
     return (
         "set -eu\n"
+        f"{secrets}"
         f"log={quote_path(log_path)}\n"
         'mkdir -p "$(dirname "$log")"\n'
         f'setsid nohup {_command(props)} >"$log" 2>&1 </dev/null &\n'
@@ -419,6 +426,7 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
         release: str,
         installed_version: pulumi.Input[str],
         env: Mapping[str, str],
+        secret_env: pulumi.Input[Mapping[str, str]] | None,
         port: int,
         nvidia_smi: pulumi.Input[Sequence[str]],
         state_dir: str,
@@ -438,6 +446,7 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
             "release": release,
             "installed_version": installed_version,
             "env": dict(env),
+            "secret_env": secret_env,
             "port": port,
             "nvidia_smi": nvidia_smi,
             "draft_digest": draft_digest or "",
@@ -453,4 +462,11 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
             "launch_command": None,
             "url": None,
         }
-        super().__init__(_ServerProvider(), name, props, keep_connection_secret(opts))
+        super().__init__(
+            _ServerProvider(),
+            name,
+            props,
+            pulumi.ResourceOptions.merge(
+                keep_connection_secret(opts), pulumi.ResourceOptions(additional_secret_outputs=["secret_env"])
+            ),
+        )

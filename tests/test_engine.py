@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,8 @@ def test_cli_is_the_pinned_build() -> None:
 def test_preview_up_output_diff_destroy(workspace: Workspace, tmp_path: Path) -> None:
     port = free_port()
     workspace.init_stack("demo", emulator_stack(port=port, state_dir=tmp_path))
+    token = "hf_test_" + "x7" * 12
+    workspace.run("config", "set", "--secret", "hubToken", token, "-s", "demo")
 
     preview = workspace.json("preview", "--json", "-s", "demo")
     assert preview["changeSummary"]["create"] >= 6
@@ -32,6 +35,14 @@ def test_preview_up_output_diff_destroy(workspace: Workspace, tmp_path: Path) ->
     assert outputs["sglang_version"] == "0.5.8"
     assert outputs["launch_flags"]["--cuda-graph-max-bs"] == "128"
     assert 70 < outputs["tok_s"] < 95
+
+    # The hub token reaches the server's environment, and nowhere else in plain text.
+    pid = json.loads((tmp_path / "host" / "serving.json").read_text())["pid"]
+    assert f"HF_TOKEN={token}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    assert token not in Path(f"/proc/{pid}/cmdline").read_text()
+    assert token not in outputs["launch_command"]
+    for file in workspace.backend.rglob("*"):
+        assert not file.is_file() or token.encode() not in file.read_bytes(), file
 
     workspace.run("config", "set", "--path", "server.cuda_graph_max_bs", "512", "-s", "demo")
     diff = workspace.json("preview", "--diff", "--json", "-s", "demo")
