@@ -4,12 +4,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import functools
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import pulumi
 
 from components._transport import Connection
+from components.errors import StacksError
 
 # Fields that decide which machine (and which home folder) a resource lives on: changing one
 # of them means the thing is somewhere else, so the resource is replaced. The key, the pinned
@@ -57,3 +60,33 @@ def keep_connection_secret(opts: pulumi.ResourceOptions | None) -> pulumi.Resour
     return pulumi.ResourceOptions.merge(
         opts, pulumi.ResourceOptions(additional_secret_outputs=["connection"])
     )
+
+
+_ProviderT = TypeVar("_ProviderT", bound=type)
+
+
+def plain_errors(provider: _ProviderT) -> _ProviderT:
+    """Class decorator: the project's own errors reach the user as their sentences.
+
+    Pulumi's dynamic-provider host reports a failed call with `traceback.format_exc()`; for a
+    deliberate error (a StacksError, which already says what to fix) the traceback only buries
+    the message, so it is left out. Other exceptions keep theirs.
+    """
+    for name in ("create", "read", "update", "delete", "diff"):
+        method = provider.__dict__.get(name)
+        if method is not None:
+            setattr(provider, name, _sentence_only(method))
+    return provider
+
+
+def _sentence_only(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except StacksError:
+            # format_exc() honours this limit; the process serves one update, which fails here.
+            sys.tracebacklimit = 0
+            raise
+
+    return call

@@ -17,7 +17,7 @@ import pulumi.dynamic as dynamic
 
 from components import _transport, claim, history, stats
 from components import gate as regression_gate
-from components._resource import connect, keep_connection_secret
+from components._resource import connect, keep_connection_secret, plain_errors
 from components._transport import quote
 from components.errors import BenchmarkError
 
@@ -110,6 +110,7 @@ def measure(props: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+@plain_errors
 class _BenchmarkProvider(dynamic.ResourceProvider):
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
         return dynamic.CreateResult(str(props["server_instance"]), {**props, **measure(props)})

@@ -21,7 +21,7 @@ from typing import Any, Literal, get_args
 import pulumi
 import pulumi.dynamic as dynamic
 
-from components._resource import connect, connection_diff, keep_connection_secret, tail
+from components._resource import connect, connection_diff, keep_connection_secret, plain_errors, tail
 from components._transport import Connection, quote_path, run, upload
 from components.errors import ArtifactError, HostError, SpecError
 
@@ -170,6 +170,7 @@ def _validate(
         )
 
 
+@plain_errors
 class _DraftModelProvider(dynamic.ResourceProvider):
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
         outs = self._converge(props)

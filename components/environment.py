@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args
 import pulumi
 import pulumi.dynamic as dynamic
 
-from components._resource import connect, connection_diff, keep_connection_secret, tail
+from components._resource import connect, connection_diff, keep_connection_secret, plain_errors, tail
 from components._transport import Connection, quote, quote_path, run, upload
 from components.errors import HostError, SpecError
 from sglang_flags import known_releases
@@ -208,6 +208,7 @@ def _version_of(text: str) -> str:
     return words[-1].lstrip("v") if words else text.strip()
 
 
+@plain_errors
 class _PythonEnvironmentProvider(dynamic.ResourceProvider):
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
         outs = self._converge(props)

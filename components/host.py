@@ -11,7 +11,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import claim, probe
-from components._resource import connect, keep_connection_secret
+from components._resource import connect, keep_connection_secret, plain_errors
 from components.errors import HostError
 from components.server import stop_pid
 
@@ -42,6 +42,7 @@ def check_host(props: Mapping[str, Any]) -> dict[str, Any]:
     return {"facts": {key: facts[key] for key in (*FACT_KEYS, "driver_version")}}
 
 
+@plain_errors
 class _ProbeProvider(dynamic.ResourceProvider):
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
         return dynamic.CreateResult("probe", {**props, **check_host(props)})
@@ -97,6 +98,7 @@ def take_claim(props: Mapping[str, Any]) -> dict[str, Any]:
     return {"owner": props["stack"], "taken_from": previous.stack if previous else ""}
 
 
+@plain_errors
 class _ClaimProvider(dynamic.ResourceProvider):
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
         return dynamic.CreateResult(props["stack"], {**props, **take_claim(props)})

@@ -18,7 +18,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import _transport, claim, serving
-from components._resource import connect, connection_diff, keep_connection_secret
+from components._resource import connect, connection_diff, keep_connection_secret, plain_errors
 from components._transport import Connection, quote, quote_path
 from components.errors import ServerError
 
@@ -354,6 +354,7 @@ def is_running(conn: Connection, pid: int, start_ticks: int) -> bool:
     return _transport.run(conn, _alive_check(pid, start_ticks), timeout_s=30).ok
 
 
+@plain_errors
 class _ServerProvider(dynamic.ResourceProvider):
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
         outs = start(props)
