@@ -178,8 +178,16 @@ def _launch_script(props: Mapping[str, Any], log_path: str) -> str:
         f"export {name}={quote(str(value))}\n"
         for name, value in sorted((props.get("secret_env") or {}).items())
     )
+    # A program already listening on the port would answer the health check in the server's stead.
+    listening = (
+        "import socket, sys\n"
+        "with socket.socket() as probe:\n"
+        "    probe.settimeout(5)\n"
+        f"    sys.exit(0 if probe.connect_ex(('127.0.0.1', {int(props['port'])})) == 0 else 1)\n"
+    )
     return (
         "set -eu\n"
+        f"if {quote(props['python'])} -c {quote(listening)}; then echo port-taken; exit 0; fi\n"
         f"{secrets}"
         f"log={quote_path(log_path)}\n"
         'mkdir -p "$(dirname "$log")"\n'
@@ -251,6 +259,7 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
     claim.acquire(
         conn, props["stack"], takeover=False, update_id=props["update_id"], state_dir=props["state_dir"]
     )
+    _stop_untracked(conn, props)
     instance = uuid.uuid4().hex[:12]
     log_path = f"{props['log_dir'].rstrip('/')}/{props['stack']}-{instance}.log"
     launched = _transport.run(conn, _launch_script(props, log_path), timeout_s=60)
@@ -258,6 +267,12 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
         raise ServerError(
             f"Could not start SGLang on {conn.label}: {launched.stderr.strip() or launched.stdout.strip()}. "
             "Check that the Python environment exists on the host."
+        )
+    if launched.stdout.strip() == "port-taken":
+        raise ServerError(
+            f"Port {props['port']} on {conn.label} is taken by another program, so SGLang was not started "
+            "(its health check would have reached that program). Stop the program "
+            f"(`ss -ltnp 'sport = :{props['port']}'` on the host names it) or set server.port to a free port."
         )
     words = launched.stdout.split()
     if len(words) < 2:
@@ -294,6 +309,15 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
         "launch_command": _command(props),
         "url": f"http://127.0.0.1:{int(props['port'])}",
     }
+
+
+def _stop_untracked(conn: Connection, props: Mapping[str, Any]) -> None:
+    """Stops a server of this stack that no update tracks: one whose update was killed after the
+    launch. By the time a server is created the stack's previous one is stopped, so a live process
+    recorded in the claim only holds the GPUs and the port (and would answer the health check)."""
+    current = claim.read(conn, state_dir=props["state_dir"])
+    if current is not None and current.stack == props["stack"] and current.server_pid:
+        stop_pid(conn, current.server_pid, props["nvidia_smi"], float(props["stop_timeout_s"]))
 
 
 def _log_tail_script(log_path: str) -> str:

@@ -307,3 +307,47 @@ def test_a_missing_python_fails_the_start_with_its_class_and_fix(host: Path) -> 
     assert "exited before it became ready (other)" in message
     assert f"{host}/gone/bin/python" in message and "No such file or directory" in message
     assert "`pulumi refresh`" in message
+
+
+@pytest.mark.integration
+def test_a_server_left_behind_by_a_killed_update_is_stopped_before_the_next_launch(host: Path) -> None:
+    props = server_props(host)
+    conn = Connection.local()
+    orphan = server.start(props)
+    claim.finish_all()  # the update that launched it ended without recording it anywhere else
+
+    started = server.start({**props, "update_id": "u2"})
+    try:
+        assert not server.is_running(conn, orphan["pid"], orphan["start_ticks"])
+        assert gpu_pids(props) == {started["pid"]}
+    finally:
+        server.stop(conn, started["pid"], started["start_ticks"], props["nvidia_smi"], 20.0)
+
+
+@pytest.mark.integration
+def test_a_port_another_program_serves_stops_the_launch_before_it_is_fooled_by_that_program(
+    host: Path,
+) -> None:
+    import http.server
+    import threading
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    stranger = http.server.HTTPServer(("127.0.0.1", 0), Healthy)
+    threading.Thread(target=stranger.serve_forever, daemon=True).start()
+    port = stranger.server_address[1]
+    props = server_props(host)
+    props = {**props, "port": port, "flags": {**props["flags"], "--port": str(port)}}
+    try:
+        with pytest.raises(ServerError, match=rf"Port {port} on the local host is taken by another program"):
+            server.start(props)
+    finally:
+        stranger.shutdown()
+    assert not emulator_running(port)
+    assert not list((host / "state" / "logs").glob("*.log"))
