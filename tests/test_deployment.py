@@ -220,6 +220,15 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     )
     assert server_state["outputs"]["connection"]["plaintext"].count(rotated.strip().splitlines()[1]) == 1
 
+    # Another workload measures the same server again.
+    longer = ssh_config(sshd, tmp_path, port=port)
+    longer["sglang-stacks:benchmark"]["output_len"] = 64
+    write_config(workspace, "baseline", longer)
+    workspace.run("up", "--yes", "-s", "baseline")
+    assert server_pid(workspace, "baseline") == pid
+    assert workspace.outputs("baseline")["benchmark"]["output_len"] == 64
+    assert history_rows(history, "baseline") == 2
+
     bs512 = ssh_config(sshd, tmp_path, port=port)
     bs512["sglang-stacks:server"]["cuda_graph_max_bs"] = 512
     write_config(workspace, "baseline", bs512)
@@ -229,7 +238,7 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     assert emulator_pids(port) == [replaced]
     assert gpu_processes(tmp_path) == {replaced}
     assert "--cuda-graph-max-bs 512" in workspace.outputs("baseline")["launch_command"]
-    assert history_rows(history, "baseline") == 2
+    assert history_rows(history, "baseline") == 3
 
     # Neither key is in the deployed state, nor in any file of the backend (backups included).
     key_lines = [
