@@ -409,7 +409,9 @@ class _ServerProvider(dynamic.ResourceProvider):
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
         conn = connect(props)
         if not is_running(conn, int(props["pid"]), int(props["start_ticks"])):
-            # Gone from the host: refresh drops it from the state and the next up relaunches it.
+            # Gone from the host: refresh drops it from the state and the next up relaunches it;
+            # the host stops saying it serves it.
+            serving.forget(conn, props["state_dir"], int(props["pid"]))
             return dynamic.ReadResult(None, {})
         return dynamic.ReadResult(id_, props)
 

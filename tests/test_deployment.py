@@ -171,6 +171,12 @@ def claim_file(state_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def serving_note(state_dir: Path) -> dict[str, Any] | None:
+    """What the host says it serves (the note previews compare a stack's flags with)."""
+    path = state_dir / "host" / "serving.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def history_rows(path: Path, stack: str) -> int:
     if not path.exists():
         return 0
@@ -258,6 +264,7 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     workspace.run("destroy", "--yes", "-s", "baseline")
     assert emulator_pids(port) == []
     assert claim_file(tmp_path) is None
+    assert serving_note(tmp_path) is None
     assert gpu_processes(tmp_path) == set()
 
 
@@ -340,10 +347,12 @@ def test_a_killed_server_is_noticed_by_refresh_and_relaunched_by_the_next_up(
         time.sleep(0.1)
     workspace.run("refresh", "--yes", "-s", "baseline")
     assert "baseline-server" not in resources(workspace, "baseline")
+    assert serving_note(tmp_path) is None, "the host no longer says it serves the dead server"
 
     workspace.run("up", "--yes", "-s", "baseline")
     relaunched = server_pid(workspace, "baseline")
     assert relaunched != pid
+    assert (serving_note(tmp_path) or {}).get("pid") == relaunched
     assert emulator_pids(port) == [relaunched]
     assert 70 < workspace.outputs("baseline")["tok_s"] < 95
     assert history_rows(history, "baseline") == 2
