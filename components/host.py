@@ -94,7 +94,13 @@ def take_claim(props: Mapping[str, Any]) -> dict[str, Any]:
         state_dir=props["state_dir"],
     )
     if previous is not None and previous.server_pid:
-        stop_pid(conn, previous.server_pid, props["nvidia_smi"], float(props["stop_timeout_s"]))
+        stop_pid(
+            conn,
+            previous.server_pid,
+            props["nvidia_smi"],
+            float(props["stop_timeout_s"]),
+            state_dir=props["state_dir"],
+        )
     return {"owner": props["stack"], "taken_from": previous.stack if previous else ""}
 
 

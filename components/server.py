@@ -317,7 +317,13 @@ def _stop_untracked(conn: Connection, props: Mapping[str, Any]) -> None:
     recorded in the claim only holds the GPUs and the port (and would answer the health check)."""
     current = claim.read(conn, state_dir=props["state_dir"])
     if current is not None and current.stack == props["stack"] and current.server_pid:
-        stop_pid(conn, current.server_pid, props["nvidia_smi"], float(props["stop_timeout_s"]))
+        stop_pid(
+            conn,
+            current.server_pid,
+            props["nvidia_smi"],
+            float(props["stop_timeout_s"]),
+            state_dir=props["state_dir"],
+        )
 
 
 def _log_tail_script(log_path: str) -> str:
@@ -368,9 +374,13 @@ def stop(
         )
 
 
-def stop_pid(conn: Connection, pid: int, nvidia_smi: Sequence[str], timeout_s: float) -> None:
-    """Stops the SGLang server with this pid, known only by pid (another stack's, from the claim)."""
+def stop_pid(
+    conn: Connection, pid: int, nvidia_smi: Sequence[str], timeout_s: float, *, state_dir: str
+) -> None:
+    """Stops the SGLang server with this pid, known only by pid (from the claim), and removes the
+    host's note that it serves."""
     stop(conn, pid, None, nvidia_smi, timeout_s)
+    serving.forget(conn, state_dir, pid)
 
 
 def is_running(conn: Connection, pid: int, start_ticks: int) -> bool:

@@ -381,21 +381,30 @@ def test_a_host_that_is_not_the_declared_one_stops_the_up_before_any_launch(
     assert history_rows(history, "baseline") == 0
 
 
-def test_a_server_that_fails_to_start_is_stopped_and_its_failure_explained(
+def test_a_change_whose_server_fails_to_start_is_explained_and_baseline_rolls_back(
     workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
 ) -> None:
     port = new_port(ports)
-    config = ssh_config(sshd, tmp_path, port=port, emulator={"faults": {"port_in_use": True}})
-    new_stack(workspace, "baseline", sshd, config)
+    new_stack(workspace, "baseline", sshd, ssh_config(sshd, tmp_path, port=port))
+    doomed = ssh_config(sshd, tmp_path, port=port, eagle3=True, emulator={"faults": {"port_in_use": True}})
+    new_stack(workspace, "eagle3-bs128", sshd, doomed)
+    workspace.run("up", "--yes", "-s", "baseline")
+    baseline_pid = server_pid(workspace, "baseline")
 
-    up = workspace.run("up", "--yes", "-s", "baseline", check=False)
+    up = workspace.run("up", "--yes", "-s", "eagle3-bs128", check=False)
 
     assert up.returncode != 0
     assert "exited before it became ready (other)" in up.stdout
     assert "address already in use" in up.stdout
     assert "Another process holds the server's port on the host" in up.stdout
     assert emulator_pids(port) == []
-    assert "baseline-server" not in resources(workspace, "baseline")
+    assert "eagle3-bs128-server" not in resources(workspace, "eagle3-bs128")
+    assert baseline_pid not in gpu_processes(tmp_path)
+    assert serving_note(tmp_path) is None, "the host no longer says it serves the stopped baseline"
+
+    workspace.run("up", "--yes", "-s", "baseline")
+    assert emulator_pids(port) == [server_pid(workspace, "baseline")]
+    assert (claim_file(tmp_path) or {})["stack"] == "baseline"
 
 
 def test_of_two_updates_racing_for_one_host_one_wins_and_the_other_launches_nothing(
