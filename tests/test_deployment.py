@@ -195,7 +195,7 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     port = new_port(ports)
     new_stack(workspace, "baseline", sshd, ssh_config(sshd, tmp_path, port=port))
 
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "-s", "baseline")  # later ups skip the preview, to save time
     outputs = workspace.outputs("baseline")
     assert 70 < outputs["tok_s"] < 95
     assert outputs["sglang_version"] == "0.5.8"
@@ -217,7 +217,7 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     with (sshd.folder / "authorized_keys").open("a") as authorized:
         authorized.write(rotated_public + "\n")
     workspace.run("config", "set", "--secret", "sshPrivateKey", "-s", "baseline", stdin=rotated)
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
     assert server_pid(workspace, "baseline") == pid
     assert history_rows(history, "baseline") == 1
     exported = workspace.json("stack", "export", "--show-secrets", "-s", "baseline")
@@ -230,7 +230,7 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     longer = ssh_config(sshd, tmp_path, port=port)
     longer["sglang-stacks:benchmark"]["output_len"] = 64
     write_config(workspace, "baseline", longer)
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
     assert server_pid(workspace, "baseline") == pid
     assert workspace.outputs("baseline")["benchmark"]["output_len"] == 64
     assert history_rows(history, "baseline") == 2
@@ -238,7 +238,7 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     bs512 = ssh_config(sshd, tmp_path, port=port)
     bs512["sglang-stacks:server"]["cuda_graph_max_bs"] = 512
     write_config(workspace, "baseline", bs512)
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
     replaced = server_pid(workspace, "baseline")
     assert replaced != pid
     assert emulator_pids(port) == [replaced]
@@ -275,7 +275,7 @@ def test_eagle3_change_is_diffed_flag_by_flag_takes_the_host_over_and_baseline_r
     baseline, eagle3 = (ssh_config(sshd, tmp_path, port=port, eagle3=on) for on in (False, True))
     new_stack(workspace, "baseline", sshd, baseline)
     new_stack(workspace, "eagle3-bs128", sshd, eagle3)
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
     baseline_pid = server_pid(workspace, "baseline")
 
     write_config(workspace, "baseline", eagle3)
@@ -300,7 +300,7 @@ def test_eagle3_change_is_diffed_flag_by_flag_takes_the_host_over_and_baseline_r
     assert new["--speculative-draft-model-path"] == f"{tmp_path}/draft/eagle3"
     assert emulator_pids(port) == [baseline_pid]
 
-    workspace.run("up", "--yes", "-s", "eagle3-bs128")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "eagle3-bs128")
     eagle3_pid = server_pid(workspace, "eagle3-bs128")
     assert emulator_pids(port) == [eagle3_pid]
     held = gpu_processes(tmp_path)
@@ -315,7 +315,7 @@ def test_eagle3_change_is_diffed_flag_by_flag_takes_the_host_over_and_baseline_r
     assert "baseline-server" not in seen
     assert seen["baseline-claim"]["owner"] == "eagle3-bs128"
 
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
     rolled_back = server_pid(workspace, "baseline")
     assert emulator_pids(port) == [rolled_back]
     held = gpu_processes(tmp_path)
@@ -337,7 +337,7 @@ def test_a_killed_server_is_noticed_by_refresh_and_relaunched_by_the_next_up(
 ) -> None:
     port = new_port(ports)
     new_stack(workspace, "baseline", sshd, ssh_config(sshd, tmp_path, port=port))
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
     pid = server_pid(workspace, "baseline")
     assert (claim_file(tmp_path) or {})["server_pid"] == pid
 
@@ -349,7 +349,7 @@ def test_a_killed_server_is_noticed_by_refresh_and_relaunched_by_the_next_up(
     assert "baseline-server" not in resources(workspace, "baseline")
     assert serving_note(tmp_path) is None, "the host no longer says it serves the dead server"
 
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
     relaunched = server_pid(workspace, "baseline")
     assert relaunched != pid
     assert (serving_note(tmp_path) or {}).get("pid") == relaunched
@@ -359,7 +359,7 @@ def test_a_killed_server_is_noticed_by_refresh_and_relaunched_by_the_next_up(
 
     # Every up refreshes first, so a plain `up` notices a dead server too.
     os.kill(relaunched, signal.SIGKILL)
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
     assert emulator_pids(port) == [server_pid(workspace, "baseline")] != [relaunched]
     assert history_rows(history, "baseline") == 3
 
@@ -371,7 +371,7 @@ def test_a_host_that_is_not_the_declared_one_stops_the_up_before_any_launch(
     config = ssh_config(sshd, tmp_path, port=port, emulator={"profile": "h200-1gpu-llama-3.1-8b"})
     new_stack(workspace, "baseline", sshd, config)
 
-    up = workspace.run("up", "--yes", "-s", "baseline", check=False)
+    up = workspace.run("up", "--yes", "--skip-preview", "-s", "baseline", check=False)
 
     assert up.returncode != 0
     assert "host.gpu_count declares 8 GPUs but 1 found" in up.stdout
@@ -388,10 +388,10 @@ def test_a_change_whose_server_fails_to_start_is_explained_and_baseline_rolls_ba
     new_stack(workspace, "baseline", sshd, ssh_config(sshd, tmp_path, port=port))
     doomed = ssh_config(sshd, tmp_path, port=port, eagle3=True, emulator={"faults": {"port_in_use": True}})
     new_stack(workspace, "eagle3-bs128", sshd, doomed)
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
     baseline_pid = server_pid(workspace, "baseline")
 
-    up = workspace.run("up", "--yes", "-s", "eagle3-bs128", check=False)
+    up = workspace.run("up", "--yes", "--skip-preview", "-s", "eagle3-bs128", check=False)
 
     assert up.returncode != 0
     assert "exited before it became ready (other)" in up.stdout
@@ -402,7 +402,7 @@ def test_a_change_whose_server_fails_to_start_is_explained_and_baseline_rolls_ba
     assert baseline_pid not in gpu_processes(tmp_path)
     assert serving_note(tmp_path) is None, "the host no longer says it serves the stopped baseline"
 
-    workspace.run("up", "--yes", "-s", "baseline")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
     assert emulator_pids(port) == [server_pid(workspace, "baseline")]
     assert (claim_file(tmp_path) or {})["stack"] == "baseline"
 
@@ -451,7 +451,7 @@ def test_a_server_that_dies_during_the_benchmark_fails_the_up_and_records_no_num
     config = ssh_config(sshd, tmp_path, port=port, emulator={"faults": {"crash_after_requests": 2}})
     new_stack(workspace, "baseline", sshd, config)
 
-    up = workspace.run("up", "--yes", "-s", "baseline", check=False)
+    up = workspace.run("up", "--yes", "--skip-preview", "-s", "baseline", check=False)
 
     assert up.returncode != 0
     assert "2 of 3 measured requests failed at concurrency 1" in up.stdout
@@ -470,11 +470,11 @@ def test_new_draft_model_content_replaces_the_server_and_benchmarks_it_again(
     config["sglang-stacks:draftModel"] = {**config["sglang-stacks:draftModel"], "local_path": str(draft)}
     del config["sglang-stacks:draftModel"]["sha256"]
     new_stack(workspace, "eagle3-bs128", sshd, config)
-    workspace.run("up", "--yes", "-s", "eagle3-bs128")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "eagle3-bs128")
     pid = server_pid(workspace, "eagle3-bs128")
 
     (draft / "README.md").write_text("retrained head\n")
-    workspace.run("up", "--yes", "-s", "eagle3-bs128")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "eagle3-bs128")
 
     relaunched = server_pid(workspace, "eagle3-bs128")
     assert relaunched != pid
