@@ -377,6 +377,7 @@ def test_a_host_that_is_not_the_declared_one_stops_the_up_before_any_launch(
     assert "host.gpu_count declares 8 GPUs but 1 found" in up.stdout
     assert "nothing was launched" in up.stdout
     assert emulator_pids(port) == []
+    assert claim_file(tmp_path) is None, "the host is not claimed either"
     assert "baseline-server" not in resources(workspace, "baseline")
     assert history_rows(history, "baseline") == 0
 
