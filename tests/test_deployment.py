@@ -482,3 +482,50 @@ def test_new_draft_model_content_replaces_the_server_and_benchmarks_it_again(
     assert emulator_pids(port) == [relaunched]
     assert (tmp_path / "draft" / "eagle3" / "README.md").read_text() == "retrained head\n"
     assert history_rows(history, "eagle3-bs128") == 2
+
+
+def test_an_update_killed_after_the_launch_leaves_a_server_the_next_up_replaces(
+    workspace: Workspace, sshd: SshServer, tmp_path: Path, history: Path, ports: list[int]
+) -> None:
+    port = new_port(ports)
+    # A slow readiness keeps the update waiting on the launched server while it is killed.
+    slow = ssh_config(sshd, tmp_path, port=port, emulator={"faults": {"slow_readiness_s": 30}})
+    new_stack(workspace, "baseline", sshd, slow)
+    update = subprocess.Popen(
+        [pulumi_binary(), "up", "--yes", "--skip-preview", "--non-interactive", "-s", "baseline"],
+        cwd=workspace.path,
+        env=workspace.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not emulator_pids(port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left_behind = emulator_pids(port)
+    assert len(left_behind) == 1
+    # Everything of the update dies at once, as when its machine goes down: the CLI and the
+    # program and provider processes it started (each in a process group of its own).
+    update.kill()
+    update.wait()
+    for pid in processes_under(workspace.path):
+        os.kill(pid, signal.SIGKILL)
+
+    workspace.run("cancel", "--yes", "-s", "baseline")
+    write_config(workspace, "baseline", ssh_config(sshd, tmp_path, port=port))
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
+
+    assert emulator_pids(port) == [server_pid(workspace, "baseline")] != left_behind
+    assert 70 < workspace.outputs("baseline")["tok_s"] < 95
+
+
+def processes_under(folder: Path) -> list[int]:
+    """Processes whose command line names a file in `folder` (the project's program and provider)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if str(folder).encode() in text and int(cmdline.parent.name) != os.getpid():
+            found.append(int(cmdline.parent.name))
+    return found
