@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import sys
 import urllib.request
@@ -152,9 +154,16 @@ def test_a_new_key_for_the_same_host_keeps_the_server_and_another_host_replaces_
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[Path]:
-    """A host state folder; the claim leases the test took end with it."""
+    """A host state folder; the claim leases the test took, and any server it left, end with it."""
     yield tmp_path
     claim.finish_all()
+    marker = f"SGLANG_EMULATOR_STATE_DIR={tmp_path}/".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes():
+                os.kill(int(environ.parent.name), signal.SIGKILL)
+        except OSError:
+            continue
 
 
 def server_props(
