@@ -429,9 +429,14 @@ def test_of_two_updates_racing_for_one_host_one_wins_and_the_other_launches_noth
         )
         for stack in stacks
     }
-    outcomes = {
-        stack: (racer.communicate(timeout=300)[0], racer.returncode) for stack, racer in racers.items()
-    }
+    try:
+        outcomes = {
+            stack: (racer.communicate(timeout=300)[0], racer.returncode) for stack, racer in racers.items()
+        }
+    finally:
+        for racer in racers.values():
+            if racer.poll() is None:
+                racer.kill()
 
     winners = [stack for stack, (_, code) in outcomes.items() if code == 0]
     assert len(winners) == 1, outcomes
