@@ -1,7 +1,9 @@
 """The whole deployment with the real Pulumi CLI, over a real OpenSSH server, in front of the
-SGLang emulator: up, a second up that changes nothing, the flag-by-flag diff of the EAGLE-3
-change, the takeover by another stack and the rollback, a killed server relaunched, destroy,
-a host that is not what the stack declares, a server that fails to start, two racing updates.
+SGLang emulator: up, a second up that changes nothing, a new key, a new workload, a replacement,
+the flag-by-flag diff of the EAGLE-3 change, the takeover by another stack and the rollback, a
+killed server relaunched, new draft-model content, destroy, a host that is not what the stack
+declares, a server that fails to start or dies mid-benchmark, an update killed after the launch,
+two racing updates.
 """
 
 from __future__ import annotations
