@@ -12,6 +12,7 @@ before it launches anything.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -216,11 +217,16 @@ class _Lease:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._stopped = threading.Event()
+        # The provider process outlives a Pulumi CLI that was killed (it is then reparented):
+        # the update is over then, and so is the hold on the host.
+        self._engine_pid = os.getppid()
         threading.Thread(target=self._beat, daemon=True).start()
 
     def _beat(self) -> None:
-        while not self._stopped.wait(_HEARTBEAT_S) and self.session.send(b"\n"):
-            pass
+        while not self._stopped.wait(_HEARTBEAT_S):
+            if os.getppid() != self._engine_pid or not self.session.send(b"\n"):
+                self.end()
+                return
 
     def end(self) -> None:
         self._stopped.set()

@@ -344,3 +344,45 @@ def test_pulumi_updates_hold_the_host_while_they_run_and_a_failed_one_frees_it(t
     assert rollback.returncode == 0, rollback.stdout + rollback.stderr
     holder = claim.read(Connection.local(), state_dir=host_state)
     assert holder is not None and (holder.stack, holder.updating) == ("baseline", False)
+
+
+def test_an_update_whose_pulumi_was_killed_lets_go_of_the_host(tmp_path: Path, state_dir: str) -> None:
+    # The provider process (here: the updater) survives a killed Pulumi CLI (here: the shell that
+    # started it, killed at once); reparented, it lets go of the host at its next heartbeat.
+    conn = Connection.local()
+    task = tmp_path / "orphan.json"
+    task.write_text(
+        json.dumps(
+            {
+                "connection": dataclasses.asdict(conn),
+                "stack": "eagle3-bs128",
+                "state_dir": state_dir,
+                "launched": str(tmp_path / "launched-orphan"),
+            }
+        )
+    )
+    shell = subprocess.Popen(
+        ["bash", "-c", f'{sys.executable} -c "$0" "$1" & echo $!; wait', UPDATER, str(task)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert shell.stdout is not None
+    orphan = int(shell.stdout.readline())
+    try:
+        assert shell.stdout.readline() == "acquired\n"
+        shell.kill()
+        shell.wait()
+        with pytest.raises(ClaimError, match="is updating"):
+            claim.acquire(conn, "baseline", takeover=True, state_dir=state_dir)
+        freed = None
+        deadline = time.monotonic() + claim._HEARTBEAT_S + 10
+        while freed is None and time.monotonic() < deadline:
+            try:
+                freed = claim.acquire(conn, "baseline", takeover=True, state_dir=state_dir)
+            except ClaimError:
+                time.sleep(0.5)
+        assert freed is not None and freed.stack == "eagle3-bs128"
+    finally:
+        os.kill(orphan, 9)
