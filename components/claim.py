@@ -132,6 +132,7 @@ if op in ("check", "record-server"):
         sys.exit(0)
     if op == "record-server":
         claim["server_pid"] = int(env["CLAIM_SERVER_PID"])
+        claim["server_start_ticks"] = int(env["CLAIM_SERVER_START_TICKS"])
         write(claim)
     answer("ok", claim)
     sys.exit(0)
@@ -196,6 +197,8 @@ class Claim:
     """Whether an update holds the host's update lock right now."""
     server_pid: int | None
     """The pid of the stack's SGLang server, once recorded."""
+    server_start_ticks: int | None = None
+    """That process's start time (clock ticks since boot): a reused pid is not the server."""
 
     @classmethod
     def from_record(cls, record: dict[str, Any], *, updating: bool = False) -> Claim:
@@ -208,6 +211,7 @@ class Claim:
             updating_since=record.get("updating_since"),
             updating=updating,
             server_pid=record.get("server_pid"),
+            server_start_ticks=record.get("server_start_ticks"),
         )
 
 
@@ -305,9 +309,19 @@ def finish_all() -> None:
         lease.end()
 
 
-def record_server(conn: Connection, stack: str, pid: int, *, state_dir: str = DEFAULT_STATE_DIR) -> None:
-    """Notes the pid of ``stack``'s SGLang server in its claim; ClaimError if it lost the claim."""
-    _owner_call(conn, "record-server", stack, state_dir, CLAIM_SERVER_PID=str(int(pid)))
+def record_server(
+    conn: Connection, stack: str, pid: int, start_ticks: int, *, state_dir: str = DEFAULT_STATE_DIR
+) -> None:
+    """Notes ``stack``'s SGLang server (pid and start time) in its claim; ClaimError if it lost
+    the claim."""
+    _owner_call(
+        conn,
+        "record-server",
+        stack,
+        state_dir,
+        CLAIM_SERVER_PID=str(int(pid)),
+        CLAIM_SERVER_START_TICKS=str(int(start_ticks)),
+    )
 
 
 def release(conn: Connection, stack: str, *, state_dir: str = DEFAULT_STATE_DIR) -> bool:

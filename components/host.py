@@ -97,6 +97,7 @@ def take_claim(props: Mapping[str, Any]) -> dict[str, Any]:
         stop_pid(
             conn,
             previous.server_pid,
+            previous.server_start_ticks,
             props["nvidia_smi"],
             float(props["stop_timeout_s"]),
             state_dir=props["state_dir"],

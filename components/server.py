@@ -280,7 +280,7 @@ def start(props: Mapping[str, Any]) -> dict[str, Any]:
         tail = _transport.run(conn, _log_tail_script(log_path), timeout_s=30)
         raise _start_failure(conn, props, "exited", tail.stdout, log_path)
     pid, start_ticks = int(words[0]), int(words[1])
-    claim.record_server(conn, props["stack"], pid, state_dir=props["state_dir"])
+    claim.record_server(conn, props["stack"], pid, start_ticks, state_dir=props["state_dir"])
     waited = _transport.run(
         conn,
         _ready_script(props, pid, start_ticks, log_path),
@@ -320,6 +320,7 @@ def _stop_untracked(conn: Connection, props: Mapping[str, Any]) -> None:
         stop_pid(
             conn,
             current.server_pid,
+            current.server_start_ticks,
             props["nvidia_smi"],
             float(props["stop_timeout_s"]),
             state_dir=props["state_dir"],
@@ -375,11 +376,17 @@ def stop(
 
 
 def stop_pid(
-    conn: Connection, pid: int, nvidia_smi: Sequence[str], timeout_s: float, *, state_dir: str
+    conn: Connection,
+    pid: int,
+    start_ticks: int | None,
+    nvidia_smi: Sequence[str],
+    timeout_s: float,
+    *,
+    state_dir: str,
 ) -> None:
-    """Stops the SGLang server with this pid, known only by pid (from the claim), and removes the
-    host's note that it serves."""
-    stop(conn, pid, None, nvidia_smi, timeout_s)
+    """Stops the SGLang server recorded in the claim (pid and, since it is recorded, start time),
+    and removes the host's note that it serves."""
+    stop(conn, pid, start_ticks, nvidia_smi, timeout_s)
     serving.forget(conn, state_dir, pid)
 
 

@@ -38,7 +38,7 @@ def test_handover_from_a_finished_update_returns_the_previous_owner(sshd: SshSer
     conn = sshd.connection()
 
     assert claim.acquire(conn, "baseline", takeover=False, update_id="u1", state_dir=state_dir) is None
-    claim.record_server(conn, "baseline", 4242, state_dir=state_dir)
+    claim.record_server(conn, "baseline", 4242, 987654, state_dir=state_dir)
     during = claim.read(conn, state_dir=state_dir)
     claim.finish(conn, "baseline", state_dir=state_dir)
     after = claim.read(conn, state_dir=state_dir)
@@ -49,7 +49,7 @@ def test_handover_from_a_finished_update_returns_the_previous_owner(sshd: SshSer
     assert during is not None and during.updating and during.updating_since is not None
     assert after is not None and not after.updating and after.updating_since is None
     assert previous is not None
-    assert (previous.stack, previous.server_pid) == ("baseline", 4242)
+    assert (previous.stack, previous.server_pid, previous.server_start_ticks) == ("baseline", 4242, 987654)
     current = claim.read(conn, state_dir=state_dir)
     assert current is not None
     assert (current.stack, current.update_id, current.server_pid, current.updating) == (
@@ -152,7 +152,7 @@ def test_a_stack_that_lost_the_host_cannot_touch_the_claim(state_dir: str) -> No
     claim.acquire(conn, "eagle3-bs128", takeover=True, state_dir=state_dir)
 
     with pytest.raises(ClaimError, match=r"'baseline' no longer owns .*stack 'eagle3-bs128' does now"):
-        claim.record_server(conn, "baseline", 1, state_dir=state_dir)
+        claim.record_server(conn, "baseline", 1, 1, state_dir=state_dir)
     assert claim.release(conn, "baseline", state_dir=state_dir) is False
     current = claim.read(conn, state_dir=state_dir)
 

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -360,3 +361,23 @@ def test_a_port_another_program_serves_stops_the_launch_before_it_is_fooled_by_t
         stranger.shutdown()
     assert not emulator_running(port)
     assert not list((host / "state" / "logs").glob("*.log"))
+
+
+def test_a_pid_reused_by_another_process_is_never_stopped(tmp_path: Path) -> None:
+    # The claim names the previous server by pid and start time; a process that merely has that
+    # pid now (another start time, or not an SGLang process at all) is left alone.
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    try:
+        started = int(Path(f"/proc/{bystander.pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
+        conn = Connection.local()
+        smi = ["true"]
+        server.stop_pid(conn, bystander.pid, started + 1, smi, 5, state_dir=str(tmp_path))
+        server.stop_pid(conn, bystander.pid, None, smi, 5, state_dir=str(tmp_path))
+        assert bystander.poll() is None
+        server.stop_pid(conn, bystander.pid, started, smi, 5, state_dir=str(tmp_path))
+        assert bystander.wait(timeout=10) is not None
+    finally:
+        bystander.kill()
+        bystander.wait()
