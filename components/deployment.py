@@ -91,13 +91,17 @@ class SGLangDeployment(pulumi.ComponentResource):
     launch_command: pulumi.Output[str]
     """The exact command the server runs."""
     launch_flags: dict[str, Any]
-    """The launch flags as rendered for the installed release."""
+    """The launch flags as rendered for the stack's release (the server checks that the host has it)."""
     sglang_version: pulumi.Output[str]
     """The SGLang release installed on the host (emulated on the emulator)."""
     host_facts: pulumi.Output[dict[str, Any]]
     """What nvidia-smi reports about the host."""
     findings: list[dict[str, str]]
     """Preflight warnings and notes (errors stop the program before this exists)."""
+    memory_plan: dict[str, Any]
+    """The memory planner's per-GPU budget for this configuration."""
+    server_log: pulumi.Output[str]
+    """The server's log file on the host."""
 
     def __init__(self, name: str, args: DeploymentArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("sglang-stacks:index:SGLangDeployment", name, None, opts)
