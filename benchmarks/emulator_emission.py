@@ -171,6 +171,15 @@ def _report(
     return row
 
 
+def _run_single(server: RunningEmulator, tokens: int, repeats: int) -> tuple[list[StreamResult], float]:
+    """One warm-up request, then `repeats` requests one after another; with the emulator's CPU."""
+    with httpx.Client(base_url=server.base_url) as client:
+        _stream(client, 8, "warm up")
+        cpu_before = _cpu_s(server.process.pid)
+        singles = [_stream(client, tokens, f"single {i}") for i in range(repeats)]
+        return singles, _cpu_s(server.process.pid) - cpu_before
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=512, help="tokens per request at 1 stream")
@@ -189,11 +198,7 @@ def main() -> int:
             if not server.wait_ready(60):
                 print(server.log(), file=sys.stderr)
                 return 1
-            with httpx.Client(base_url=server.base_url) as client:
-                _stream(client, 8, "warm up")
-                cpu_before = _cpu_s(server.process.pid)
-                singles = [_stream(client, args.tokens, f"single {i}") for i in range(args.repeats)]
-                cpu = _cpu_s(server.process.pid) - cpu_before
+            singles, cpu = _run_single(server, args.tokens, args.repeats)
             report["1 stream"] = _report("1 stream", singles, cpu, model.single_stream_tok_s(), 1)
             many, cpu = _run_concurrent(server, 64, args.concurrent_tokens)
             report["64 streams"] = _report("64 streams", many, cpu, 1000 / model.decode_step_ms(64), 64)
@@ -204,11 +209,7 @@ def main() -> int:
             if not server.wait_ready(60):
                 print(server.log(), file=sys.stderr)
                 return 1
-            with httpx.Client(base_url=server.base_url) as client:
-                _stream(client, 8, "warm up")
-                cpu_before = _cpu_s(server.process.pid)
-                singles = [_stream(client, args.tokens, f"single {i}") for i in range(args.repeats)]
-                cpu = _cpu_s(server.process.pid) - cpu_before
+            singles, cpu = _run_single(server, args.tokens, args.repeats)
             report["EAGLE 1 stream"] = _report(
                 "EAGLE, 1 stream", singles, cpu, eagle_model.single_stream_tok_s(), 1
             )

@@ -98,6 +98,12 @@ class Workspace:
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args).stdout)
 
+    def use_program(self, program: str) -> None:
+        """Puts a test's own program in the workspace, in place of the project's."""
+        main = self.path / "__main__.py"
+        main.unlink()
+        main.write_text(program)
+
     def init_stack(self, stack: str, config_yaml: str = "") -> None:
         """Creates `stack` with `config_yaml` (the `config:` section of a stack file) as its config."""
         self.run("stack", "init", stack)

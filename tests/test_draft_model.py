@@ -285,13 +285,6 @@ pulumi.export("path_on_host", draft.path_on_host)
 """
 
 
-def use_program(workspace: Workspace, program: str) -> None:
-    """Puts this test's own program in the workspace, in place of the project's."""
-    main = workspace.path / "__main__.py"
-    main.unlink()
-    main.write_text(program)
-
-
 def draft_state(workspace: Workspace) -> Props:
     """The DraftModel's outputs as the stack's state holds them (refresh changes these, not the
     stack outputs)."""
@@ -310,7 +303,7 @@ def test_engine_uploads_notices_new_content_and_drift_and_stops_on_a_wrong_diges
     monkeypatch.setenv("TEST_DRAFT_SOURCE", "local")
     monkeypatch.setenv("TEST_DRAFT_LOCAL", str(local))
     monkeypatch.setenv("TEST_DRAFT_PATH", str(host))
-    use_program(workspace, PROGRAM)
+    workspace.use_program(PROGRAM)
     workspace.init_stack("draft")
 
     workspace.run("up", "--yes", "-s", "draft")

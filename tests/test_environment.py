@@ -285,13 +285,6 @@ pulumi.export("venv_path", env.venv_path)
 """
 
 
-def use_program(workspace: Workspace, program: str) -> None:
-    """Puts this test's own program in the workspace, in place of the project's."""
-    main = workspace.path / "__main__.py"
-    main.unlink()
-    main.write_text(program)
-
-
 @pytest.mark.integration
 def test_engine_installs_once_refresh_notices_removal_and_destroy_keeps_the_env(
     workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -300,7 +293,7 @@ def test_engine_installs_once_refresh_notices_removal_and_destroy_keeps_the_env(
     monkeypatch.setenv("TEST_ENV_CONNECTION", json.dumps(LOCAL))
     monkeypatch.setenv("TEST_ENV_RELEASE", "0.5.23")
     monkeypatch.setenv("TEST_ENV_VENV", str(venv))
-    use_program(workspace, PROGRAM)
+    workspace.use_program(PROGRAM)
     workspace.init_stack("env")
 
     workspace.run("up", "--yes", "-s", "env")
@@ -345,7 +338,7 @@ def test_engine_over_ssh_keeps_the_private_key_out_of_the_state(
         monkeypatch.setenv("TEST_ENV_CONNECTION", json.dumps(fields))
         monkeypatch.setenv("TEST_ENV_RELEASE", "0.5.8")
         monkeypatch.setenv("TEST_ENV_VENV", str(venv))
-        use_program(workspace, PROGRAM)
+        workspace.use_program(PROGRAM)
         workspace.init_stack("ssh")
         workspace.run("up", "--yes", "-s", "ssh")
         assert workspace.outputs("ssh")["sglang_version"] == "0.5.8"
