@@ -13,7 +13,7 @@ import pulumi.dynamic as dynamic
 from components import claim, probe
 from components._resource import connect, keep_connection_secret, plain_errors
 from components.errors import HostError
-from components.server import stop_pid
+from components.server import stop_recorded
 
 # The facts a stack declares and the probe checks; all are stable across probes.
 FACT_KEYS = ("gpu_model", "gpu_count", "memory_per_gpu_mib", "compute_capability", "interconnect")
@@ -93,15 +93,8 @@ def take_claim(props: Mapping[str, Any]) -> dict[str, Any]:
         update_id=props["update_id"],
         state_dir=props["state_dir"],
     )
-    if previous is not None and previous.server_pid:
-        stop_pid(
-            conn,
-            previous.server_pid,
-            previous.server_start_ticks,
-            props["nvidia_smi"],
-            float(props["stop_timeout_s"]),
-            state_dir=props["state_dir"],
-        )
+    if previous is not None:
+        stop_recorded(conn, previous, props)
     return {"owner": props["stack"], "taken_from": previous.stack if previous else ""}
 
 

@@ -316,15 +316,8 @@ def _stop_untracked(conn: Connection, props: Mapping[str, Any]) -> None:
     launch. By the time a server is created the stack's previous one is stopped, so a live process
     recorded in the claim only holds the GPUs and the port (and would answer the health check)."""
     current = claim.read(conn, state_dir=props["state_dir"])
-    if current is not None and current.stack == props["stack"] and current.server_pid:
-        stop_pid(
-            conn,
-            current.server_pid,
-            current.server_start_ticks,
-            props["nvidia_smi"],
-            float(props["stop_timeout_s"]),
-            state_dir=props["state_dir"],
-        )
+    if current is not None and current.stack == props["stack"]:
+        stop_recorded(conn, current, props)
 
 
 def _log_tail_script(log_path: str) -> str:
@@ -388,6 +381,20 @@ def stop_pid(
     and removes the host's note that it serves."""
     stop(conn, pid, start_ticks, nvidia_smi, timeout_s)
     serving.forget(conn, state_dir, pid)
+
+
+def stop_recorded(conn: Connection, recorded: claim.Claim, props: Mapping[str, Any]) -> None:
+    """Stops the server a claim records, if it records one (`props` gives nvidia-smi, the
+    stop timeout and the host's state folder)."""
+    if recorded.server_pid:
+        stop_pid(
+            conn,
+            recorded.server_pid,
+            recorded.server_start_ticks,
+            props["nvidia_smi"],
+            float(props["stop_timeout_s"]),
+            state_dir=props["state_dir"],
+        )
 
 
 def is_running(conn: Connection, pid: int, start_ticks: int) -> bool:
@@ -476,7 +483,7 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
         state_dir: str,
         update_id: str,
         draft_digest: pulumi.Input[str] | None = None,
-        log_dir: str = "~/.sglang-stacks/logs",
+        log_dir: str,
         ready_timeout_s: float = 1800.0,
         stop_timeout_s: float = 120.0,
         opts: pulumi.ResourceOptions | None = None,
