@@ -3,9 +3,9 @@ deployment, exports its outputs."""
 
 import pulumi
 
-from components.deployment import DeploymentArgs, SGLangDeployment
-from components.errors import StacksError
-from components.spec import SECTION_KEYS, load_spec
+from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment
+from sglang_stacks.config.spec import SECTION_KEYS, load_spec
+from sglang_stacks.errors import StacksError
 
 config = pulumi.Config()
 stack = pulumi.get_stack()

@@ -1,4 +1,7 @@
-"""sglang-stacks components: the stack spec, SGLang flags, preflight and the Pulumi components.
+"""The project's components, as the package ``sglang_stacks.components`` defines them.
 
-Submodules are imported where they are used; importing the package itself has no side effects.
+This folder keeps one promise: stacks deployed by earlier versions of sglang-stacks pickled their
+dynamic providers into the state by reference to modules of this folder (``components.server``,
+...). Those modules stay here, naming the current providers, so that ``refresh``, ``preview`` and
+``destroy`` of such stacks keep working. New code imports from ``sglang_stacks``.
 """

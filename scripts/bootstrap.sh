@@ -25,13 +25,15 @@ say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
 ensure_venv() {
     local stamp="$ROOT/.venv/.requirements.sha256" want
-    want=$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" | sha256sum | cut -d' ' -f1)
+    want=$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)
     if [[ -x "$ROOT/.venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
         return
     fi
     say "creating .venv and installing pinned Python packages"
     "$PYTHON" -m venv "$ROOT/.venv"
     "$ROOT/.venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements-dev.txt"
+    # The project itself, editable: the `sglang-stacks` command and `import sglang_stacks` anywhere.
+    "$ROOT/.venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e "$ROOT"
     echo "$want" >"$stamp"
 }
 
@@ -81,19 +83,8 @@ export PULUMI_BACKEND_URL="\${PULUMI_BACKEND_URL:-file://\$HOME/.sglang-stacks/s
 ENV
 }
 
-# The companion CLI as a command: `sglang-stacks render baseline`, `sglang-stacks compare a b`.
-install_cli() {
-    cat >"$ROOT/.venv/bin/sglang-stacks" <<CLI
-#!/bin/sh
-# sglang-stacks' companion CLI (components/cli.py), run in the project folder.
-cd "$ROOT" && exec "$ROOT/.venv/bin/python" -m components.cli "\$@"
-CLI
-    chmod 0755 "$ROOT/.venv/bin/sglang-stacks"
-}
-
 main() {
     ensure_venv
-    install_cli
     write_env "$(ensure_toolchain)"
 }
 

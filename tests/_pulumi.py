@@ -20,6 +20,7 @@ LINKED = (
     "Pulumi.yaml",
     "__main__.py",
     "components",
+    "sglang_stacks",
     "sglang_flags",
     "sglang_emulator",
     "toolchain",

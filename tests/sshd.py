@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from components._transport import Connection
+from sglang_stacks.hostops.transport import Connection
 
 INSTALL_HINT = "OpenSSH is not installed here; run scripts/ensure-sshd.sh once, then the tests again."
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from components import history
+from sglang_stacks.results import history
 from tests._pulumi import Workspace, emulator_stack, free_port
 
 pytestmark = pytest.mark.integration
@@ -69,9 +69,9 @@ class Campaign:
         )
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """`python -m components.cli <args>` from the workspace folder, as a user runs it there."""
+        """`python -m sglang_stacks.cli <args>` from the workspace folder, as a user runs it there."""
         return subprocess.run(
-            [sys.executable, "-m", "components.cli", *args],
+            [sys.executable, "-m", "sglang_stacks.cli", *args],
             cwd=self.workspace.path,
             env=self.workspace.env(),
             capture_output=True,

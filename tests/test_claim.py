@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from components import claim
-from components._transport import Connection
-from components.errors import ClaimError
+from sglang_stacks.errors import ClaimError
+from sglang_stacks.hostops import claim
+from sglang_stacks.hostops.transport import Connection
 from tests.sshd import SshServer, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,8 +77,8 @@ def test_running_update_is_never_taken_over(state_dir: str) -> None:
 UPDATER = """
 import json, sys, time
 from pathlib import Path
-from components._transport import Connection
-from components.claim import acquire
+from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.claim import acquire
 
 task = json.loads(Path(sys.argv[1]).read_text())
 acquire(Connection(**task["connection"]), task["stack"], takeover=True, state_dir=task["state_dir"])
@@ -180,9 +180,9 @@ def test_unreadable_claim_file_is_reported_with_the_fix(state_dir: str) -> None:
 RACER = """
 import json, sys, time
 from pathlib import Path
-from components._transport import Connection
-from components.claim import acquire
-from components.errors import ClaimError
+from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.claim import acquire
+from sglang_stacks.errors import ClaimError
 
 task = json.loads(Path(sys.argv[1]).read_text())
 try:
@@ -246,8 +246,8 @@ import pulumi.dynamic as dynamic
 
 class ClaimProvider(dynamic.ResourceProvider):
     def create(self, props):
-        from components import claim
-        from components._transport import Connection
+        from sglang_stacks.hostops import claim
+        from sglang_stacks.hostops.transport import Connection
 
         claim.acquire(Connection.local(), props["stack"], takeover=True, state_dir=props["state_dir"])
         return dynamic.CreateResult(props["stack"], props)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from components.cli import COMMANDS, main
-from components.stackfile import STACKS_DIR
+from sglang_stacks.cli import COMMANDS, main
+from sglang_stacks.config.stackfile import STACKS_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The CLI as a user runs it, in its own process."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "components.cli", *args], capture_output=True, text=True, cwd=REPO, env=env
+        [sys.executable, "-m", "sglang_stacks.cli", *args], capture_output=True, text=True, cwd=REPO, env=env
     )
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from components import compare, stats
-from components.errors import BenchmarkError, SpecError
-from components.stats import BenchmarkResult, Percentiles
+from sglang_stacks.errors import BenchmarkError, SpecError
+from sglang_stacks.results import compare, stats
+from sglang_stacks.results.stats import BenchmarkResult, Percentiles
 
 COMMON = [
     "python", "-m", "sglang.launch_server", "--model-path", "/shared/kimi-k2.5-int4", "--port", "30000",

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.spec import EMULATOR_HOST_FACTS
+from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
 from tests._pulumi import ROOT, Workspace, emulator_stack, free_port, pulumi_binary
 from tests.sshd import SshServer, new_key, start_sshd
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from components.draft_model import DraftModel, _DraftModelProvider, local_tree_digest
-from components.errors import ArtifactError, SpecError
+from sglang_stacks.components.draft_model import DraftModel, _DraftModelProvider, local_tree_digest
+from sglang_stacks.errors import ArtifactError, SpecError
 from tests._pulumi import Workspace
 from tests.sshd import start_sshd
 
@@ -269,7 +269,7 @@ import os
 
 import pulumi
 
-from components.draft_model import DraftModel
+from sglang_stacks.components.draft_model import DraftModel
 
 draft = DraftModel(
     "draft",

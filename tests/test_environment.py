@@ -18,15 +18,15 @@ from typing import Any
 import httpx
 import pytest
 
-import components.environment as environment
-from components.environment import (
+import sglang_stacks.components.environment as environment
+from sglang_stacks.components.environment import (
     LAUNCHER_MODULES,
     PythonEnvironment,
     _PythonEnvironmentProvider,
     default_venv_path,
     emulator_digest,
 )
-from components.errors import HostError, SpecError
+from sglang_stacks.errors import HostError, SpecError
 from tests._pulumi import Workspace
 from tests.sshd import start_sshd
 
@@ -269,7 +269,7 @@ import os
 
 import pulumi
 
-from components.environment import PythonEnvironment
+from sglang_stacks.components.environment import PythonEnvironment
 
 env = PythonEnvironment(
     "env",

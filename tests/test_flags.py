@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from components.errors import FlagError
-from components.flags import (
+from sglang_flags import build_parser, known_releases, load_table
+from sglang_flags.regenerate import describe_parser
+from sglang_stacks.config.flags import (
     AttentionBackend,
     MoeA2ABackend,
     ServerFlags,
@@ -19,9 +20,8 @@ from components.flags import (
     render_command,
     resolve_flag,
 )
-from components.stackfile import STACKS_DIR, load_stack_spec
-from sglang_flags import build_parser, known_releases, load_table
-from sglang_flags.regenerate import describe_parser
+from sglang_stacks.config.stackfile import STACKS_DIR, load_stack_spec
+from sglang_stacks.errors import FlagError
 
 RELEASES = known_releases()
 REPO = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ from statistics import mean, stdev
 
 import pytest
 
-from components import gate, history
-from components.errors import BenchmarkError
-from components.stats import BenchmarkResult
+from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.results import gate, history
+from sglang_stacks.results.stats import BenchmarkResult
 
 BASELINE_RUNS = (89.4, 89.6, 89.5)
 EAGLE3_RUNS = (54.0, 54.2, 54.1)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from components import history
-from components.errors import SpecError
-from components.stats import BenchmarkResult, Percentiles
+from sglang_stacks.errors import SpecError
+from sglang_stacks.results import history
+from sglang_stacks.results.stats import BenchmarkResult, Percentiles
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
@@ -81,8 +81,8 @@ _WRITER = textwrap.dedent(
     """
     import sys, time
     from datetime import UTC, datetime
-    from components import history
-    from components.stats import BenchmarkResult
+    from sglang_stacks.results import history
+    from sglang_stacks.results.stats import BenchmarkResult
     db, stack, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
     template = BenchmarkResult.model_validate_json(sys.stdin.read())
     while time.time() < start:

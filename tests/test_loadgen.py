@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from components import loadgen, stats
+from sglang_stacks.results import loadgen, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -190,7 +190,7 @@ def test_a_bad_workload_names_the_setting(server: FakeSGLang) -> None:
 
 def test_runs_as_a_standalone_script_outside_the_project(server: FakeSGLang, tmp_path: Path) -> None:
     script = tmp_path / "loadgen.py"
-    shutil.copy(ROOT / "components" / "loadgen.py", script)
+    shutil.copy(ROOT / "sglang_stacks" / "results" / "loadgen.py", script)
     argv = [sys.executable, "-I", str(script), "--url", server.url, "--input-len", "8", "--output-len", "6"]
     argv += ["--concurrency", "1,2", "--warmup", "1", "--repetitions", "2", "--requests", "2"]
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -203,7 +203,7 @@ def test_runs_as_a_standalone_script_outside_the_project(server: FakeSGLang, tmp
 
 def test_the_script_exits_1_with_a_sentence_when_nothing_answers(tmp_path: Path) -> None:
     script = tmp_path / "loadgen.py"
-    shutil.copy(ROOT / "components" / "loadgen.py", script)
+    shutil.copy(ROOT / "sglang_stacks" / "results" / "loadgen.py", script)
     argv = [sys.executable, "-I", str(script), "--url", "http://127.0.0.1:9", "--warmup", "0"]
     argv += ["--repetitions", "1", "--requests", "1", "--timeout-s", "5"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)

@@ -2,8 +2,14 @@ import dataclasses
 
 import pytest
 
-from components.memory import MIN_KV_CACHE_GB, MemoryInputs, auto_mem_fraction, memory_inputs, plan_memory
-from components.stackfile import load_stack_spec
+from sglang_stacks.config.memory import (
+    MIN_KV_CACHE_GB,
+    MemoryInputs,
+    auto_mem_fraction,
+    memory_inputs,
+    plan_memory,
+)
+from sglang_stacks.config.stackfile import load_stack_spec
 
 # The campaign's host and model: 8 x 96 GB (97887 MiB), TP 8, Kimi-K2.5 with its 27 x 1152 vision tower.
 CAMPAIGN = MemoryInputs(

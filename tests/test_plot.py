@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from components import plot
+from sglang_stacks.results import plot
 
 T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 

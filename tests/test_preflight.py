@@ -3,10 +3,10 @@ from typing import Any
 
 import pytest
 
-from components.errors import PreflightError
-from components.preflight import Finding, raise_on_errors, run_preflight
-from components.spec import EMULATOR_HOST_FACTS, StackSpec, load_spec
-from components.stackfile import load_stack_spec
+from sglang_stacks.config.preflight import Finding, raise_on_errors, run_preflight
+from sglang_stacks.config.spec import EMULATOR_HOST_FACTS, StackSpec, load_spec
+from sglang_stacks.config.stackfile import load_stack_spec
+from sglang_stacks.errors import PreflightError
 
 # baseline-bs128 of the campaign: clean on both releases apart from the unknown auto fraction.
 BASE: dict[str, Any] = {

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from components._transport import Connection
-from components.errors import HostError
-from components.probe import (
+from sglang_stacks.config.spec import EMULATOR_HOST_FACTS, HostSpec
+from sglang_stacks.errors import HostError
+from sglang_stacks.hostops.probe import (
     PROBE_SCRIPT,
     ComputeApp,
     GpuInfo,
@@ -22,7 +22,7 @@ from components.probe import (
     probe,
     probe_script,
 )
-from components.spec import EMULATOR_HOST_FACTS, HostSpec
+from sglang_stacks.hostops.transport import Connection
 from tests.sshd import SshServer, start_sshd
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-1gpu"

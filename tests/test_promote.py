@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.cli import main
-from components.stackfile import load_stack_spec
+from sglang_stacks.cli import main
+from sglang_stacks.config.stackfile import load_stack_spec
 
 BASELINE = """\
 encryptionsalt: v1:c2FsdA==:v1:c2FsdHk=:c2FsdA==

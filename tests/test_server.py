@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from components import claim, server
-from components._transport import Connection
-from components.errors import ServerError
-from components.flags import render_argv
-from components.stackfile import load_stack_spec
+from sglang_stacks.components import server
+from sglang_stacks.config.flags import render_argv
+from sglang_stacks.config.stackfile import load_stack_spec
+from sglang_stacks.errors import ServerError
+from sglang_stacks.hostops import claim
+from sglang_stacks.hostops.transport import Connection
 from tests._pulumi import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,7 +207,7 @@ def server_props(
 
 
 def gpu_pids(props: dict[str, Any]) -> set[int]:
-    from components._transport import run
+    from sglang_stacks.hostops.transport import run
 
     listed = run(
         Connection.local(),

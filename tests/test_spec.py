@@ -6,9 +6,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from components.errors import SpecError
-from components.spec import EMULATOR_HOST_FACTS, StackSpec, load_spec, spec_json_schema
-from components.stackfile import STACKS_DIR, load_stack_spec
+from sglang_stacks.config.spec import EMULATOR_HOST_FACTS, StackSpec, load_spec, spec_json_schema
+from sglang_stacks.config.stackfile import STACKS_DIR, load_stack_spec
+from sglang_stacks.errors import SpecError
 
 SECTIONS: dict[str, Any] = {
     "host": {"kind": "emulator"},
@@ -214,7 +214,7 @@ def test_gate_section():
 def test_exported_schema_file_is_current():
     exported = json.loads((Path(STACKS_DIR) / "schema.json").read_text())
     assert exported == spec_json_schema(), (
-        "regenerate with: python -m components.cli schema --output stacks/schema.json"
+        "regenerate with: python -m sglang_stacks.cli schema --output stacks/schema.json"
     )
 
 

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from components import stats
-from components.errors import BenchmarkError
+from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.results import stats
 
 
 @pytest.mark.parametrize(

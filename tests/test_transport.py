@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from components._transport import Connection, open_session, quote, quote_path, run, upload
-from components.errors import HostError, SpecError
+from sglang_stacks.errors import HostError, SpecError
+from sglang_stacks.hostops.transport import Connection, open_session, quote, quote_path, run, upload
 from tests.sshd import SshServer, free_port, new_key, start_sshd
 
 

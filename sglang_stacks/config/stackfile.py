@@ -13,12 +13,12 @@ from typing import Any
 
 import yaml
 
-from components.errors import SpecError
-from components.spec import CONFIG_NAMESPACE, SECRET_KEYS, StackSpec, load_spec
+from sglang_stacks.config.spec import CONFIG_NAMESPACE, SECRET_KEYS, StackSpec, load_spec
+from sglang_stacks.errors import SpecError
 
 __all__ = ["StackFile", "load_stack_spec", "read_stack_file", "stack_path"]
 
-STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
+STACKS_DIR = Path(__file__).resolve().parents[2] / "stacks"
 _STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 

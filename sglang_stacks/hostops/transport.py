@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from components.errors import HostError, SpecError, StacksError
+from sglang_stacks.errors import HostError, SpecError, StacksError
 
 __all__ = ["CommandResult", "Connection", "Session", "open_session", "quote", "quote_path", "run", "upload"]
 

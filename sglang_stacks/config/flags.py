@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from components.errors import FlagError
 from sglang_flags import Flag, FlagTable, known_releases, load_table
+from sglang_stacks.errors import FlagError
 
 __all__ = [
     "ExtraFlagValue",

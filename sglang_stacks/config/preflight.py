@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from components.errors import FlagError, PreflightError
-from components.flags import flag_problems, resolve_flag
-from components.memory import plan_memory
-from components.spec import StackSpec
 from sglang_flags import known_releases
+from sglang_stacks.config.flags import flag_problems, resolve_flag
+from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.spec import StackSpec
+from sglang_stacks.errors import FlagError, PreflightError
 
 __all__ = ["Finding", "raise_on_errors", "run_preflight"]
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from components.spec import StackSpec
+    from sglang_stacks.config.spec import StackSpec
 
 __all__ = [
     "MIN_KV_CACHE_GB",

@@ -20,9 +20,9 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict
 
-from components import plot
-from components.errors import SpecError
-from components.stats import BenchmarkResult
+from sglang_stacks.errors import SpecError
+from sglang_stacks.results import plot
+from sglang_stacks.results.stats import BenchmarkResult
 
 __all__ = [
     "ENV_VAR",

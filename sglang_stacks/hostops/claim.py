@@ -17,8 +17,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from components._transport import Connection, Session, open_session, run
-from components.errors import ClaimError, HostError
+from sglang_stacks.errors import ClaimError, HostError
+from sglang_stacks.hostops.transport import Connection, Session, open_session, run
 
 __all__ = [
     "DEFAULT_STATE_DIR",

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 import pulumi
 
-from components._transport import Connection
-from components.errors import StacksError
+from sglang_stacks.errors import StacksError
+from sglang_stacks.hostops.transport import Connection
 
 # Fields that decide which machine (and which home folder) a resource lives on: changing one
 # of them means the thing is somewhere else, so the resource is replaced. The key, the pinned

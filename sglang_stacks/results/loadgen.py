@@ -1,7 +1,7 @@
 """The load generator: streams SGLang's ``/generate`` and measures tok/s, TTFT, TPOT, ITL, accept length.
 
 Shipped to the GPU host and run there with the host's Python, so it imports only the standard
-library and httpx, and prints one JSON document (``SCHEMA``) that ``components.stats`` summarises.
+library and httpx, and prints one JSON document (``SCHEMA``) that ``sglang_stacks.results.stats`` summarises.
 """
 
 from __future__ import annotations

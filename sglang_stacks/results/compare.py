@@ -16,9 +16,9 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from components.errors import BenchmarkError, SpecError, StacksError
-from components.stats import BenchmarkResult, welch_t_test
 from sglang_flags import FlagTable, known_releases, load_table
+from sglang_stacks.errors import BenchmarkError, SpecError, StacksError
+from sglang_stacks.results.stats import BenchmarkResult, welch_t_test
 
 __all__ = [
     "ALPHA",

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from components.errors import SpecError
-from components.spec import CONFIG_NAMESPACE, load_spec
-from components.stackfile import STACKS_DIR, read_stack_file, stack_path
+from sglang_stacks.config.spec import CONFIG_NAMESPACE, load_spec
+from sglang_stacks.config.stackfile import STACKS_DIR, read_stack_file, stack_path
+from sglang_stacks.errors import SpecError
 
 PROMOTED_SECTIONS = ("server", "draftModel")
 _SECTION_LINE = re.compile(rf"^  {re.escape(CONFIG_NAMESPACE)}:(?P<key>[A-Za-z_]+):")

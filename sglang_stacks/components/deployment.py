@@ -15,17 +15,18 @@ from typing import Any
 
 import pulumi
 
-from components import flags as flag_rendering
-from components import preflight, serving
-from components._resource import connect
-from components.benchmark import Benchmark
-from components.draft_model import DraftModel
-from components.environment import PythonEnvironment
-from components.errors import SpecError, StacksError
-from components.host import FACT_KEYS, GpuClaim, HostProbe
-from components.memory import plan_memory
-from components.server import SGLangServer, flag_map
-from components.spec import StackSpec
+from sglang_stacks.components._resource import connect
+from sglang_stacks.components.benchmark import Benchmark
+from sglang_stacks.components.draft_model import DraftModel
+from sglang_stacks.components.environment import PythonEnvironment
+from sglang_stacks.components.host import FACT_KEYS, GpuClaim, HostProbe
+from sglang_stacks.components.server import SGLangServer, flag_map
+from sglang_stacks.config import flags as flag_rendering
+from sglang_stacks.config import preflight
+from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.spec import StackSpec
+from sglang_stacks.errors import SpecError, StacksError
+from sglang_stacks.hostops import serving
 
 DEFAULT_PORT = 30000
 

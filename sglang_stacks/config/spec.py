@@ -17,9 +17,9 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from components.errors import SpecError
-from components.flags import ServerFlags
 from sglang_flags import known_releases
+from sglang_stacks.config.flags import ServerFlags
+from sglang_stacks.errors import SpecError
 
 __all__ = [
     "CONFIG_NAMESPACE",

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from components.errors import BenchmarkError
+from sglang_stacks.errors import BenchmarkError
 
 __all__ = [
     "LOADGEN_SCHEMA",

@@ -8,8 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from components import _transport
-from components._transport import Connection, quote_path
+from sglang_stacks.hostops import transport as transport
+from sglang_stacks.hostops.transport import Connection, quote_path
 
 NOTE = "serving.json"
 
@@ -24,19 +24,19 @@ def record(conn: Connection, state_dir: str, note: Mapping[str, Any]) -> None:
     script = (
         f'set -e\nnote={path}\nmkdir -p "$(dirname "$note")"\ncat >"$note.tmp"\nmv -f "$note.tmp" "$note"\n'
     )
-    _transport.run(conn, script, timeout_s=30, stdin=json.dumps(dict(note), sort_keys=True).encode())
+    transport.run(conn, script, timeout_s=30, stdin=json.dumps(dict(note), sort_keys=True).encode())
 
 
 def forget(conn: Connection, state_dir: str, pid: int) -> None:
     """Removes the note if it is about the server with this pid."""
     path = _note_path(state_dir)
     script = f"grep -q '\"pid\": {int(pid)}[,}}]' {path} 2>/dev/null && rm -f {path} || true\n"
-    _transport.run(conn, script, timeout_s=30)
+    transport.run(conn, script, timeout_s=30)
 
 
 def read(conn: Connection, state_dir: str) -> dict[str, Any] | None:
     """The note of the server the host serves, or None when there is none."""
-    result = _transport.run(conn, f"cat {_note_path(state_dir)} 2>/dev/null || true\n", timeout_s=30)
+    result = transport.run(conn, f"cat {_note_path(state_dir)} 2>/dev/null || true\n", timeout_s=30)
     try:
         note = json.loads(result.stdout)
     except json.JSONDecodeError:

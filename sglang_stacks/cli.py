@@ -1,4 +1,4 @@
-"""The companion CLI, for what Pulumi has no verb for: ``python -m components.cli <command>``.
+"""The companion CLI, for what Pulumi has no verb for: ``python -m sglang_stacks.cli <command>``.
 
 Each subcommand is a ``Command`` in ``COMMANDS``: a name, a one-line help, a function that adds
 its arguments and a function that runs it and returns the exit code. Exit codes: 0 fine; 1 the
@@ -16,13 +16,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from components import compare, history, promote
-from components.errors import FlagError, StacksError
-from components.flags import render_argv, render_command
-from components.memory import plan_memory
-from components.preflight import Finding, run_preflight
-from components.spec import load_spec, spec_json_schema
-from components.stackfile import STACKS_DIR, read_stack_file
+from sglang_stacks.config.flags import render_argv, render_command
+from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.preflight import Finding, run_preflight
+from sglang_stacks.config.spec import load_spec, spec_json_schema
+from sglang_stacks.config.stackfile import STACKS_DIR, read_stack_file
+from sglang_stacks.errors import FlagError, StacksError
+from sglang_stacks.results import compare, history, promote
 
 __all__ = ["COMMANDS", "Command", "main"]
 
@@ -206,7 +206,8 @@ COMMANDS: dict[str, Command] = {
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m components.cli", description="sglang-stacks companion: what Pulumi has no verb for."
+        prog="python -m sglang_stacks.cli",
+        description="sglang-stacks companion: what Pulumi has no verb for.",
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="<command>")
     for command in COMMANDS.values():

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from components import compare, history
-from components.errors import BenchmarkError
-from components.stats import BenchmarkResult
+from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.results import compare, history
+from sglang_stacks.results.stats import BenchmarkResult
 
 HAND_BACK_TIMEOUT_S = 3600.0
 

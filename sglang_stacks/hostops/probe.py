@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from components._transport import Connection, quote, run
-from components.errors import HostError
+from sglang_stacks.errors import HostError
+from sglang_stacks.hostops.transport import Connection, quote, run
 
 __all__ = [
     "QUERY_GPU_FIELDS",

@@ -1,0 +1,12 @@
+"""sglang-stacks: each SGLang server configuration is a Pulumi stack.
+
+The package has four rooms:
+
+- ``sglang_stacks.config``: the stack spec, typed SGLang flags, the memory planner, preflight;
+- ``sglang_stacks.hostops``: what runs on a GPU host (transport, claim, probe, server process);
+- ``sglang_stacks.results``: load generator, statistics, history, compare, gate, promote, plots;
+- ``sglang_stacks.components``: the Pulumi resources, built on the three rooms above.
+
+Importing the package has no side effects and imports none of its rooms: another Pulumi program
+imports what it uses, e.g. ``from sglang_stacks.components import SGLangDeployment``.
+"""

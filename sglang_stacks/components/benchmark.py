@@ -1,0 +1,183 @@
+"""The post-deploy benchmark: the load generator runs on the GPU host against the ready server,
+its numbers become stack outputs and a row of the results history.
+
+It runs again when the server is replaced (a new `server_instance`) or the workload changes, and
+not otherwise: an `up` with nothing changed spends no GPU time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi.dynamic as dynamic
+
+from sglang_stacks.components._resource import connect, keep_connection_secret, plain_errors
+from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.hostops import claim
+from sglang_stacks.hostops import transport as transport
+from sglang_stacks.hostops.transport import quote
+from sglang_stacks.results import gate as regression_gate
+from sglang_stacks.results import history, stats
+
+LOADGEN_SOURCE = Path(__file__).resolve().parent.parent / "results" / "loadgen.py"
+# Inputs whose change makes earlier numbers meaningless: the benchmark runs again.
+RERUN_INPUTS = ("server_instance", "workload", "url", "python")
+
+
+def _loadgen_argv(url: str, workload: Mapping[str, Any]) -> list[str]:
+    return [
+        f"--url={url}",
+        f"--input-len={int(workload['input_len'])}",
+        f"--output-len={int(workload['output_len'])}",
+        "--concurrency=" + ",".join(str(int(c)) for c in workload["concurrency"]),
+        f"--warmup={int(workload['warmup_requests'])}",
+        f"--repetitions={int(workload['repetitions'])}",
+        f"--requests={int(workload['requests_per_repetition'])}",
+        f"--timeout-s={float(workload['request_timeout_s']):g}",
+    ]
+
+
+def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
+    """Ships the load generator to the host over the session, runs it there, returns its JSON."""
+    conn = connect(props)
+    argv = " ".join(quote(arg) for arg in _loadgen_argv(props["url"], props["workload"]))
+    result = transport.run(
+        conn,
+        f"{quote(props['python'])} - {argv}\n",
+        timeout_s=float(props["workload"]["timeout_s"]),
+        stdin=LOADGEN_SOURCE.read_bytes(),
+    )
+    if not result.ok:
+        raise BenchmarkError(
+            f"The benchmark on {conn.label} failed (exit {result.exit_code}): "
+            f"{result.stderr.strip()[-2000:] or result.stdout.strip()[-2000:]} "
+            "Check that the server still runs (`pulumi refresh`) and that the workload fits its limits."
+        )
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def _check_no_errors(props: Mapping[str, Any], document: Mapping[str, Any]) -> None:
+    """BenchmarkError when measured requests failed: tok/s would count them as no tokens."""
+    failed = [level for level in document["levels"] if level["errors"]]
+    if not failed:
+        return
+    counts = "; ".join(
+        f"{level['errors']} of {level['requests']} measured requests failed at concurrency "
+        f"{level['concurrency']} (first: {level['error_samples'][0]})"
+        for level in failed
+    )
+    raise BenchmarkError(
+        f"The benchmark of stack {props['stack']!r} on {connect(props).label} is not a measure of the "
+        f"server: {counts}. Nothing was recorded. If the server died, `pulumi refresh -s {props['stack']}` "
+        f"shows it gone and its log tells why; fix that and run `pulumi up -s {props['stack']}` again."
+    )
+
+
+def measure(props: Mapping[str, Any]) -> dict[str, Any]:
+    """Runs the benchmark, records it in the history, and returns the outputs."""
+    # GPU time belongs to the stack that holds the claim; a lost claim stops here.
+    claim.acquire(
+        connect(props),
+        props["stack"],
+        takeover=False,
+        update_id=props["update_id"],
+        state_dir=props["state_dir"],
+    )
+    document = run_on_host(props)
+    _check_no_errors(props, document)
+    levels = stats.summarize_levels(document)
+    headline = levels[0]
+    db_path = history.default_history_path()
+    history.record(
+        db_path,
+        props["stack"],
+        props["flags_digest"],
+        props["sglang_version"],
+        props["launch_command"],
+        headline,
+    )
+    if props.get("gate"):
+        # The host is free for the baseline once this update lets go of it.
+        claim.finish(connect(props), props["stack"], state_dir=props["state_dir"])
+        regression_gate.check(props["stack"], headline, props["gate"], db_path)
+    return {
+        "result": headline.model_dump(mode="json"),
+        "levels": [level.model_dump(mode="json") for level in levels],
+        "tok_s": round(headline.tok_s_mean, 2),
+    }
+
+
+@plain_errors
+class _BenchmarkProvider(dynamic.ResourceProvider):
+    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        return dynamic.CreateResult(str(props["server_instance"]), {**props, **measure(props)})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        rerun = [key for key in RERUN_INPUTS if olds.get(key) != news.get(key)]
+        # A new or changed gate is checked against the result already measured: no GPU time.
+        regated = olds.get("gate") != news.get("gate")
+        return dynamic.DiffResult(changes=bool(rerun) or regated, replaces=rerun, delete_before_replace=True)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
+        measured = {key: olds[key] for key in ("result", "levels", "tok_s")}
+        if news.get("gate"):
+            result = stats.BenchmarkResult.model_validate(olds["result"])
+            regression_gate.check(news["stack"], result, news["gate"], history.default_history_path())
+        return dynamic.UpdateResult({**news, **measured})
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        # Results stay in the history; there is nothing on the host to remove.
+        return None
+
+
+class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
+    """The benchmark of one server instance with one workload."""
+
+    tok_s: pulumi.Output[float]
+    """Output tokens per second at the first concurrency level, mean over repetitions."""
+    result: pulumi.Output[dict[str, Any]]
+    """Every metric at the first concurrency level (see `sglang_stacks.results.stats.BenchmarkResult`)."""
+    levels: pulumi.Output[list[dict[str, Any]]]
+    """The metrics at each concurrency level."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        connection: pulumi.Input[Mapping[str, Any]],
+        stack: str,
+        python: pulumi.Input[str],
+        url: pulumi.Input[str],
+        server_instance: pulumi.Input[str],
+        launch_command: pulumi.Input[str],
+        sglang_version: pulumi.Input[str],
+        flags_digest: pulumi.Input[str],
+        workload: Mapping[str, Any],
+        state_dir: str,
+        update_id: str,
+        gate: Mapping[str, Any] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        props = {
+            "connection": connection,
+            "stack": stack,
+            "python": python,
+            "url": url,
+            "server_instance": server_instance,
+            "launch_command": launch_command,
+            "sglang_version": sglang_version,
+            "flags_digest": flags_digest,
+            "workload": dict(workload),
+            "gate": dict(gate) if gate else None,
+            "state_dir": state_dir,
+            "update_id": update_id,
+            "result": None,
+            "levels": None,
+            "tok_s": None,
+        }
+        super().__init__(_BenchmarkProvider(), name, props, keep_connection_secret(opts))
