@@ -1,0 +1,231 @@
+"""Typed dynamic providers: each resource declares its inputs and outputs as pydantic models, and
+its diff rules on the input fields; the base class validates what Pulumi hands over (numbers
+arrive as floats: a port stays an int) and computes the diff from the rules.
+
+A field's rule is metadata on its annotation: ``Annotated[str, REPLACES]`` (a change means a new
+resource), ``UPDATES`` (changed in place) or ``LABEL`` (recorded, never a change). A rule may
+decide by value: the connection replaces only when it names another machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
+
+import pulumi
+import pulumi.dynamic as dynamic
+from pulumi.runtime import rpc
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from sglang_stacks.errors import StacksError
+from sglang_stacks.hostops.transport import Connection
+
+
+@dataclass(frozen=True)
+class DiffRule:
+    """What a changed input means for its resource."""
+
+    kind: Literal["replace", "update", "label"]
+    replaces_when: Callable[[Any, Any], bool] | None = None
+    """For ``update`` fields: replace after all when this says so, given (old, new) values."""
+
+
+REPLACES = DiffRule("replace")
+UPDATES = DiffRule("update")
+LABEL = DiffRule("label")
+
+
+def _other_machine(old: Connection, new: Connection) -> bool:
+    # Another host, port, user or kind is another machine (or home folder): the thing is elsewhere.
+    # A new key, pinned host key or timeout reaches the same machine.
+    return (old.kind, old.host, old.port, old.user) != (new.kind, new.host, new.port, new.user)
+
+
+CONNECTION = DiffRule("update", replaces_when=_other_machine)
+"""The rule of every resource's ``connection``: replaced when it names another machine."""
+
+CONNECTION_FIELD = Annotated[Connection, CONNECTION]
+
+
+class Props(BaseModel):
+    """Base of the provider property models: lax about Pulumi's floats, strict about names."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", arbitrary_types_allowed=True)
+
+
+class HostInputs(Props):
+    """Inputs every host-side resource has: how the host is reached."""
+
+    connection: CONNECTION_FIELD
+    """How to reach the host (a secret: it may hold the SSH key)."""
+
+
+InputsT = TypeVar("InputsT", bound=HostInputs)
+OutputsT = TypeVar("OutputsT", bound=Props)
+
+
+def _is_unknown(value: Any) -> bool:
+    """Whether a preview value is (or holds) one Pulumi does not know yet."""
+    if isinstance(value, str):
+        return value == rpc.UNKNOWN
+    if isinstance(value, Mapping):
+        return any(_is_unknown(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_is_unknown(item) for item in value)
+    return False
+
+
+@functools.cache
+def _adapter(model: type[Props], name: str) -> TypeAdapter[Any]:
+    field = model.model_fields[name]
+    return TypeAdapter(field.annotation)
+
+
+def _rule(model: type[Props], name: str) -> DiffRule:
+    found = [item for item in model.model_fields[name].metadata if isinstance(item, DiffRule)]
+    return found[0] if found else UPDATES
+
+
+def diff_inputs(model: type[Props], olds: Mapping[str, Any], news: Mapping[str, Any]) -> dynamic.DiffResult:
+    """The diff of a resource from the rules on its input model's fields.
+
+    Values are compared after validation (``30000.0`` equals ``30000``); a value unknown during a
+    preview counts as changed, and replaces only under a ``replace`` rule.
+    """
+    replaces: list[str] = []
+    changed = False
+    for name in model.model_fields:
+        rule = _rule(model, name)
+        if rule.kind == "label" or name not in news:
+            continue
+        new_raw, old_raw = news.get(name), olds.get(name)
+        if _is_unknown(new_raw):
+            changed = True
+            if rule.kind == "replace":
+                replaces.append(name)
+            continue
+        adapter = _adapter(model, name)
+        try:
+            old, new = adapter.validate_python(old_raw), adapter.validate_python(new_raw)
+        except ValidationError:
+            old, new = old_raw, new_raw
+        if old == new:
+            continue
+        changed = True
+        if rule.kind == "replace" or (
+            rule.replaces_when is not None
+            and old is not None
+            and new is not None
+            and rule.replaces_when(old, new)
+        ):
+            replaces.append(name)
+    return dynamic.DiffResult(changes=changed, replaces=replaces, delete_before_replace=True)
+
+
+class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
+    """A dynamic provider whose methods see validated models instead of property dicts.
+
+    Subclasses set ``inputs`` and ``outputs`` and implement the typed hooks they need; the
+    project's own errors reach the user as their sentence, without a Python traceback.
+    """
+
+    inputs: ClassVar[type[HostInputs]]
+    outputs: ClassVar[type[Props]]
+
+    # -- hooks for subclasses ------------------------------------------------------------------
+    def resource_id(self, inputs: InputsT, outputs: OutputsT) -> str:
+        """The id Pulumi records for a created resource."""
+        return "resource"
+
+    def create_typed(self, inputs: InputsT) -> OutputsT:
+        raise NotImplementedError
+
+    def update_typed(self, olds: OutputsT, old_inputs: InputsT, news: InputsT) -> OutputsT:
+        """Changes in place; by default the outputs stay as they were."""
+        return olds
+
+    def read_typed(self, inputs: InputsT, outputs: OutputsT) -> OutputsT | None:
+        """What a refresh finds; ``None`` when the resource is gone. By default: unchanged."""
+        return outputs
+
+    def delete_typed(self, inputs: InputsT, outputs: OutputsT) -> None:
+        return None
+
+    # -- Pulumi's interface ----------------------------------------------------------------------
+    def _inputs(self, props: Mapping[str, Any]) -> InputsT:
+        return self.inputs.model_validate(dict(props))  # type: ignore[return-value]
+
+    def _outputs(self, props: Mapping[str, Any]) -> OutputsT:
+        return self.outputs.model_validate(dict(props))  # type: ignore[return-value]
+
+    def upgrade(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        """State written by an earlier version of the tool, in today's shape (by default as is)."""
+        return dict(props)
+
+    def _state(self, inputs: InputsT, outputs: OutputsT) -> dict[str, Any]:
+        return {**inputs.model_dump(mode="json"), **outputs.model_dump(mode="json")}
+
+    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        with _sentences_only():
+            inputs = self._inputs(props)
+            outputs = self.create_typed(inputs)
+            return dynamic.CreateResult(self.resource_id(inputs, outputs), self._state(inputs, outputs))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        with _sentences_only():
+            return diff_inputs(self.inputs, self.upgrade(olds), news)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
+        with _sentences_only():
+            new_inputs = self._inputs(news)
+            olds = self.upgrade(olds)
+            outputs = self.update_typed(self._outputs(olds), self._inputs(olds), new_inputs)
+            return dynamic.UpdateResult(self._state(new_inputs, outputs))
+
+    def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
+        with _sentences_only():
+            props = self.upgrade(props)
+            inputs = self._inputs(props)
+            found = self.read_typed(inputs, self._outputs(props))
+            if found is None:
+                return dynamic.ReadResult(None, {})
+            return dynamic.ReadResult(id_, self._state(inputs, found))
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        with _sentences_only():
+            props = self.upgrade(props)
+            self.delete_typed(self._inputs(props), self._outputs(props))
+
+
+class _sentences_only:
+    """The project's own errors (a StacksError already says what to fix) reach the user without a
+    Python traceback: Pulumi's provider host prints `traceback.format_exc()`, which honours
+    `sys.tracebacklimit`. The process serves one update, which fails here anyway."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None and issubclass(kind, StacksError):
+            sys.tracebacklimit = 0
+
+
+def resource_props(inputs: Mapping[str, Any], outputs: type[Props]) -> dict[str, Any]:
+    """The property map a resource registers: its inputs, and every output declared unknown."""
+    return {**inputs, **dict.fromkeys(outputs.model_fields)}
+
+
+def keep_connection_secret(opts: pulumi.ResourceOptions | None, *also: str) -> pulumi.ResourceOptions:
+    """`opts` plus marking the ``connection`` output (and ``also``) secret: it may hold the SSH key."""
+    return pulumi.ResourceOptions.merge(
+        opts, pulumi.ResourceOptions(additional_secret_outputs=["connection", *also])
+    )
+
+
+def tail(text: str, lines: int = 12) -> str:
+    """The last non-blank ``lines`` of ``text``, joined with `` | `` for a one-paragraph message."""
+    kept = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) if kept else "(no output)"

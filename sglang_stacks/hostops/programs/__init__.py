@@ -1,0 +1,63 @@
+"""The programs that run on a GPU host, as real files beside this module: bash (``*.sh``) and
+Python (``*.py``, standard library only: a host may have nothing else).
+
+A program is shipped over the session the way every script is (nothing is installed on the
+host): a bash program is the script itself, its parameters exported at its top as upper-case
+variables; a Python program travels in the variable ``SGLANG_STACKS_PROGRAM`` and runs with
+``python -c``, so the command's standard input stays free for data. Parameters never carry
+secrets on a command line: secrets go in ``stdin``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+
+from sglang_stacks.hostops.transport import CommandResult, Connection, quote, run
+
+FOLDER = Path(__file__).resolve().parent
+
+Param = str | int | float | bool
+
+
+@functools.cache
+def source(name: str) -> str:
+    """The text of the program ``name`` (``claim.py``, ``stop.sh``...)."""
+    return (FOLDER / name).read_text()
+
+
+def _variables(params: Mapping[str, Param]) -> dict[str, str]:
+    def word(value: Param) -> str:
+        if isinstance(value, bool):
+            return "1" if value else ""
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    return {name.upper(): word(value) for name, value in params.items()}
+
+
+def run_bash(
+    conn: Connection,
+    name: str,
+    params: Mapping[str, Param] | None = None,
+    *,
+    timeout_s: float,
+    stdin: bytes | None = None,
+) -> CommandResult:
+    """Runs the bash program ``name`` on the host with ``params`` as its variables."""
+    return run(conn, source(name), timeout_s=timeout_s, stdin=stdin, env=_variables(params or {}))
+
+
+def run_python(
+    conn: Connection,
+    name: str,
+    args: list[str],
+    *,
+    python: str = "python3",
+    timeout_s: float,
+    stdin: bytes | None = None,
+) -> CommandResult:
+    """Runs the Python program ``name`` with the host's ``python`` and ``args``."""
+    words = " ".join(quote(arg) for arg in args)
+    script = f'exec {quote(python)} -c "$SGLANG_STACKS_PROGRAM" {words}\n'
+    return run(conn, script, timeout_s=timeout_s, stdin=stdin, env={"SGLANG_STACKS_PROGRAM": source(name)})
