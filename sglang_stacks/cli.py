@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sglang_stacks.config.flags import render_argv, render_command
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.preflight import Finding, run_preflight
+from sglang_stacks.config.render import render_argv, render_command
 from sglang_stacks.config.spec import load_spec, spec_json_schema
 from sglang_stacks.config.stackfile import STACKS_DIR, read_stack_file
 from sglang_stacks.errors import FlagError, StacksError

@@ -10,16 +10,8 @@ from pydantic import ValidationError
 
 from sglang_flags import build_parser, known_releases, load_table
 from sglang_flags.regenerate import describe_parser
-from sglang_stacks.config.flags import (
-    AttentionBackend,
-    MoeA2ABackend,
-    ServerFlags,
-    SpeculativeAlgorithm,
-    flag_problems,
-    render_argv,
-    render_command,
-    resolve_flag,
-)
+from sglang_stacks.config.flags import AttentionBackend, MoeA2ABackend, ServerFlags, SpeculativeAlgorithm
+from sglang_stacks.config.render import flag_problems, render_argv, render_command, resolve_flag
 from sglang_stacks.config.stackfile import STACKS_DIR, load_stack_spec
 from sglang_stacks.errors import FlagError
 

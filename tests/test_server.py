@@ -17,10 +17,16 @@ from typing import Any
 import pytest
 
 from sglang_stacks.components import server
-from sglang_stacks.config.flags import render_argv
+from sglang_stacks.config.render import (
+    flags_from_values,
+    launch_values,
+    render_argv,
+    render_command,
+    values_from_argv,
+)
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import ServerError
-from sglang_stacks.hostops import claim
+from sglang_stacks.hostops import claim, process
 from sglang_stacks.hostops.transport import Connection
 from tests._pulumi import free_port
 
@@ -86,41 +92,59 @@ SGLANG_HINTS = (
     ],
 )
 def test_failures_are_classified_with_a_fix(log: str, kind: str, fix_names: str) -> None:
-    failure = server.classify_failure(f"[2026-01-01 00:00:00] loading\n{log}\n")
+    failure = process.classify_failure(f"[2026-01-01 00:00:00] loading\n{log}\n")
 
     assert failure.kind == kind
     assert fix_names in failure.fix
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_flag_map_and_launch_argv_give_back_every_shipped_stacks_argv(stack: str) -> None:
+def test_the_recorded_launch_values_render_every_shipped_stacks_argv_again(stack: str) -> None:
     spec = load_stack_spec(stack, ROOT / "stacks")
-    argv = render_argv(spec.launch_flags(), spec.environment.sglang_release)
+    release = spec.environment.sglang_release
+    argv = render_argv(spec.launch_flags(), release)
 
-    flags = server.flag_map(argv)
+    values = launch_values(spec.launch_flags(), release)
 
-    assert server.launch_argv(flags) == argv
-    assert list(flags) == [token for token in argv if token.startswith("--")]
+    assert render_argv(flags_from_values(values), release) == argv
+    assert values_from_argv(argv, release) == values, "state of earlier versions upgrades to the same map"
 
 
-def test_flag_map_holds_switches_values_and_lists_as_the_diff_shows_them() -> None:
-    argv = ["--trust-remote-code", "--tp-size", "8", "--cuda-graph-bs", "1", "2", "4", "--random-seed", "-1"]
+def test_launch_values_keep_types_and_a_negative_value_keeps_its_flag_name() -> None:
+    argv = ["--model-path", "/m", "--trust-remote-code", "--tp-size", "8", "--cuda-graph-bs", "1", "2", "4"]
+    flags = flags_from_values(
+        {**values_from_argv(argv, "0.5.8"), "chunked_prefill_size": -1, "random_seed": -1}
+    )
 
-    flags = server.flag_map(argv)
+    values = launch_values(flags, "0.5.8")
 
-    assert flags == {
-        "--trust-remote-code": True,
-        "--tp-size": "8",
-        "--cuda-graph-bs": ["1", "2", "4"],
-        "--random-seed": "-1",
+    assert values == {
+        "model_path": "/m",
+        "trust_remote_code": True,
+        "tp_size": 8,
+        "chunked_prefill_size": -1,
+        "cuda_graph_bs": [1, 2, 4],
+        "random_seed": -1,
     }
-    assert server.launch_argv(flags) == argv
+    assert "--chunked-prefill-size=-1" in render_argv(flags, "0.5.8")
+
+
+def test_state_of_earlier_versions_keeps_its_flags_under_their_canonical_names() -> None:
+    legacy = {
+        "release": "0.5.8",
+        "flags": {"--tp-size": "8", "--trust-remote-code": True, "--chunked-prefill-size=-1": True},
+    }
+
+    upgraded = server.upgrade_flags(legacy)
+
+    assert upgraded["flags"] == {"tp_size": 8, "trust_remote_code": True, "chunked_prefill_size": -1}
 
 
 def test_only_launch_inputs_replace_the_server_and_the_update_id_changes_nothing() -> None:
-    provider = server._ServerProvider()
+    provider = server.ServerProvider()
     olds = {
-        "flags": {"--tp-size": "8"},
+        "flags": {"tp_size": 8},
+        "release": "0.5.8",
         "env": {},
         "python": "/venv/bin/python",
         "port": 30000,
@@ -130,7 +154,7 @@ def test_only_launch_inputs_replace_the_server_and_the_update_id_changes_nothing
 
     same = provider.diff("id", olds, {**olds, "update_id": "b"})
     new_flag = provider.diff(
-        "id", olds, {**olds, "flags": {"--tp-size": "8", "--mem-fraction-static": "0.88"}}
+        "id", olds, {**olds, "flags": {"tp_size": 8.0, "mem_fraction_static": 0.88}}
     )
     new_log_dir = provider.diff("id", olds, {**olds, "log_dir": "/other"})
 
@@ -140,9 +164,9 @@ def test_only_launch_inputs_replace_the_server_and_the_update_id_changes_nothing
 
 
 def test_a_new_key_for_the_same_host_keeps_the_server_and_another_host_replaces_it() -> None:
-    provider = server._ServerProvider()
-    ssh = {"kind": "ssh", "host": "gpu1", "port": 22.0, "user": "me", "private_key": "old", "host_key": "k"}
-    olds = {"flags": {"--tp-size": "8"}, "port": 30000, "connection": ssh}
+    provider = server.ServerProvider()
+    ssh = {"kind": "ssh", "host": "gpu1", "port": 22.0, "user": "me", "private_key": "old", "host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5"}
+    olds = {"flags": {"tp_size": 8}, "port": 30000, "connection": ssh}
 
     new_key = provider.diff("id", olds, {**olds, "connection": {**ssh, "private_key": "new", "port": 22}})
     new_host = provider.diff("id", olds, {**olds, "connection": {**ssh, "host": "gpu2"}})
@@ -189,7 +213,7 @@ def server_props(
         "launcher_module": "sglang_emulator",
         "release": "0.5.8",
         "installed_version": "0.5.8",
-        "flags": server.flag_map([*argv, "--port", str(port)]),
+        "flags": values_from_argv([*argv, "--port", str(port)], "0.5.8"),
         "env": {**emulator, **(env or {})},
         "port": port,
         "nvidia_smi": [
@@ -204,6 +228,14 @@ def server_props(
     }
     props.update(changes)
     return props
+
+
+def start(props: dict[str, Any]) -> server.ServerOutputs:
+    return server.start(server.ServerInputs.model_validate(props))
+
+
+def running(started: server.ServerOutputs, ticks_offset: int = 0) -> process.Running:
+    return process.Running(started.pid, started.start_ticks + ticks_offset)
 
 
 def gpu_pids(props: dict[str, Any]) -> set[int]:
@@ -238,24 +270,25 @@ def test_started_server_is_ready_and_stop_waits_until_its_gpu_memory_is_free(hos
     props = server_props(host)
     conn = Connection.local()
 
-    started = server.start(props)
+    started = start(props)
     try:
-        with urllib.request.urlopen(f"{started['url']}/health_generate", timeout=10) as reply:
+        with urllib.request.urlopen(f"{started.url}/health_generate", timeout=10) as reply:
             assert reply.status == 200
-        assert server.is_running(conn, started["pid"], started["start_ticks"])
-        assert not server.is_running(conn, started["pid"], started["start_ticks"] + 1)
-        assert started["pid"] in gpu_pids(props)
-        assert "The server is fired up and ready to roll!" in Path(started["log_path"]).read_text()
-        assert started["launch_command"].endswith(
-            f"-m sglang_emulator {' '.join(BASELINE_ARGV)} --port {props['port']}"
+        assert process.is_running(conn, running(started))
+        assert not process.is_running(conn, running(started, 1))
+        assert started.pid in gpu_pids(props)
+        assert "The server is fired up and ready to roll!" in Path(started.log_path).read_text()
+        flags = flags_from_values(props["flags"])
+        assert started.launch_command == render_command(
+            flags, "0.5.8", sys.executable, props["env"], "sglang_emulator"
         )
         owner = claim.read(conn, state_dir=props["state_dir"])
-        assert owner is not None and (owner.stack, owner.server_pid) == ("baseline", started["pid"])
+        assert owner is not None and (owner.stack, owner.server_pid) == ("baseline", started.pid)
     finally:
-        server.stop(conn, started["pid"], started["start_ticks"], props["nvidia_smi"], 20.0)
+        process.stop(conn, started.pid, started.start_ticks, props["nvidia_smi"], 20.0)
 
-    assert not server.is_running(conn, started["pid"], started["start_ticks"])
-    assert started["pid"] not in gpu_pids(props)
+    assert not process.is_running(conn, running(started))
+    assert started.pid not in gpu_pids(props)
     assert not listening(props["port"])
 
 
@@ -263,7 +296,8 @@ def test_started_server_is_ready_and_stop_waits_until_its_gpu_memory_is_free(hos
 @pytest.mark.parametrize(
     ("argv", "env", "kind", "said"),
     [
-        ([*BASELINE_ARGV, "--bogus"], {}, "bad_flag", "unrecognized arguments: --bogus"),
+        # Flags rendered for 0.5.8 on a host whose release split --cuda-graph-max-bs.
+        (BASELINE_ARGV, {"SGLANG_EMULATOR_RELEASE": "0.5.23"}, "bad_flag", "ambiguous option: --cuda-graph-max-bs"),
         ([*BASELINE_ARGV, "--mem-fraction-static", "0.5"], {}, "out_of_memory", "Not enough memory"),
         (BASELINE_ARGV, {"NCCL_ALGO": "Tree"}, "nccl", "NCCL error in: all_reduce"),
         ([*BASELINE_ARGV, "--enable-flashinfer-allreduce-fusion"], {}, "other", "FlashInfer JIT failed"),
@@ -281,14 +315,14 @@ def test_a_start_that_fails_names_the_class_the_log_and_the_fix_and_leaves_nothi
     props = server_props(host, argv=argv, env=env)
 
     with pytest.raises(ServerError) as raised:
-        server.start(props)
+        start(props)
 
     message = str(raised.value)
     assert (
         f"exited before it became ready ({kind}). Last log lines of {props['log_dir']}/baseline-" in message
     )
     assert said in message
-    assert message.rstrip().endswith(server.classify_failure(message).fix)
+    assert message.rstrip().endswith(process.classify_failure(message).fix)
     assert max(len(line) for line in message.splitlines()) < 450, "long log lines are shortened"
     assert not emulator_running(props["port"])
     assert gpu_pids(props) == set()
@@ -301,7 +335,7 @@ def test_a_server_that_hangs_is_stopped_at_the_ready_timeout(host: Path) -> None
     )
 
     with pytest.raises(ServerError, match=r"was not ready within 3 s and was stopped \(other\)") as raised:
-        server.start(props)
+        start(props)
 
     assert "hanging during startup phase 'weights'" in str(raised.value)
     assert "raise launch.ready_timeout_s" in str(raised.value)
@@ -312,7 +346,7 @@ def test_a_missing_python_fails_the_start_with_its_class_and_fix(host: Path) -> 
     props = server_props(host, python=str(host / "gone" / "bin" / "python"))
 
     with pytest.raises(ServerError) as raised:
-        server.start(props)
+        start(props)
 
     message = str(raised.value)
     assert "exited before it became ready (other)" in message
@@ -324,15 +358,15 @@ def test_a_missing_python_fails_the_start_with_its_class_and_fix(host: Path) -> 
 def test_a_server_left_behind_by_a_killed_update_is_stopped_before_the_next_launch(host: Path) -> None:
     props = server_props(host)
     conn = Connection.local()
-    orphan = server.start(props)
+    orphan = start(props)
     claim.finish_all()  # the update that launched it ended without recording it anywhere else
 
-    started = server.start({**props, "update_id": "u2"})
+    started = start({**props, "update_id": "u2"})
     try:
-        assert not server.is_running(conn, orphan["pid"], orphan["start_ticks"])
-        assert gpu_pids(props) == {started["pid"]}
+        assert not process.is_running(conn, running(orphan))
+        assert gpu_pids(props) == {started.pid}
     finally:
-        server.stop(conn, started["pid"], started["start_ticks"], props["nvidia_smi"], 20.0)
+        process.stop(conn, started.pid, started.start_ticks, props["nvidia_smi"], 20.0)
 
 
 @pytest.mark.integration
@@ -354,10 +388,10 @@ def test_a_port_another_program_serves_stops_the_launch_before_it_is_fooled_by_t
     threading.Thread(target=stranger.serve_forever, daemon=True).start()
     port = stranger.server_address[1]
     props = server_props(host)
-    props = {**props, "port": port, "flags": {**props["flags"], "--port": str(port)}}
+    props = {**props, "port": port, "flags": {**props["flags"], "port": port}}
     try:
         with pytest.raises(ServerError, match=rf"Port {port} on the local host is taken by another program"):
-            server.start(props)
+            start(props)
     finally:
         stranger.shutdown()
     assert not emulator_running(port)
@@ -374,10 +408,10 @@ def test_a_pid_reused_by_another_process_is_never_stopped(tmp_path: Path) -> Non
         started = int(Path(f"/proc/{bystander.pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
         conn = Connection.local()
         smi = ["true"]
-        server.stop_pid(conn, bystander.pid, started + 1, smi, 5, state_dir=str(tmp_path))
-        server.stop_pid(conn, bystander.pid, None, smi, 5, state_dir=str(tmp_path))
+        process.stop(conn, bystander.pid, started + 1, smi, 5)
+        process.stop(conn, bystander.pid, None, smi, 5)
         assert bystander.poll() is None
-        server.stop_pid(conn, bystander.pid, started, smi, 5, state_dir=str(tmp_path))
+        process.stop(conn, bystander.pid, started, smi, 5)
         assert bystander.wait(timeout=10) is not None
     finally:
         bystander.kill()

@@ -15,18 +15,18 @@ from typing import Any
 
 import pulumi
 
-from sglang_stacks.components._resource import connect
 from sglang_stacks.components.benchmark import Benchmark
 from sglang_stacks.components.draft_model import DraftModel
 from sglang_stacks.components.environment import PythonEnvironment
 from sglang_stacks.components.host import FACT_KEYS, GpuClaim, HostProbe
-from sglang_stacks.components.server import SGLangServer, flag_map
-from sglang_stacks.config import flags as flag_rendering
-from sglang_stacks.config import preflight
+from sglang_stacks.components.server import SGLangServer, upgrade_flags
+from sglang_stacks.config import preflight, render
+from sglang_stacks.config.flags import FlagValue
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.hostops import serving
+from sglang_stacks.hostops.transport import Connection
 
 DEFAULT_PORT = 30000
 
@@ -66,13 +66,23 @@ def connection_of(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None) -
     return ssh_private_key.apply(lambda key: {**fields, "private_key": key})
 
 
-def render_flags(spec: StackSpec) -> dict[str, Any]:
-    """The launch flags for the stack's release as the map the server takes; errors name the flag.
+def render_flags(spec: StackSpec) -> dict[str, FlagValue]:
+    """The stack's launch flags as the server records them (canonical name -> value); errors name
+    the flag. Rendered for the declared release, so a preview shows every flag; the server checks
+    at launch that the host really has that release."""
+    return render.launch_values(spec.launch_flags(), spec.environment.sglang_release)
 
-    Rendered from the declared release, so a preview shows every flag; the server checks at
-    launch that the host really has that release.
-    """
-    return flag_map(flag_rendering.render_argv(spec.launch_flags(), spec.environment.sglang_release))
+
+def _as_options(flags: Mapping[str, Any], release: str) -> dict[str, Any]:
+    """Launch values keyed by the release's option spelling, as a person reads them."""
+    values = upgrade_flags({"flags": flags, "release": release})["flags"]
+    shown: dict[str, Any] = {}
+    for name, value in values.items():
+        try:
+            shown[render.resolve_flag(name, release).long_name] = value
+        except StacksError:
+            shown[name] = value
+    return shown
 
 
 def flags_digest(flag_values: Mapping[str, Any]) -> str:
@@ -183,7 +193,9 @@ class SGLangDeployment(pulumi.ComponentResource):
 
         launch_flags = render_flags(spec)
         if pulumi.runtime.is_dry_run():
-            connection.apply(lambda fields: self._announce(fields, stack, spec.host.state_dir, launch_flags))
+            connection.apply(
+                lambda fields: self._announce(fields, stack, spec.host.state_dir, launch_flags, release)
+            )
         port = spec.server.port or DEFAULT_PORT
         server = SGLangServer(
             f"{name}-server",
@@ -243,12 +255,16 @@ class SGLangDeployment(pulumi.ComponentResource):
         )
 
     def _announce(
-        self, fields: Mapping[str, Any], stack: str, state_dir: str, flags: Mapping[str, Any]
+        self, fields: Mapping[str, Any], stack: str, state_dir: str, flags: Mapping[str, Any], release: str
     ) -> None:
         """Says in the preview how this stack differs from the server the host runs now."""
         try:
-            conn = connect({"connection": fields})
-            note = serving.describe(serving.read(conn, state_dir), stack, flags, conn.label)
+            conn = Connection(**fields)
+            current = serving.read(conn, state_dir)
+            if current is not None:
+                theirs = str(current.get("release", release))
+                current = {**current, "flags": _as_options(current.get("flags", {}), theirs)}
+            note = serving.describe(current, stack, _as_options(flags, release), conn.label)
         except StacksError:
             return  # an unreachable host fails the probe, with its own message
         pulumi.log.info(note, self)

@@ -11,9 +11,9 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from sglang_stacks.components._resource import connect, keep_connection_secret, plain_errors
-from sglang_stacks.components.server import stop_recorded
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops import claim, probe
+from sglang_stacks.hostops.process import stop_recorded
 
 # The facts a stack declares and the probe checks; all are stable across probes.
 FACT_KEYS = ("gpu_model", "gpu_count", "memory_per_gpu_mib", "compute_capability", "interconnect")
@@ -94,7 +94,7 @@ def take_claim(props: Mapping[str, Any]) -> dict[str, Any]:
         state_dir=props["state_dir"],
     )
     if previous is not None:
-        stop_recorded(conn, previous, props)
+        stop_recorded(conn, previous, props["nvidia_smi"], float(props["stop_timeout_s"]), props["state_dir"])
     return {"owner": props["stack"], "taken_from": previous.stack if previous else ""}
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sglang_flags import known_releases
-from sglang_stacks.config.flags import flag_problems, resolve_flag
 from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.render import flag_problems, resolve_flag
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import FlagError, PreflightError
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sglang_flags import known_releases
 from sglang_stacks.config.flags import ServerFlags
+from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import SpecError
 
 __all__ = [
@@ -52,7 +53,6 @@ EMULATOR_HOST_FACTS: dict[str, Any] = {
 """What the local emulator host reports: the campaign's 8 x RTX PRO 6000 (96 GB, SM120, PCIe)."""
 
 _FACT_FIELDS = tuple(EMULATOR_HOST_FACTS)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Values reach a remote shell; quoting makes any value safe, and this keeps them readable as well.
 _ENV_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@%+^-]*$")
 _PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
@@ -201,7 +201,7 @@ class EnvironmentSpec(_Section):
     @field_validator("env")
     @classmethod
     def _safe_env(cls, env: dict[str, str]) -> dict[str, str]:
-        bad_names = [n for n in env if not _ENV_NAME.match(n)]
+        bad_names = [n for n in env if not is_env_name(n)]
         if bad_names:
             raise ValueError(
                 f"{', '.join(map(repr, bad_names))} are not variable names; use letters, digits and _"

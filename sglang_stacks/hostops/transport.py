@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
+from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import HostError, SpecError, StacksError
 
 __all__ = ["CommandResult", "Connection", "Session", "open_session", "quote", "quote_path", "run", "upload"]
@@ -49,7 +50,6 @@ _HOST_KEY_ALIAS = "sglang-stacks-pinned-host"
 _KEY_TYPES = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+)$")
 # Ends a session's script on the host's stderr; nothing waits for it.
 _SESSION_MARKER = "__sglang_stacks_session"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_OR_USER = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
 
 # Runs on the host. Reads one header line "<marker> <timeout_s> <script_bytes>", then exactly that
@@ -340,7 +340,7 @@ def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
 def _exports(env: Mapping[str, str] | None) -> str:
     """``export NAME=value`` lines for the top of a script, every value quoted."""
     for name in env or {}:
-        if not _ENV_NAME.match(name):
+        if not is_env_name(name):
             raise SpecError(
                 f"Environment variable name {name!r} is not valid for bash; use letters, digits and "
                 "underscores, not starting with a digit."

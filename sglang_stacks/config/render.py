@@ -1,0 +1,262 @@
+"""The one place launch flags become a release's argv, and the launch values the state keeps.
+
+``launch_values`` turns typed flags into the map a server records (canonical name -> value, the
+same for every release); ``render_argv`` turns typed flags into the argv a release accepts, with
+that release's spellings; ``flags_from_values`` rebuilds typed flags from a recorded map.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sglang_flags import Flag, FlagTable, build_parser, known_releases, load_table
+from sglang_stacks.config.flags import _RENAMED, _SWITCH_ACTIONS, FlagValue, ServerFlags, field_name
+from sglang_stacks.config.names import is_env_name
+from sglang_stacks.errors import FlagError
+
+
+@dataclass(frozen=True)
+class FlagProblem:
+    """One reason a flag cannot be rendered for a release: the key, its value, and the fix."""
+
+    key: str
+    """The field name or extra-flag key as the stack spells it."""
+    value: object
+    """The value that cannot be rendered."""
+    message: str
+    """What is wrong, as a sentence."""
+    fix: str
+    """What to do about it, as a sentence."""
+
+    def sentence(self) -> str:
+        """Message and fix together."""
+        return f"{self.message} {self.fix}"
+
+
+class _Unrenderable(Exception):
+    """A flag problem on its way to a FlagProblem or a FlagError."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(f"{message} {fix}")
+        self.message = message
+        self.fix = fix
+
+
+def _table(release: str) -> FlagTable:
+    try:
+        return load_table(release)
+    except KeyError:
+        raise _Unrenderable(
+            f"There is no flag table for SGLang {release!r}.",
+            f"Use one of {', '.join(known_releases())}, or add a table with sglang_flags/regenerate.py.",
+        ) from None
+
+
+def _nearest(key: str, table: FlagTable) -> list[str]:
+    names = [f.dest for f in table.flags] + table.option_strings()
+    return difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+
+
+def _resolve(key: str, release: str) -> Flag:
+    table = _table(release)
+    if key.startswith("-"):
+        flag = table.by_option(key)
+    else:
+        flag = table.by_dest(key)
+        for older in _RENAMED.get(key, ()):
+            flag = flag or table.by_dest(older)
+    if flag is not None:
+        return flag
+    near = _nearest(key, table)
+    hint = f" The nearest names are {', '.join(near)}." if near else ""
+    raise _Unrenderable(
+        f"SGLang {release} has no launch flag {key!r}.{hint}",
+        "Use a flag from that release's table, or remove it.",
+    )
+
+
+def resolve_flag(key: str, release: str) -> Flag:
+    """The release's flag for ``key`` (a field name, dest or exact long option), renames applied.
+
+    Raises FlagError naming the nearest real names when the release has no such flag.
+    """
+    try:
+        return _resolve(key, release)
+    except _Unrenderable as problem:
+        raise FlagError(str(problem)) from None
+
+
+def _render_value(key: str, value: object, flag: Flag, release: str) -> list[str]:
+    """The argv words for one flag; raises _Unrenderable when the value does not suit the flag."""
+    option = flag.long_name
+    where = f"{key}={value!r}: {option} on SGLang {release}"
+    if flag.action == "BooleanOptionalAction":
+        if not isinstance(value, bool):
+            raise _Unrenderable(f"{where} is a switch.", "Set true or false.")
+        negative = next((f for f in flag.flags if f.startswith("--no-")), None)
+        if value:
+            return [option]
+        return [negative] if negative else []
+    if flag.action in _SWITCH_ACTIONS or flag.nargs == 0:
+        if not isinstance(value, bool):
+            raise _Unrenderable(
+                f"{where} is a switch and takes no value.", "Set true to pass it or false to leave it out."
+            )
+        return [option] if value else []
+    if isinstance(value, bool):
+        raise _Unrenderable(f"{where} takes a value, not true/false.", "Give the value itself.")
+    if isinstance(value, list) and flag.nargs not in ("+", "*"):
+        raise _Unrenderable(f"{where} takes one value, not a list.", "Give a single value.")
+    values = value if isinstance(value, list) else [value]
+    if not values and flag.nargs == "+":
+        raise _Unrenderable(f"{where} needs at least one value.", "Give one or more values.")
+    words = [_render_scalar(where, v, flag) for v in values]
+    if len(words) == 1 and words[0].startswith("-"):
+        # A value that looks like an option must be attached, or argparse reads it as one.
+        return [f"{option}={words[0]}"]
+    return [option, *words]
+
+
+def _render_scalar(where: str, value: object, flag: Flag) -> str:
+    if flag.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+        raise _Unrenderable(f"{where} takes an integer.", "Give a whole number.")
+    if flag.type == "float" and (not isinstance(value, int | float) or isinstance(value, bool)):
+        raise _Unrenderable(f"{where} takes a number.", "Give a number.")
+    word = str(value)
+    if flag.choices is not None and word not in {str(c) for c in flag.choices}:
+        allowed = ", ".join(str(c) for c in flag.choices)
+        raise _Unrenderable(
+            f"{where} accepts only: {allowed}.", "Pick one of those, or target a release that has this value."
+        )
+    return word
+
+
+def _collect(flags: ServerFlags, release: str) -> tuple[list[str], list[FlagProblem]]:
+    argv: list[str] = []
+    problems: list[FlagProblem] = []
+    try:
+        _table(release)
+    except _Unrenderable as problem:
+        return argv, [FlagProblem(key="release", value=release, message=problem.message, fix=problem.fix)]
+    rendered_by: dict[str, str] = {}
+    items: list[tuple[str, object]] = list(flags.typed_values().items())
+    items += sorted(flags.extra_flags.items())
+    for key, value in items:
+        if value is False and key in type(flags).model_fields:
+            continue  # an unset typed switch renders as nothing, whatever the release calls it
+        try:
+            flag = _resolve(key, release)
+            if flag.dest in rendered_by:
+                raise _Unrenderable(
+                    f"{key} and {rendered_by[flag.dest]} are the same SGLang {release} flag "
+                    f"({flag.long_name}).",
+                    "Keep one of them.",
+                )
+            rendered_by[flag.dest] = key
+            argv += _render_value(key, value, flag, release)
+        except _Unrenderable as problem:
+            problems.append(FlagProblem(key=key, value=value, message=problem.message, fix=problem.fix))
+    if flags.model_path is None:
+        problems.append(
+            FlagProblem(
+                key="model_path",
+                value=None,
+                message="No model path is set.",
+                fix="Set model.path in the stack, or server.model_path.",
+            )
+        )
+    return argv, problems
+
+
+def flag_problems(flags: ServerFlags, release: str) -> list[FlagProblem]:
+    """Every reason ``flags`` cannot be rendered for ``release``; empty when it can."""
+    return _collect(flags, release)[1]
+
+
+def render_argv(flags: ServerFlags, release: str) -> list[str]:
+    """The argv after ``python -m sglang.launch_server`` that ``release`` accepts.
+
+    Canonical long option names, renamed flags mapped to the release's spelling, values checked
+    against the release's table. Raises FlagError listing every flag that cannot be rendered.
+    """
+    argv, problems = _collect(flags, release)
+    if problems:
+        lines = "\n".join(f"  - {p.key}: {p.sentence()}" for p in problems)
+        raise FlagError(f"The launch flags cannot be rendered for SGLang {release}:\n{lines}")
+    return argv
+
+
+def render_command(
+    flags: ServerFlags,
+    release: str,
+    python: str = "python",
+    env: Mapping[str, str] | None = None,
+    module: str = "sglang.launch_server",
+) -> str:
+    """One shell-safe command line: ``[VAR=value ...] python -m sglang.launch_server <argv>``.
+
+    Values are quoted for a POSIX shell; a variable name that is not one raises FlagError.
+    ``module`` is the launcher (the emulator's on the emulator host).
+    """
+    bad_names = [name for name in (env or {}) if not is_env_name(name)]
+    if bad_names:
+        raise FlagError(
+            f"{', '.join(map(repr, bad_names))} cannot be environment variable names. "
+            f"Use letters, digits and _, not starting with a digit."
+        )
+    assignments = [f"{name}={shlex.quote(value)}" for name, value in sorted((env or {}).items())]
+    words = [python, "-m", module, *render_argv(flags, release)]
+    return " ".join([*assignments, shlex.join(words)])
+
+
+def launch_values(flags: ServerFlags, release: str) -> dict[str, FlagValue]:
+    """The flags as the state records them: canonical name -> value, in render order.
+
+    A typed field keeps its name (``cuda_graph_max_bs`` on every release); any other flag is named
+    by its dest in ``release``. Unset fields and typed switches that are off are left out, as
+    they render to nothing. Raises FlagError like `render_argv` for a flag the release lacks.
+    """
+    render_argv(flags, release)  # the same checks, the same errors
+    values: dict[str, FlagValue] = {}
+    for name, value in flags.typed_values().items():
+        if value is not False:
+            values[name] = value  # type: ignore[assignment]
+    for key, value in sorted(flags.extra_flags.items()):
+        values[_resolve(key, release).dest] = value
+    return values
+
+
+def flags_from_values(values: Mapping[str, FlagValue]) -> ServerFlags:
+    """Typed flags from a recorded `launch_values` map: typed names to fields, the rest extra."""
+    typed = set(ServerFlags.model_fields) - {"extra_flags"}
+    return ServerFlags.model_validate(
+        {
+            **{key: value for key, value in values.items() if key in typed},
+            "extra_flags": {key: value for key, value in values.items() if key not in typed},
+        }
+    )
+
+
+def values_from_argv(argv: Sequence[str], release: str) -> dict[str, FlagValue]:
+    """The `launch_values` map of an argv that ``release`` accepts (for launch flags recorded as
+    argv by earlier versions of the tool). Only the options present in ``argv`` are kept."""
+    namespace = vars(build_parser(release).parse_args(list(argv)))
+    table = _table(release)
+    typed = set(ServerFlags.model_fields) - {"extra_flags"}
+    values: dict[str, FlagValue] = {}
+    for word in argv:
+        if not word.startswith("--"):
+            continue
+        flag = table.by_option(word.split("=", 1)[0])
+        if flag is None:
+            continue
+        value = namespace[flag.dest]
+        name = field_name(flag.dest)
+        key = name if name in typed else flag.dest
+        if value is False and key in typed:
+            continue
+        values[key] = list(value) if isinstance(value, tuple) else value
+    return values

@@ -1,0 +1,82 @@
+# The SGLang server process on the GPU host. MODE selects what to do:
+#   launch  start COMMAND detached (its own session, so stopping its group stops its workers),
+#           logging to LOG; prints "PID START_TICKS", or "port-taken" when PORT already answers
+#   ready   wait until the server PID answers its health check: prints ready, exited or timeout,
+#           then ---log--- and the log's last TAIL_LINES lines
+#   stop    TERM the group of PID, KILL it after TIMEOUT_S, then wait until none of the group's
+#           processes holds GPU memory (NVIDIA_SMI lists them): prints freed or still-held PIDS
+#   alive   exit 0 while PID runs (and is the process started at START_TICKS)
+# PYTHON runs PORT_PROBE (port_probe.py). Secret variables are exported above this text by the
+# caller, so the server inherits them without any command line showing them.
+set -u
+
+# Field 1 of /proc/PID/stat after the command name (which may hold spaces) is the state; field
+# 20 the start time in clock ticks since boot: a pid is ours only while its start time matches.
+stat_field() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f"$2"; }
+
+alive() {
+    local state
+    state=$(stat_field "$PID" 1)
+    [ -n "$state" ] && [ "$state" != "Z" ] || return 1
+    if [ -z "${START_TICKS:-}" ]; then
+        # No recorded start time: ours only while it still is an SGLang process.
+        tr '\0' ' ' <"/proc/$PID/cmdline" | grep -q -- '-m sglang'
+    else
+        [ "$(stat_field "$PID" 20)" = "$START_TICKS" ]
+    fi
+}
+
+log_tail() { tail -n "${TAIL_LINES:-25}" "$LOG" 2>/dev/null || true; }
+
+launch() {
+    if "$PYTHON" -c "$PORT_PROBE" listening "$PORT"; then
+        echo port-taken
+        return 0
+    fi
+    mkdir -p "$(dirname "$LOG")"
+    # The redirections release the SSH session at once; COMMAND is shell-quoted by the caller.
+    # The server inherits the exported secrets, not this program's own variables.
+    eval "setsid nohup env -u MODE -u PORT_PROBE -u PYTHON -u PORT -u COMMAND $COMMAND" \
+        '>"$LOG" 2>&1 </dev/null &'
+    local pid=$!
+    echo "$pid $(stat_field "$pid" 20)"
+}
+
+ready() {
+    local deadline=$((SECONDS + ${TIMEOUT_S%.*}))
+    while true; do
+        if ! alive; then echo exited; break; fi
+        if "$PYTHON" -c "$PORT_PROBE" healthy "$PORT"; then echo ready; break; fi
+        if [ "$SECONDS" -ge "$deadline" ]; then echo timeout; break; fi
+        sleep 1
+    done
+    echo ---log---
+    log_tail
+}
+
+stop() {
+    local deadline=$((SECONDS + ${TIMEOUT_S%.*})) group listed held p
+    group=$(ps -eo pid=,pgid= | awk -v g="$PID" '$2 == g {print $1}' | tr '\n' ' ')
+    if alive; then
+        kill -TERM -- "-$PID" 2>/dev/null || kill -TERM "$PID" 2>/dev/null || true
+        while alive && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+        if alive; then kill -KILL -- "-$PID" 2>/dev/null || true; fi
+    fi
+    while true; do
+        listed=$(eval "$NVIDIA_SMI" --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
+        held=""
+        for p in $group $PID; do printf '%s\n' "$listed" | grep -qx "$p" && held="$held $p"; done
+        [ -z "$held" ] && { echo freed; break; }
+        [ "$SECONDS" -ge "$deadline" ] && { echo "still-held$held"; break; }
+        sleep 0.5
+    done
+}
+
+case "$MODE" in
+    launch) launch ;;
+    ready) ready ;;
+    stop) stop ;;
+    alive) alive ;;
+    log-tail) log_tail ;;
+    *) echo "server.sh: unknown MODE $MODE" >&2; exit 2 ;;
+esac
