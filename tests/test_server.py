@@ -153,9 +153,7 @@ def test_only_launch_inputs_replace_the_server_and_the_update_id_changes_nothing
     }
 
     same = provider.diff("id", olds, {**olds, "update_id": "b"})
-    new_flag = provider.diff(
-        "id", olds, {**olds, "flags": {"tp_size": 8.0, "mem_fraction_static": 0.88}}
-    )
+    new_flag = provider.diff("id", olds, {**olds, "flags": {"tp_size": 8.0, "mem_fraction_static": 0.88}})
     new_log_dir = provider.diff("id", olds, {**olds, "log_dir": "/other"})
 
     assert not same.changes
@@ -165,7 +163,14 @@ def test_only_launch_inputs_replace_the_server_and_the_update_id_changes_nothing
 
 def test_a_new_key_for_the_same_host_keeps_the_server_and_another_host_replaces_it() -> None:
     provider = server.ServerProvider()
-    ssh = {"kind": "ssh", "host": "gpu1", "port": 22.0, "user": "me", "private_key": "old", "host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5"}
+    ssh = {
+        "kind": "ssh",
+        "host": "gpu1",
+        "port": 22.0,
+        "user": "me",
+        "private_key": "old",
+        "host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5",
+    }
     olds = {"flags": {"tp_size": 8}, "port": 30000, "connection": ssh}
 
     new_key = provider.diff("id", olds, {**olds, "connection": {**ssh, "private_key": "new", "port": 22}})
@@ -297,7 +302,12 @@ def test_started_server_is_ready_and_stop_waits_until_its_gpu_memory_is_free(hos
     ("argv", "env", "kind", "said"),
     [
         # Flags rendered for 0.5.8 on a host whose release split --cuda-graph-max-bs.
-        (BASELINE_ARGV, {"SGLANG_EMULATOR_RELEASE": "0.5.23"}, "bad_flag", "ambiguous option: --cuda-graph-max-bs"),
+        (
+            BASELINE_ARGV,
+            {"SGLANG_EMULATOR_RELEASE": "0.5.23"},
+            "bad_flag",
+            "ambiguous option: --cuda-graph-max-bs",
+        ),
         ([*BASELINE_ARGV, "--mem-fraction-static", "0.5"], {}, "out_of_memory", "Not enough memory"),
         (BASELINE_ARGV, {"NCCL_ALGO": "Tree"}, "nccl", "NCCL error in: all_reduce"),
         ([*BASELINE_ARGV, "--enable-flashinfer-allreduce-fusion"], {}, "other", "FlashInfer JIT failed"),
