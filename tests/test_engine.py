@@ -33,7 +33,7 @@ def test_preview_up_output_diff_destroy(workspace: Workspace, tmp_path: Path) ->
     assert "warning" not in up.stdout.lower() + up.stderr.lower()
     outputs = workspace.outputs("demo")
     assert outputs["sglang_version"] == "0.5.8"
-    assert outputs["launch_flags"]["--cuda-graph-max-bs"] == "128"
+    assert outputs["launch_flags"]["cuda_graph_max_bs"] == 128
     assert 70 < outputs["tok_s"] < 95
 
     # The hub token reaches the server's environment, and nowhere else in plain text.
@@ -51,7 +51,7 @@ def test_preview_up_output_diff_destroy(workspace: Workspace, tmp_path: Path) ->
     )
     assert server["op"] == "replace"
     assert "flags" in server["replaceReasons"]
-    assert server["newState"]["inputs"]["flags"]["--cuda-graph-max-bs"] == "512"
+    assert server["newState"]["inputs"]["flags"]["cuda_graph_max_bs"] == 512
 
     workspace.run("destroy", "--yes", "-s", "demo")
     assert workspace.outputs("demo") == {}

@@ -216,6 +216,7 @@ def server_props(
         "log_dir": str(host / "state" / "logs"),
         "python": sys.executable,
         "launcher_module": "sglang_emulator",
+        "runtime": "emulator",
         "release": "0.5.8",
         "installed_version": "0.5.8",
         "flags": values_from_argv([*argv, "--port", str(port)], "0.5.8"),
@@ -426,3 +427,19 @@ def test_a_pid_reused_by_another_process_is_never_stopped(tmp_path: Path) -> Non
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_preview_that_cannot_know_the_python_yet_does_not_announce_a_replacement() -> None:
+    # An in-place update of the environment (new emulator code) leaves its outputs unknown in a
+    # preview; only a declared change (release, runtime, pins, flags) predicts a new server.
+    from pulumi.runtime import rpc
+
+    provider = server.ServerProvider()
+    olds = {"python": "/v/bin/python", "installed_version": "0.5.8", "runtime": "emulator", "flags": {}}
+    unknown = {**olds, "python": rpc.UNKNOWN, "installed_version": rpc.UNKNOWN}
+
+    env_only = provider.diff("id", olds, unknown)
+    new_pins = provider.diff("id", {**olds, "extra_pins": []}, {**unknown, "extra_pins": ["x==1"]})
+
+    assert env_only.changes and env_only.replaces == []
+    assert new_pins.replaces == ["extra_pins"]

@@ -31,9 +31,15 @@ class DiffRule:
     kind: Literal["replace", "update", "label"]
     replaces_when: Callable[[Any, Any], bool] | None = None
     """For ``update`` fields: replace after all when this says so, given (old, new) values."""
+    unknown_replaces: bool = True
+    """For ``replace`` fields: whether a value a preview cannot know yet predicts a replacement."""
 
 
 REPLACES = DiffRule("replace")
+REPLACES_IF_KNOWN = DiffRule("replace", unknown_replaces=False)
+"""For an input that another resource's update may leave unchanged (the environment's Python
+after an in-place update): a preview does not announce a replacement it cannot know; the update
+itself, which knows the value, replaces only if it really changed."""
 UPDATES = DiffRule("update")
 LABEL = DiffRule("label")
 
@@ -93,18 +99,20 @@ def diff_inputs(model: type[Props], olds: Mapping[str, Any], news: Mapping[str, 
     """The diff of a resource from the rules on its input model's fields.
 
     Values are compared after validation (``30000.0`` equals ``30000``); a value unknown during a
-    preview counts as changed, and replaces only under a ``replace`` rule.
+    preview counts as changed, and replaces only under a ``replace`` rule that says so.
     """
     replaces: list[str] = []
     changed = False
     for name in model.model_fields:
         rule = _rule(model, name)
-        if rule.kind == "label" or name not in news:
+        # A field missing from the old state was added by a later version of the tool: it is
+        # recorded at the next change, and is no reason for one.
+        if rule.kind == "label" or name not in news or name not in olds:
             continue
         new_raw, old_raw = news.get(name), olds.get(name)
         if _is_unknown(new_raw):
             changed = True
-            if rule.kind == "replace":
+            if rule.kind == "replace" and rule.unknown_replaces:
                 replaces.append(name)
             continue
         adapter = _adapter(model, name)

@@ -203,6 +203,8 @@ class SGLangDeployment(pulumi.ComponentResource):
             stack=stack,
             python=environment.python,
             launcher_module=environment.launcher_module,
+            runtime=spec.runtime,
+            extra_pins=spec.environment.extra_pins,
             flags=launch_flags,
             release=release,
             installed_version=environment.sglang_version,

@@ -14,10 +14,12 @@ from typing import Annotated, Any
 
 import pulumi
 import pulumi.dynamic as dynamic
+from pydantic import Field
 
 from sglang_stacks.components._provider import (
     LABEL,
     REPLACES,
+    REPLACES_IF_KNOWN,
     HostInputs,
     Props,
     TypedProvider,
@@ -36,15 +38,19 @@ class ServerInputs(HostInputs):
 
     stack: Annotated[str, LABEL]
     """The stack that owns the server (and holds the host's claim while launching it)."""
-    python: Annotated[str, REPLACES]
+    python: Annotated[str, REPLACES_IF_KNOWN]
     """The Python of the environment that runs the server."""
-    launcher_module: Annotated[str, REPLACES]
+    launcher_module: Annotated[str, REPLACES_IF_KNOWN]
     """``sglang.launch_server``, or the emulator's module on the emulator host."""
+    runtime: Annotated[str, REPLACES]
+    """What the environment runs, ``sglang`` or ``emulator``: the declared half of ``python``."""
+    extra_pins: Annotated[list[str], REPLACES] = Field(default_factory=list)
+    """Packages pinned beside SGLang: another set means another environment, so another server."""
     flags: Annotated[dict[str, FlagValue], REPLACES]
     """Launch flags by canonical name (`config.render.launch_values`), rendered for ``release``."""
     release: Annotated[str, REPLACES]
     """The SGLang release the flags are rendered for."""
-    installed_version: Annotated[str, REPLACES]
+    installed_version: Annotated[str, REPLACES_IF_KNOWN]
     """The release the environment installed; a launch refuses a mismatch."""
     env: Annotated[dict[str, str], REPLACES]
     """Environment variables on the command line (NCCL settings, the emulator's profile)."""
@@ -221,6 +227,8 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
         stack: str,
         python: pulumi.Input[str],
         launcher_module: pulumi.Input[str],
+        runtime: str,
+        extra_pins: Sequence[str] = (),
         flags: Mapping[str, FlagValue],
         release: str,
         installed_version: pulumi.Input[str],
@@ -241,6 +249,8 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
             "stack": stack,
             "python": python,
             "launcher_module": launcher_module,
+            "runtime": runtime,
+            "extra_pins": list(extra_pins),
             "flags": dict(flags),
             "release": release,
             "installed_version": installed_version,
