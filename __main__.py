@@ -3,7 +3,7 @@ deployment, exports its outputs."""
 
 import pulumi
 
-from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment
+from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment, connection_args
 from sglang_stacks.config.spec import SECTION_KEYS, load_spec
 from sglang_stacks.errors import StacksError
 
@@ -18,7 +18,7 @@ try:
         DeploymentArgs(
             stack=stack,
             spec=spec,
-            ssh_private_key=config.get_secret("sshPrivateKey"),
+            connection=connection_args(spec, config.get_secret("sshPrivateKey")),
             hub_token=config.get_secret("hubToken"),
         ),
     )

@@ -13,7 +13,7 @@ import functools
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 import pulumi
 import pulumi.dynamic as dynamic
@@ -22,6 +22,9 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops.transport import Connection
+
+if TYPE_CHECKING:
+    from pulumi_command.remote import ConnectionArgs
 
 
 @dataclass(frozen=True)
@@ -237,3 +240,42 @@ def tail(text: str, lines: int = 12) -> str:
     """The last non-blank ``lines`` of ``text``, joined with `` | `` for a one-paragraph message."""
     kept = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
     return " | ".join(kept) if kept else "(no output)"
+
+
+LOCAL_HOST: dict[str, Any] = {"kind": "local"}
+"""The connection of the host this program runs on (the emulator host): no SSH."""
+
+
+def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
+    """The connection the resources take, from pulumi-command's ``remote.ConnectionArgs`` (the
+    object Pulumi users already write for remote commands), or the local host for ``None``.
+
+    Always a secret: it may hold the SSH key. Of ConnectionArgs, ``host``, ``port``, ``user``,
+    ``private_key`` and ``host_key`` are used; passwords, agents and proxies are not supported.
+    """
+    if args is None:
+        return pulumi.Output.secret(LOCAL_HOST)
+    unsupported = [
+        name
+        for name in ("password", "agent_socket_path", "proxy", "private_key_password")
+        if pulumi.get(args, name) is not None
+    ]
+    if unsupported:
+        raise StacksError(
+            f"The SSH connection sets {', '.join(unsupported)}, which sglang-stacks does not support. "
+            "Connect with a private key (host.* in the stack file and the sshPrivateKey secret)."
+        )
+
+    def fields(values: dict[str, Any]) -> dict[str, Any]:
+        found = {name: value for name, value in values.items() if value is not None}
+        return {"kind": "ssh", **found, "port": int(found.get("port", 22))}
+
+    return pulumi.Output.secret(
+        pulumi.Output.all(
+            host=pulumi.get(args, "host"),
+            port=pulumi.get(args, "port"),
+            user=pulumi.get(args, "user"),
+            private_key=pulumi.get(args, "private_key"),
+            host_key=pulumi.get(args, "host_key"),
+        ).apply(fields)
+    )

@@ -11,10 +11,11 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 
+from sglang_stacks.components._provider import host_connection
 from sglang_stacks.components.benchmark import Benchmark
 from sglang_stacks.components.draft_model import DraftModel
 from sglang_stacks.components.environment import PythonEnvironment
@@ -28,42 +29,47 @@ from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.hostops import serving
 from sglang_stacks.hostops.transport import Connection
 
+if TYPE_CHECKING:
+    from pulumi_command.remote import ConnectionArgs
+
 DEFAULT_PORT = 30000
 
 
 @dataclass(frozen=True)
 class DeploymentArgs:
-    """What a deployment is made of: the stack's spec and its secrets."""
+    """What a deployment is made of: the stack's spec, the way to its host and its secrets."""
 
     stack: str
     """The stack's name: it owns the host's GPUs while deployed."""
     spec: StackSpec
     """The validated stack spec."""
-    ssh_private_key: pulumi.Output[str] | None = None
-    """The SSH key's contents, a Pulumi secret (SSH hosts only)."""
+    connection: ConnectionArgs | None = None
+    """How to reach an SSH host, as pulumi-command's ``remote.ConnectionArgs`` (its private key a
+    Pulumi secret); ``None`` for the emulator host. `connection_args` builds it from the spec."""
     hub_token: pulumi.Output[str] | None = None
     """A Hugging Face token for gated models, a Pulumi secret; the server gets it as HF_TOKEN."""
 
 
-def connection_of(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None) -> pulumi.Output[Any]:
-    """The host connection as the resources take it: always a secret, as it may hold the key."""
+def connection_args(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None) -> ConnectionArgs | None:
+    """The stack file's host section as pulumi-command's ``ConnectionArgs`` (``None`` for the
+    emulator host); SpecError when an SSH host has no key."""
     host = spec.host
     if host.kind == "emulator":
-        return pulumi.Output.secret({"kind": "local"})
+        return None
     if ssh_private_key is None:
-        raise pulumi.RunError(
+        raise SpecError(
             "This stack deploys over SSH but has no key. Set it with "
             "`pulumi config set --secret sshPrivateKey < ~/.ssh/id_ed25519`."
         )
-    fields = {
-        "kind": "ssh",
-        "host": host.address,
-        "port": host.port,
-        "user": host.user,
-        "host_key": host.host_key,
-    }
-    # The key comes from a secret config value, so the connection stays secret.
-    return ssh_private_key.apply(lambda key: {**fields, "private_key": key})
+    from pulumi_command.remote import ConnectionArgs  # only SSH stacks pay for the import
+
+    return ConnectionArgs(
+        host=host.address or "",
+        port=host.port,
+        user=host.user,
+        host_key=host.host_key,
+        private_key=ssh_private_key,
+    )
 
 
 def render_flags(spec: StackSpec) -> dict[str, FlagValue]:
@@ -85,13 +91,47 @@ def _as_options(flags: Mapping[str, Any], release: str) -> dict[str, Any]:
     return shown
 
 
+_OUTPUTS = (
+    "tok_s",
+    "benchmark",
+    "benchmark_levels",
+    "launch_command",
+    "launch_flags",
+    "sglang_version",
+    "host_facts",
+    "findings",
+    "memory_plan",
+    "server_log",
+)
+
+
+def _emulator_env(spec: StackSpec) -> dict[str, str]:
+    """The emulator's settings as its variables; none for a real SGLang host."""
+    release = spec.environment.sglang_release
+    return spec.environment.emulator.variables(release) if spec.runtime == "emulator" else {}
+
+
+def _nvidia_smi(spec: StackSpec, environment: PythonEnvironment) -> pulumi.Input[Sequence[str]]:
+    """How nvidia-smi runs on the host: the real one, or the emulator's stand-in in its venv."""
+    if spec.runtime != "emulator":
+        return ["nvidia-smi"]
+    variables = [f"{key}={value}" for key, value in sorted(_emulator_env(spec).items())]
+    return environment.python.apply(
+        lambda python: ["env", *variables, python, "-m", "sglang_emulator.nvidia_smi"]
+    )
+
+
 def flags_digest(flag_values: Mapping[str, Any]) -> str:
     """A short digest of the launch flags: equal digests, equal configurations."""
     return hashlib.sha256(json.dumps(flag_values, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class SGLangDeployment(pulumi.ComponentResource):
-    """The whole configuration of one stack on its GPU host, benchmarked."""
+    """The whole configuration of one stack on its GPU host, benchmarked.
+
+    Children, in the order the GPUs require: the host's probe and claim, the Python environment,
+    the draft model, the server (after all of those), the benchmark (after the server).
+    """
 
     tok_s: pulumi.Output[float]
     """Single-stream (first concurrency level) output tokens per second."""
@@ -101,15 +141,15 @@ class SGLangDeployment(pulumi.ComponentResource):
     """The metrics at each concurrency level."""
     launch_command: pulumi.Output[str]
     """The exact command the server runs."""
-    launch_flags: dict[str, Any]
-    """The launch flags as rendered for the stack's release (the server checks that the host has it)."""
+    launch_flags: pulumi.Output[dict[str, Any]]
+    """The launch flags by canonical name, as rendered for the stack's release."""
     sglang_version: pulumi.Output[str]
     """The SGLang release installed on the host (emulated on the emulator)."""
     host_facts: pulumi.Output[dict[str, Any]]
     """What nvidia-smi reports about the host."""
-    findings: list[dict[str, str]]
+    findings: pulumi.Output[list[dict[str, str]]]
     """Preflight warnings and notes (errors stop the program before this exists)."""
-    memory_plan: dict[str, Any]
+    memory_plan: pulumi.Output[dict[str, Any]]
     """The memory planner's per-GPU budget for this configuration."""
     server_log: pulumi.Output[str]
     """The server's log file on the host."""
@@ -117,53 +157,86 @@ class SGLangDeployment(pulumi.ComponentResource):
     def __init__(self, name: str, args: DeploymentArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("sglang-stacks:index:SGLangDeployment", name, None, opts)
         spec, stack = args.spec, args.stack
+        found = self._preflight(spec, stack)
+        connection = host_connection(args.connection)
+        # New on every run; the resources take it as a label for the claim, never as a change.
+        update_id = uuid.uuid4().hex[:12]
+        environment = PythonEnvironment(
+            f"{name}-environment",
+            connection=connection,
+            runtime=spec.runtime,
+            release=spec.environment.sglang_release,
+            extra_pins=spec.environment.extra_pins,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        nvidia_smi = _nvidia_smi(spec, environment)
+        gpu_ready = self._host(name, spec, stack, connection, nvidia_smi, update_id, environment)
+        launch_flags = render_flags(spec)
+        server = self._server(
+            name, args, connection, environment, nvidia_smi, update_id, launch_flags, gpu_ready
+        )
+        benchmark = Benchmark(
+            f"{name}-benchmark",
+            connection=connection,
+            stack=stack,
+            python=environment.python,
+            url=server.url,
+            server_instance=server.instance,
+            launch_command=server.launch_command,
+            sglang_version=environment.sglang_version,
+            flags_digest=flags_digest(launch_flags),
+            workload=spec.benchmark.model_dump(mode="json"),
+            gate=spec.gate.model_dump(mode="json") if spec.gate else None,
+            state_dir=spec.host.state_dir,
+            update_id=update_id,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.tok_s = benchmark.tok_s
+        self.benchmark = benchmark.result
+        self.benchmark_levels = benchmark.levels
+        self.launch_command = server.launch_command
+        self.launch_flags = pulumi.Output.from_input(dict(launch_flags))
+        self.sglang_version = environment.sglang_version
+        self.host_facts = gpu_ready[0].facts  # type: ignore[attr-defined]
+        self.findings = pulumi.Output.from_input([vars(finding) for finding in found])
+        self.memory_plan = pulumi.Output.from_input(
+            plan_memory(spec, spec.environment.sglang_release).as_dict()
+        )
+        self.server_log = server.log_path
+        self.register_outputs({key: getattr(self, key) for key in _OUTPUTS})
+
+    def _preflight(self, spec: StackSpec, stack: str) -> list[preflight.Finding]:
+        """Stops a knowably doomed configuration before any resource exists; warns about the rest."""
         if spec.gate is not None and spec.gate.baseline_stack == stack:
             raise SpecError(
                 f"gate.baseline_stack names this stack ({stack}), so the gate would compare it with "
                 "itself. Name the stack to compare with, such as baseline."
             )
-        release = spec.environment.sglang_release
-        found = preflight.run_preflight(spec, release)
+        found = preflight.run_preflight(spec, spec.environment.sglang_release)
         preflight.raise_on_errors(found)
-        self.findings = [vars(finding) for finding in found]
         for finding in found:
             if finding.severity == "warning":
                 pulumi.log.warn(finding.sentence(), self)
-        self.memory_plan = plan_memory(spec, release).as_dict()
+        return found
 
-        child = pulumi.ResourceOptions(parent=self)
-        connection = connection_of(spec, args.ssh_private_key)
-        environment = PythonEnvironment(
-            f"{name}-environment",
-            connection=connection,
-            runtime=spec.runtime,
-            release=release,
-            extra_pins=spec.environment.extra_pins,
-            opts=child,
-        )
-        emulator_env = spec.environment.emulator.variables(release) if spec.runtime == "emulator" else {}
-        nvidia_smi: pulumi.Input[Sequence[str]] = (
-            environment.python.apply(
-                lambda python: [
-                    "env",
-                    *(f"{k}={v}" for k, v in sorted(emulator_env.items())),
-                    python,
-                    "-m",
-                    "sglang_emulator.nvidia_smi",
-                ]
-            )
-            if spec.runtime == "emulator"
-            else ["nvidia-smi"]
-        )
+    def _host(
+        self,
+        name: str,
+        spec: StackSpec,
+        stack: str,
+        connection: pulumi.Output[Any],
+        nvidia_smi: pulumi.Input[Sequence[str]],
+        update_id: str,
+        environment: PythonEnvironment,
+    ) -> list[pulumi.Resource]:
+        """The probe, the claim and the draft model: what must be in place before the server."""
         probe = HostProbe(
             f"{name}-probe",
             connection=connection,
             declared={key: getattr(spec.host, key) for key in FACT_KEYS},
             nvidia_smi=nvidia_smi,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        # New on every run; the resources take it as a label for the claim, never as a change.
-        update_id = uuid.uuid4().hex[:12]
         claim = GpuClaim(
             f"{name}-claim",
             connection=connection,
@@ -175,29 +248,41 @@ class SGLangDeployment(pulumi.ComponentResource):
             stop_timeout_s=spec.launch.stop_timeout_s,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[probe]),
         )
-        draft_digest: pulumi.Input[str] | None = None
-        gpu_ready: list[pulumi.Resource] = [claim, probe, environment]
+        ready: list[pulumi.Resource] = [probe, claim, environment]
         if spec.draft_model is not None:
-            draft = DraftModel(
-                f"{name}-draft-model",
-                connection=connection,
-                source=spec.draft_model.source,
-                local_path=spec.draft_model.local_path,
-                path_on_host=spec.draft_model.path_on_host,
-                sha256=spec.draft_model.sha256,
-                sha256_manifest=spec.draft_model.sha256_manifest,
-                opts=child,
+            ready.append(
+                DraftModel(
+                    f"{name}-draft-model",
+                    connection=connection,
+                    source=spec.draft_model.source,
+                    local_path=spec.draft_model.local_path,
+                    path_on_host=spec.draft_model.path_on_host,
+                    sha256=spec.draft_model.sha256,
+                    sha256_manifest=spec.draft_model.sha256_manifest,
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
             )
-            draft_digest = draft.digest
-            gpu_ready.append(draft)
+        return ready
 
-        launch_flags = render_flags(spec)
+    def _server(
+        self,
+        name: str,
+        args: DeploymentArgs,
+        connection: pulumi.Output[Any],
+        environment: PythonEnvironment,
+        nvidia_smi: pulumi.Input[Sequence[str]],
+        update_id: str,
+        launch_flags: Mapping[str, FlagValue],
+        gpu_ready: list[pulumi.Resource],
+    ) -> SGLangServer:
+        spec, stack, release = args.spec, args.stack, args.spec.environment.sglang_release
         if pulumi.runtime.is_dry_run():
             connection.apply(
                 lambda fields: self._announce(fields, stack, spec.host.state_dir, launch_flags, release)
             )
-        port = spec.server.port or DEFAULT_PORT
-        server = SGLangServer(
+        drafts = [resource for resource in gpu_ready if isinstance(resource, DraftModel)]
+        hub_token = args.hub_token
+        return SGLangServer(
             f"{name}-server",
             connection=connection,
             stack=stack,
@@ -208,52 +293,17 @@ class SGLangDeployment(pulumi.ComponentResource):
             flags=launch_flags,
             release=release,
             installed_version=environment.sglang_version,
-            env={**spec.environment.env, **emulator_env},
-            secret_env=args.hub_token.apply(lambda token: {"HF_TOKEN": token}) if args.hub_token else None,
-            port=port,
+            env={**spec.environment.env, **_emulator_env(spec)},
+            secret_env=hub_token.apply(lambda token: {"HF_TOKEN": token}) if hub_token else None,
+            port=spec.server.port or DEFAULT_PORT,
             nvidia_smi=nvidia_smi,
-            draft_digest=draft_digest,
+            draft_digest=drafts[0].digest if drafts else None,
             state_dir=spec.host.state_dir,
             update_id=update_id,
             log_dir=spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs",
             ready_timeout_s=spec.launch.ready_timeout_s,
             stop_timeout_s=spec.launch.stop_timeout_s,
             opts=pulumi.ResourceOptions(parent=self, depends_on=gpu_ready),
-        )
-        workload = spec.benchmark.model_dump(mode="json")
-        benchmark = Benchmark(
-            f"{name}-benchmark",
-            connection=connection,
-            stack=stack,
-            python=environment.python,
-            url=server.url,
-            server_instance=server.instance,
-            launch_command=server.launch_command,
-            sglang_version=environment.sglang_version,
-            flags_digest=flags_digest(launch_flags),
-            workload=workload,
-            gate=spec.gate.model_dump(mode="json") if spec.gate else None,
-            state_dir=spec.host.state_dir,
-            update_id=update_id,
-            opts=child,
-        )
-
-        self.tok_s = benchmark.tok_s
-        self.benchmark = benchmark.result
-        self.benchmark_levels = benchmark.levels
-        self.launch_command = server.launch_command
-        self.launch_flags = launch_flags
-        self.sglang_version = environment.sglang_version
-        self.host_facts = probe.facts
-        self.server_log = server.log_path
-        self.register_outputs(
-            {
-                "tok_s": self.tok_s,
-                "benchmark": self.benchmark,
-                "launch_command": self.launch_command,
-                "sglang_version": self.sglang_version,
-                "host_facts": self.host_facts,
-            }
         )
 
     def _announce(

@@ -138,7 +138,11 @@ class MemoryPlan:
     def as_dict(self) -> dict[str, object]:
         """Every figure of the plan, derived ones included, for JSON and stack outputs."""
         derived = ("static_pool_gb", "kv_cache_gb", "rest_gb", "rest_needed_gb", "verdict")
-        return {**asdict(self), **{name: getattr(self, name) for name in derived}}
+        figures = {**asdict(self), **{name: getattr(self, name) for name in derived}}
+        # Shown to people: four decimals say everything a GB or a fraction needs to.
+        return {
+            name: round(value, 4) if isinstance(value, float) else value for name, value in figures.items()
+        }
 
     def explain(self) -> list[str]:
         """The plan as sentences a user reads before launching."""

@@ -132,11 +132,6 @@ class HostSpec(_Section):
         """The major compute capability: 12 for SM120."""
         return int(self.compute_capability.split(".")[0])
 
-    @property
-    def memory_per_gpu_gb(self) -> float:
-        """Memory per GPU in GB as SGLang prints it (2^30 bytes)."""
-        return self.memory_per_gpu_mib / 1024
-
 
 class EmulatorSpec(_Section):
     """The SGLang emulator, when it stands in for SGLang on the host: what it plays and how fast."""
@@ -244,11 +239,6 @@ class ModelSpec(_Section):
             return self.weights_per_gpu_gb
         assert self.total_weights_gb is not None  # guaranteed by _one_weight_size
         return self.total_weights_gb / tp_size
-
-    @property
-    def is_multimodal(self) -> bool:
-        """Whether the model has a vision tower."""
-        return self.vision_num_layers is not None
 
 
 class DraftModelSpec(_Section):
