@@ -135,9 +135,10 @@ def test_state_of_earlier_versions_keeps_its_flags_under_their_canonical_names()
         "flags": {"--tp-size": "8", "--trust-remote-code": True, "--chunked-prefill-size=-1": True},
     }
 
-    upgraded = server.upgrade_flags(legacy)
+    upgraded = server.ServerProvider().upgrade({**legacy, "launcher_module": "sglang_emulator"})
 
     assert upgraded["flags"] == {"tp_size": 8, "trust_remote_code": True, "chunked_prefill_size": -1}
+    assert upgraded["runtime"] == "emulator", "the runtime earlier versions did not record"
 
 
 def test_only_launch_inputs_replace_the_server_and_the_update_id_changes_nothing() -> None:

@@ -185,7 +185,12 @@ class ServerProvider(TypedProvider[ServerInputs, ServerOutputs]):
         return outputs.instance
 
     def upgrade(self, props: Mapping[str, Any]) -> dict[str, Any]:
-        return upgrade_flags(props)
+        upgraded = upgrade_flags(props)
+        if "runtime" not in upgraded and isinstance(upgraded.get("launcher_module"), str):
+            # Recorded since the package layout; before it, the launcher said which runtime ran.
+            emulated = upgraded["launcher_module"].startswith("sglang_emulator")
+            upgraded["runtime"] = "emulator" if emulated else "sglang"
+        return upgraded
 
     def create_typed(self, inputs: ServerInputs) -> ServerOutputs:
         return start(inputs)
