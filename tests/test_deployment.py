@@ -291,15 +291,15 @@ def test_eagle3_change_is_diffed_flag_by_flag_takes_the_host_over_and_baseline_r
     old, new = step["oldState"]["inputs"]["flags"], step["newState"]["inputs"]["flags"]
     assert step["op"] == "replace" and "flags" in step["replaceReasons"]
     assert {flag for flag in old.keys() | new.keys() if old.get(flag) != new.get(flag)} == {
-        "--mem-fraction-static",
-        "--speculative-algorithm",
-        "--speculative-num-steps",
-        "--speculative-eagle-topk",
-        "--speculative-num-draft-tokens",
-        "--speculative-draft-model-path",
+        "mem_fraction_static",
+        "speculative_algorithm",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
+        "speculative_draft_model_path",
     }
-    assert new["--mem-fraction-static"] == "0.88"
-    assert new["--speculative-draft-model-path"] == f"{tmp_path}/draft/eagle3"
+    assert new["mem_fraction_static"] == 0.88
+    assert new["speculative_draft_model_path"] == f"{tmp_path}/draft/eagle3"
     assert emulator_pids(port) == [baseline_pid]
 
     workspace.run("up", "--yes", "--skip-preview", "-s", "eagle3-bs128")
