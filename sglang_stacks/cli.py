@@ -3,7 +3,8 @@
 Each subcommand is a ``Command`` in ``COMMANDS``: a name, a one-line help, a function that adds
 its arguments and a function that runs it and returns the exit code. Exit codes: 0 fine; 1 the
 answer is no (render: the configuration has errors; compare: a stack is significantly slower than
-the first beyond the tolerance; promote: nothing was written); 2 bad input.
+the first beyond the tolerance; rollout: the stack regressed past its gate; promote: nothing was
+written); 2 bad input; 3 (rollout) the update failed for another reason than its gate.
 """
 
 from __future__ import annotations
@@ -138,8 +139,15 @@ def _run_compare(args: argparse.Namespace) -> int:
             "error: compare needs at least two stacks, e.g. `compare baseline eagle3-bs128`.", file=sys.stderr
         )
         return EXIT_BAD_INPUT
+    # Imported here: the Automation API adds a third of a second that other commands need not wait.
+    from sglang_stacks import orchestrate
+
     return compare.main_compare(
-        args.stacks, json_out=args.json, all_flags=args.all_flags, tolerance_pct=args.tolerance_pct
+        args.stacks,
+        orchestrate.stack_outputs,
+        json_out=args.json,
+        all_flags=args.all_flags,
+        tolerance_pct=args.tolerance_pct,
     )
 
 
@@ -169,6 +177,17 @@ def _run_promote(args: argparse.Namespace) -> int:
     return promote.promote(args.winner, args.target, yes=args.yes, stacks_dir=args.stacks_dir, out=sys.stdout)
 
 
+def _configure_rollout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stack", help="the stack to deploy: `pulumi up -s <stack>` in the project folder")
+
+
+def _run_rollout(args: argparse.Namespace) -> int:
+    from sglang_stacks import orchestrate  # the Automation API, only for the commands that drive Pulumi
+
+    # The benchmark step records where the environment says, so the rollout reads the same file.
+    return orchestrate.rollout(args.stack, db_path=history.default_history_path())
+
+
 COMMANDS: dict[str, Command] = {
     "compare": Command(
         name="compare",
@@ -193,6 +212,15 @@ COMMANDS: dict[str, Command] = {
         help="print a stack's launch command, memory plan and preflight findings, without deploying",
         configure=_configure_render,
         run=_run_render,
+    ),
+    "rollout": Command(
+        name="rollout",
+        help=(
+            "deploy a stack; when its regression gate fails and it says on_regression: hand_back, "
+            "deploy its baseline again"
+        ),
+        configure=_configure_rollout,
+        run=_run_rollout,
     ),
     "schema": Command(
         name="schema",

@@ -1,6 +1,7 @@
 """The campaign's decision end to end on the emulator, through the real Pulumi CLI: baseline and
 EAGLE-3 deployed and benchmarked, compared, kept in the history and plotted, an EAGLE-3 update
-stopped by the regression gate (and the host handed back to baseline), and the winner promoted.
+stopped by the regression gate, its rollout handing the host back to baseline, and the winner
+promoted.
 
 The tests share one workspace and run in file order: each step is what a user does next.
 """
@@ -68,7 +69,7 @@ class Campaign:
             extra=gate,
         )
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
         """`python -m sglang_stacks.cli <args>` from the workspace folder, as a user runs it there."""
         return subprocess.run(
             [sys.executable, "-m", "sglang_stacks.cli", *args],
@@ -76,7 +77,7 @@ class Campaign:
             env=self.workspace.env(),
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=timeout_s,
             check=False,
         )
 
@@ -182,14 +183,30 @@ def test_gate_fails_an_eagle3_update_with_both_numbers(campaign: Campaign) -> No
     assert campaign.claim_owner() == "eagle3-gated"  # failing alone hands nothing back
 
 
-def test_gate_hands_the_host_back_to_baseline(campaign: Campaign) -> None:
+def test_rollout_hands_the_host_back_to_baseline(campaign: Campaign) -> None:
     campaign.workspace.run("config", "set", "--path", "gate.on_regression", "hand_back", "-s", "eagle3-gated")
+    baseline_runs = len(history.rows(campaign.history_path, ["baseline"]))
 
-    up = campaign.workspace.run("up", "--yes", "-s", "eagle3-gated", check=False)
+    rolled = campaign.cli("rollout", "eagle3-gated", timeout_s=900)
 
-    assert up.returncode != 0
-    assert "beyond the 5 % tolerance" in up.stdout + up.stderr
-    assert "baseline is serving again" in up.stdout + up.stderr
+    assert rolled.returncode == 1, rolled.stdout + rolled.stderr
+    lines = rolled.stdout.splitlines()
+    candidate = history.latest(campaign.history_path, "eagle3-gated")
+    assert candidate is not None
+    # Pulumi's output streams through, the update of eagle3-gated first, then baseline's.
+    assert lines.index("rollout: pulumi up -s eagle3-gated") < lines.index("rollout: pulumi up -s baseline")
+    assert "Updating (eagle3-gated)" in rolled.stdout and "Updating (baseline)" in rolled.stdout
+    assert "`sglang-stacks rollout eagle3-gated`" in rolled.stdout  # the provider's error, as Pulumi shows it
+    regressed = next(line for line in lines if line.startswith("rollout: eagle3-gated regressed: "))
+    assert f"ran at {candidate.result.tok_s_mean:.1f} tok/s" in regressed
+    assert "beyond the 5 % tolerance" in regressed
+    # Both results: baseline benchmarked anew, and the candidate's, whose update stays failed.
+    assert len(history.rows(campaign.history_path, ["baseline"])) == baseline_runs + 1
+    baseline_tok_s = campaign.workspace.outputs("baseline")["tok_s"]
+    assert lines[-1] == (
+        f"rollout: baseline serves again at {baseline_tok_s:.1f} tok/s; eagle3-gated ran at "
+        f"{candidate.result.tok_s_mean:.1f} tok/s and its update stays failed."
+    )
     assert campaign.claim_owner() == "baseline"
     with urllib.request.urlopen(f"http://127.0.0.1:{campaign.port}/health", timeout=10) as reply:
         assert reply.status == 200
@@ -228,11 +245,16 @@ def test_promote_then_preview_shows_exactly_the_promoted_flags(campaign: Campaig
     assert [step["op"] for step in draft] == ["create"]
 
 
-def test_a_gate_with_room_lets_the_update_through(campaign: Campaign) -> None:
+def test_a_gate_with_room_lets_the_rollout_through(campaign: Campaign) -> None:
     campaign.workspace.run("config", "set", "--path", "gate.tolerance_pct", "50", "-s", "eagle3-gated")
 
-    campaign.workspace.run("up", "--yes", "-s", "eagle3-gated")
+    rolled = campaign.cli("rollout", "eagle3-gated", timeout_s=900)
 
+    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
     outputs = campaign.workspace.outputs("eagle3-gated")
     assert 45 < outputs["tok_s"] < 62
+    assert rolled.stdout.splitlines()[-1] == (
+        f"rollout: eagle3-gated is up at {outputs['tok_s']:.1f} tok/s, past its gate against baseline."
+    )
+    assert "pulumi up -s baseline" not in rolled.stdout
     assert campaign.claim_owner() == "eagle3-gated"

@@ -1,18 +1,20 @@
-"""The regression gate against a real history file, and the hand-back through a stand-in `pulumi`
-program on PATH (the whole path through the real Pulumi CLI is in test_campaign)."""
+"""The regression gate: the verdict on two results, and the check against a real history file.
+
+Handing the host back on a regression is `sglang-stacks rollout`'s, tested through the real
+Pulumi CLI in test_campaign."""
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from statistics import mean, stdev
 
 import pytest
 
-from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.config.spec import GateSpec
+from sglang_stacks.errors import BenchmarkError, SpecError
 from sglang_stacks.results import gate, history
 from sglang_stacks.results.stats import BenchmarkResult
+from sglang_stacks.results.verdict import judge_gate
 
 BASELINE_RUNS = (89.4, 89.6, 89.5)
 EAGLE3_RUNS = (54.0, 54.2, 54.1)
@@ -47,89 +49,50 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def fake_pulumi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A `pulumi` first on PATH that records its arguments and folder, and exits $FAKE_PULUMI_EXIT."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    program = folder / "pulumi"
-    program.write_text(
-        "#!/bin/sh\n"
-        'echo "$PWD $*" >> "$FAKE_PULUMI_LOG"\n'
-        'echo "error: the baseline server did not start"\n'
-        'exit "${FAKE_PULUMI_EXIT:-0}"\n'
+def gate_spec(on_regression: str = "fail", baseline_stack: str = "baseline") -> GateSpec:
+    return GateSpec.model_validate(
+        {"baseline_stack": baseline_stack, "tolerance_pct": 5, "on_regression": on_regression}
     )
-    program.chmod(program.stat().st_mode | stat.S_IEXEC)
-    log = tmp_path / "pulumi-calls.log"
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_PULUMI_LOG", str(log))
-    return log
 
 
 def test_a_result_within_the_tolerance_passes(db: Path) -> None:
-    gate.check(
-        "baseline-bs512", result((86.0, 86.2, 86.1)), {"baseline_stack": "baseline", "tolerance_pct": 5}, db
-    )
+    gate.check("baseline-bs512", result((86.0, 86.2, 86.1)), gate_spec(), db)
 
 
-def test_a_regression_fails_with_both_numbers(db: Path, fake_pulumi: Path) -> None:
+def test_a_regression_fails_with_both_numbers(db: Path) -> None:
     with pytest.raises(BenchmarkError) as raised:
-        gate.check(
-            "eagle3-bs128",
-            result(EAGLE3_RUNS),
-            {"baseline_stack": "baseline", "tolerance_pct": 5, "on_regression": "fail"},
-            db,
-        )
+        gate.check("eagle3-bs128", result(EAGLE3_RUNS), gate_spec("fail"), db)
 
     message = str(raised.value)
     assert "eagle3-bs128 ran at 54.1 tok/s, 39.6 % slower than baseline's 89.5 tok/s" in message
     assert "beyond the 5 % tolerance" in message
     assert "`pulumi up -s baseline`" in message
-    assert not fake_pulumi.exists()  # failing alone deploys nothing
+    assert "rollout" not in message
 
 
-def test_hand_back_deploys_the_baseline_before_failing(
-    db: Path, fake_pulumi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(BenchmarkError, match=r"handed back: baseline is serving again"):
-        gate.check(
-            "eagle3-bs128",
-            result(EAGLE3_RUNS),
-            {"baseline_stack": "baseline", "tolerance_pct": 5, "on_regression": "hand_back"},
-            db,
-        )
-
-    (call,) = fake_pulumi.read_text().splitlines()
-    folder, *args = call.split()
-    assert Path(folder) == tmp_path  # from the project folder the update runs in
-    assert args[:1] == ["up"] and "--yes" in args and args[-2:] == ["-s", "baseline"]
-
-
-def test_a_failed_hand_back_says_so_with_the_output(
-    db: Path, fake_pulumi: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("FAKE_PULUMI_EXIT", "255")
-
+def test_a_hand_back_gate_fails_the_same_and_points_to_rollout(db: Path) -> None:
     with pytest.raises(BenchmarkError) as raised:
-        gate.check(
-            "eagle3-bs128",
-            result(EAGLE3_RUNS),
-            {"baseline_stack": "baseline", "tolerance_pct": 5, "on_regression": "hand_back"},
-            db,
-        )
+        gate.check("eagle3-bs128", result(EAGLE3_RUNS), gate_spec("hand_back"), db)
 
     message = str(raised.value)
-    assert "Handing the host back to baseline failed (exit 255)" in message
-    assert "the baseline server did not start" in message
-    assert message.endswith("Run `pulumi up -s baseline` yourself.")
+    assert "eagle3-bs128 ran at 54.1 tok/s, 39.6 % slower than baseline's 89.5 tok/s" in message
+    assert "`sglang-stacks rollout eagle3-bs128`" in message
+    assert [row.stack for row in history.rows(db)] == ["baseline"]  # judging records nothing
+
+
+def test_evaluate_gives_the_verdict_without_raising(db: Path) -> None:
+    verdict = gate.evaluate("eagle3-bs128", result(EAGLE3_RUNS), gate_spec(), db)
+
+    assert not verdict.passed
+    assert verdict.candidate_tok_s == pytest.approx(54.1)
+    assert verdict.baseline_tok_s == pytest.approx(89.5)
+    assert verdict.change_pct == pytest.approx(-39.55, abs=0.01)
+    assert gate.evaluate("baseline-bs512", result((86.0, 86.2, 86.1)), gate_spec(), db).passed
 
 
 def test_a_baseline_never_benchmarked_is_named(db: Path) -> None:
     with pytest.raises(BenchmarkError, match=r"baseline-bs128, which has no recorded benchmark yet"):
-        gate.check(
-            "eagle3-bs128", result(EAGLE3_RUNS), {"baseline_stack": "baseline-bs128", "tolerance_pct": 5}, db
-        )
+        gate.check("eagle3-bs128", result(EAGLE3_RUNS), gate_spec(baseline_stack="baseline-bs128"), db)
 
 
 def test_only_a_baseline_result_with_the_same_workload_counts(db: Path) -> None:
@@ -144,21 +107,45 @@ def test_only_a_baseline_result_with_the_same_workload_counts(db: Path) -> None:
     )
 
     with pytest.raises(BenchmarkError, match=r"than baseline's 89\.5 tok/s"):
-        gate.check(
-            "eagle3-bs128", result(EAGLE3_RUNS), {"baseline_stack": "baseline", "tolerance_pct": 5}, db
-        )
+        gate.check("eagle3-bs128", result(EAGLE3_RUNS), gate_spec(), db)
 
 
 def test_a_baseline_with_another_workload_is_not_compared(db: Path) -> None:
     with pytest.raises(BenchmarkError) as raised:
-        gate.check(
-            "eagle3-bs128",
-            result(EAGLE3_RUNS, output_len=64),
-            {"baseline_stack": "baseline", "tolerance_pct": 5},
-            db,
-        )
+        gate.check("eagle3-bs128", result(EAGLE3_RUNS, output_len=64), gate_spec(), db)
 
     message = str(raised.value)
     assert "baseline was benchmarked with input_len 1024, output_len 512 at concurrency 1" in message
     assert "eagle3-bs128 with input_len 1024, output_len 64 at concurrency 1" in message
     assert "same sglang-stacks:benchmark workload" in message
+
+
+def test_the_verdict_fails_a_regression_with_both_numbers() -> None:
+    verdict = judge_gate(
+        result(EAGLE3_RUNS),
+        result(BASELINE_RUNS),
+        5,
+        candidate_stack="eagle3-bs128",
+        baseline_stack="baseline",
+    )
+    assert not verdict.passed
+    assert verdict.message.startswith(
+        "eagle3-bs128 ran at 54.1 tok/s, 39.6 % slower than baseline's 89.5 tok/s (significant, p<0.001), "
+        "beyond the 5 % tolerance."
+    )
+    assert "pulumi up -s baseline" in verdict.message
+
+
+def test_the_verdict_passes_within_the_tolerance() -> None:
+    slower = tuple(r * 0.97 for r in BASELINE_RUNS)
+    verdict = judge_gate(result(slower), result(BASELINE_RUNS), 5)
+    assert verdict.passed and verdict.change_pct == pytest.approx(-3.0)
+    assert verdict.message.endswith("within the 5 % tolerance.")
+    assert not judge_gate(result(slower), result(BASELINE_RUNS), 2).passed
+
+
+def test_the_verdict_rejects_a_negative_tolerance_and_a_baseline_without_tok_s() -> None:
+    with pytest.raises(SpecError, match="tolerance is -1 %, but it must be 0 or more"):
+        judge_gate(result(EAGLE3_RUNS), result(BASELINE_RUNS), -1)
+    with pytest.raises(BenchmarkError, match=r"recorded tok/s is 0\.0, so nothing can be gated"):
+        judge_gate(result(EAGLE3_RUNS), result((0.0, 0.0, 0.0)), 5)

@@ -12,25 +12,29 @@ from sglang_stacks.results import stats
 
 
 @pytest.mark.parametrize(
-    ("df", "expected"),
-    [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045), (120, 1.980)],
+    ("runs", "t_975"),
+    [(2, 12.706), (3, 4.303), (5, 2.776), (10, 2.262), (30, 2.045), (121, 1.980)],
 )
-def test_t_quantile_matches_the_published_table(df: int, expected: float) -> None:
-    assert stats.t_quantile(0.975, df) == pytest.approx(expected, abs=5e-4)
+def test_ci95_half_width_is_the_published_t_quantile_times_the_standard_error(
+    runs: int, t_975: float
+) -> None:
+    values = [float(v % 7) for v in range(runs)]
+    low, high = stats.ci95(values)
+    standard_error = stats.stdev(values) / math.sqrt(runs)
+    assert (high - low) / 2 / standard_error == pytest.approx(t_975, abs=5e-4)
+    assert (low + high) / 2 == pytest.approx(stats.mean(values))
 
 
-def test_t_quantile_is_symmetric_and_other_levels_work() -> None:
-    assert stats.t_quantile(0.025, 4) == pytest.approx(-2.776, abs=5e-4)
-    assert stats.t_quantile(0.995, 7) == pytest.approx(3.499, abs=5e-4)
-    assert stats.t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-9)
-    with pytest.raises(ValueError, match="strictly between 0 and 1"):
-        stats.t_quantile(1.0, 4)
-
-
-def test_two_sided_p_of_the_critical_value_is_five_percent() -> None:
-    assert stats.t_two_sided_p(2.776445, 4) == pytest.approx(0.05, abs=1e-5)
-    assert stats.t_two_sided_p(0.0, 4) == pytest.approx(1.0)
-    assert stats.t_cdf(1.0, 1) == pytest.approx(0.75)  # Cauchy: 1/2 + atan(1)/pi
+def test_a_difference_at_the_published_critical_t_has_p_five_percent() -> None:
+    # Two runs each, sample variance 2, so each mean's variance is 1: Welch's df is 2, whose
+    # 97.5 % t quantile is 4.303.
+    shift = 4.3027 * math.sqrt(2)
+    test = stats.welch_t_test([0.0, 2.0], [shift, shift + 2.0])
+    assert test.df == pytest.approx(2.0)
+    assert test.t == pytest.approx(-4.3027)
+    assert test.p_value == pytest.approx(0.05, abs=1e-4)
+    assert not stats.welch_t_test([0.0, 2.0], [shift - 0.5, shift + 1.5]).significant()
+    assert stats.welch_t_test([0.0, 2.0], [shift + 0.5, shift + 2.5]).significant()
 
 
 def test_mean_stdev_and_ci95_of_five_runs() -> None:

@@ -16,6 +16,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from sglang_stacks.components._resource import connect, keep_connection_secret, plain_errors
+from sglang_stacks.config.spec import GateSpec
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.hostops import claim
 from sglang_stacks.hostops import transport as transport
@@ -102,9 +103,8 @@ def measure(props: Mapping[str, Any]) -> dict[str, Any]:
         headline,
     )
     if props.get("gate"):
-        # The host is free for the baseline once this update lets go of it.
-        claim.finish(connect(props), props["stack"], state_dir=props["state_dir"])
-        regression_gate.check(props["stack"], headline, props["gate"], db_path)
+        # Recorded first: a regression stays in the history, where `sglang-stacks rollout` finds it.
+        regression_gate.check(props["stack"], headline, GateSpec.model_validate(props["gate"]), db_path)
     return {
         "result": headline.model_dump(mode="json"),
         "levels": [level.model_dump(mode="json") for level in levels],
@@ -127,7 +127,8 @@ class _BenchmarkProvider(dynamic.ResourceProvider):
         measured = {key: olds[key] for key in ("result", "levels", "tok_s")}
         if news.get("gate"):
             result = stats.BenchmarkResult.model_validate(olds["result"])
-            regression_gate.check(news["stack"], result, news["gate"], history.default_history_path())
+            gate = GateSpec.model_validate(news["gate"])
+            regression_gate.check(news["stack"], result, gate, history.default_history_path())
         return dynamic.UpdateResult({**news, **measured})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:

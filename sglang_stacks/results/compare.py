@@ -1,4 +1,4 @@
-"""Compare stacks (flags side by side, metrics with change and significance, a verdict) and gate regressions.
+"""Compare stacks: launch flags side by side, metrics with change and significance, a verdict each.
 
 Inputs are stack outputs as ``pulumi stack output --json`` prints them; the first stack is the
 reference every other one is measured against.
@@ -7,84 +7,31 @@ reference every other one is measured against.
 from __future__ import annotations
 
 import json
-import re
-import shlex
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sglang_flags import FlagTable, known_releases, load_table
-from sglang_stacks.errors import BenchmarkError, SpecError, StacksError
-from sglang_stacks.results.stats import BenchmarkResult, welch_t_test
+from sglang_stacks.errors import SpecError, StacksError
+from sglang_stacks.results.outputs import FlagValue, StackOutputs, parse_argv
+from sglang_stacks.results.stats import BenchmarkResult
+from sglang_stacks.results.verdict import StackVerdict, change_pct, judge
 
 __all__ = [
-    "ALPHA",
     "EXIT_BAD_INPUT",
     "EXIT_OK",
     "EXIT_REGRESSION",
     "Comparison",
     "FlagRow",
-    "FlagValue",
-    "GateVerdict",
     "MetricRow",
-    "StackOutputs",
-    "StackVerdict",
     "compare",
     "format_table",
-    "gate",
     "main_compare",
-    "parse_argv",
-    "read_stack_outputs",
     "to_json",
 ]
 
-ALPHA = 0.05
-"""A difference is significant when Welch's two-sided p-value is below this."""
-
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
-
-FlagValue = str | bool | None
-"""A flag's value: its text, ``True`` for a switch that is present, ``None`` when absent."""
-
-
-class StackOutputs(BaseModel):
-    """The stack outputs a comparison reads; any others are ignored.
-
-    The launch flags come from ``launch_argv`` (a list), else ``launch_flags`` (``--flag`` ->
-    value, ``True`` for a switch, a list for several values), else ``launch_command`` (one string).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    launch_argv: tuple[str, ...] | None = None
-    launch_flags: dict[str, str | int | float | bool | list[str | int | float]] | None = None
-    launch_command: str | None = None
-    sglang_version: str
-    benchmark: BenchmarkResult
-
-    @model_validator(mode="after")
-    def _has_flags(self) -> StackOutputs:
-        if self.launch_argv is None and self.launch_flags is None and self.launch_command is None:
-            raise ValueError("none of the outputs launch_argv, launch_flags or launch_command is set")
-        return self
-
-    def argv(self) -> list[str]:
-        """The launch command as argv, from whichever output the stack has."""
-        if self.launch_argv is not None:
-            return list(self.launch_argv)
-        if self.launch_flags is not None:
-            argv: list[str] = []
-            for option, value in self.launch_flags.items():
-                if value is False:
-                    continue
-                argv.append(option)
-                if value is not True:
-                    argv.extend(str(v) for v in (value if isinstance(value, list) else [value]))
-            return argv
-        return shlex.split(self.launch_command or "")
 
 
 class FlagRow(BaseModel):
@@ -108,21 +55,6 @@ class MetricRow(BaseModel):
     change_pct: dict[str, float | None]
 
 
-class StackVerdict(BaseModel):
-    """How one stack's tok/s compares with the reference stack's."""
-
-    model_config = ConfigDict(frozen=True)
-
-    stack: str
-    reference: str
-    tok_s: float
-    reference_tok_s: float
-    change_pct: float
-    p_value: float | None
-    significant: bool
-    line: str
-
-
 class Comparison(BaseModel):
     """Everything ``compare`` found, ready to print or to dump as JSON."""
 
@@ -141,107 +73,10 @@ class Comparison(BaseModel):
     """0: no stack is slower than the first beyond the tolerance; 1: one is, significantly."""
 
 
-class GateVerdict(BaseModel):
-    """The regression gate's decision about a candidate result against its baseline's."""
-
-    model_config = ConfigDict(frozen=True)
-
-    passed: bool
-    candidate_tok_s: float
-    baseline_tok_s: float
-    change_pct: float
-    tolerance_pct: float
-    p_value: float | None
-    message: str
-
-    def raise_for_failure(self) -> None:
-        """Raise ``BenchmarkError`` with the message when the gate failed."""
-        if not self.passed:
-            raise BenchmarkError(self.message)
-
-
-def _table_for(release: str | None) -> FlagTable | None:
-    """The flag table of ``release``, matching on its leading x.y.z (``0.5.8.post1`` reads 0.5.8)."""
-    found = re.match(r"\d+\.\d+\.\d+", release or "")
-    if found is None or found.group() not in known_releases():
-        return None
-    return load_table(found.group())
-
-
-def _resolve(option: str, table: FlagTable | None) -> tuple[str, bool | None, bool]:
-    """Canonical spelling of ``option``, whether it takes a value (None: unknown), and if it takes many."""
-    if table is None:
-        return option, None, False
-    flag = table.by_option(option)
-    if flag is None:
-        # argparse accepts an unambiguous prefix; resolve it the same way.
-        matches = {f for f in table.flags for o in f.flags if o.startswith(option)}
-        flag = matches.pop() if len(matches) == 1 else None
-    if flag is None:
-        return option, None, False
-    return flag.long_name, flag.takes_value, flag.nargs in ("+", "*") or isinstance(flag.nargs, int)
-
-
-def parse_argv(argv: Sequence[str], release: str | None = None) -> dict[str, FlagValue]:
-    """Launch flags of an argv as ``{"--flag": value}``; switches map to ``True``.
-
-    Everything before the first ``--`` option is the program (``python -m sglang.launch_server``).
-    With a known ``release`` the flag table decides which options take values and spells aliases
-    and prefixes canonically; otherwise a token that is not an option is the previous one's value.
-    """
-    table = _table_for(release)
-    flags: dict[str, FlagValue] = {}
-    index = next((i for i, token in enumerate(argv) if token.startswith("--")), len(argv))
-    while index < len(argv):
-        token = argv[index]
-        index += 1
-        if not token.startswith("--"):
-            continue  # a stray value; argparse would reject it, the comparison just skips it
-        option, _, inline = token.partition("=")
-        name, takes_value, many = _resolve(option, table)
-        if inline or "=" in token:
-            flags[name] = inline
-            continue
-        values: list[str] = []
-        while index < len(argv) and not argv[index].startswith("--") and takes_value is not False:
-            values.append(argv[index])
-            index += 1
-            if not many and takes_value is True:
-                break
-        flags[name] = " ".join(values) if values else True
-    return flags
-
-
 def _change_pct(value: float | None, reference: float | None) -> float | None:
     if value is None or reference is None or reference == 0:
         return None
-    return round((value - reference) / reference * 100.0, 4)
-
-
-def _format_p(p_value: float | None) -> str:
-    if p_value is None:
-        return "significance unknown: fewer than two runs"
-    word = "significant" if p_value < ALPHA else "not significant"
-    return f"{word}, p<0.001" if p_value < 0.001 else f"{word}, p={p_value:.3f}"
-
-
-def _verdict(stack: str, result: BenchmarkResult, reference: str, base: BenchmarkResult) -> StackVerdict:
-    change = (result.tok_s_mean - base.tok_s_mean) / base.tok_s_mean * 100.0 if base.tok_s_mean else 0.0
-    test = welch_t_test(result.tok_s_runs, base.tok_s_runs)
-    if round(change, 1) == 0.0:
-        relation = f"as fast as {reference}"
-    else:
-        relation = f"{abs(change):.1f} % {'slower' if change < 0 else 'faster'} than {reference}"
-    return StackVerdict(
-        stack=stack,
-        reference=reference,
-        tok_s=result.tok_s_mean,
-        reference_tok_s=base.tok_s_mean,
-        change_pct=round(change, 2),
-        p_value=test.p_value,
-        significant=test.significant(ALPHA),
-        line=f"{stack} is {relation} ({_format_p(test.p_value)})",
-    )
+    return round(change_pct(value, reference), 4)
 
 
 def _metrics(results: Mapping[str, BenchmarkResult]) -> tuple[MetricRow, ...]:
@@ -335,7 +170,7 @@ def compare(
             flag_rows.append(FlagRow(flag=name, values=values, differs=differs))
     results = {stack: o.benchmark for stack, o in parsed.items()}
     reference = stacks[0]
-    verdicts = tuple(_verdict(s, results[s], reference, results[reference]) for s in stacks[1:])
+    verdicts = tuple(judge(s, results[s], reference, results[reference]) for s in stacks[1:])
     regressed = any(v.significant and v.change_pct < -tolerance_pct for v in verdicts)
     return Comparison(
         stacks=stacks,
@@ -402,74 +237,9 @@ def to_json(comparison: Comparison) -> str:
     return comparison.model_dump_json(indent=2)
 
 
-def gate(
-    candidate: BenchmarkResult,
-    baseline: BenchmarkResult,
-    tolerance_pct: float,
-    *,
-    candidate_stack: str = "this stack",
-    baseline_stack: str = "the baseline",
-) -> GateVerdict:
-    """Pass unless ``candidate`` is slower than ``baseline`` by more than ``tolerance_pct`` percent."""
-    if tolerance_pct < 0:
-        raise SpecError(
-            f"The gate tolerance is {tolerance_pct} %, but it must be 0 or more; set e.g. 5 for 5 %."
-        )
-    if baseline.tok_s_mean <= 0:
-        raise BenchmarkError(
-            f"{baseline_stack}'s recorded tok/s is {baseline.tok_s_mean}, so nothing can be gated "
-            f"against it. Benchmark it again with `pulumi up -s {baseline_stack}`."
-        )
-    change = (candidate.tok_s_mean - baseline.tok_s_mean) / baseline.tok_s_mean * 100.0
-    p_value = welch_t_test(candidate.tok_s_runs, baseline.tok_s_runs).p_value
-    passed = change >= -tolerance_pct
-    measured = (
-        f"{candidate_stack} ran at {candidate.tok_s_mean:.1f} tok/s, {abs(change):.1f} % "
-        f"{'slower' if change < 0 else 'faster'} than {baseline_stack}'s {baseline.tok_s_mean:.1f} tok/s "
-        f"({_format_p(p_value)})"
-    )
-    if passed:
-        message = f"{measured}, within the {tolerance_pct:g} % tolerance."
-    else:
-        message = (
-            f"{measured}, beyond the {tolerance_pct:g} % tolerance. Roll back with "
-            f"`pulumi up -s {baseline_stack}`, or raise the gate tolerance if this is expected."
-        )
-    return GateVerdict(
-        passed=passed,
-        candidate_tok_s=candidate.tok_s_mean,
-        baseline_tok_s=baseline.tok_s_mean,
-        change_pct=round(change, 2),
-        tolerance_pct=tolerance_pct,
-        p_value=p_value,
-        message=message,
-    )
-
-
-def read_stack_outputs(stack: str, *, cwd: str | None = None) -> dict[str, Any]:
-    """One stack's outputs via ``pulumi stack output --json`` (secrets stay hidden)."""
-    argv = ["pulumi", "stack", "output", "--json", "--show-secrets=false", "-s", stack]
-    try:
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SpecError(
-            f"Could not run `{' '.join(argv)}` ({exc}); install the Pulumi CLI and run from the "
-            "project folder."
-        ) from exc
-    if done.returncode != 0:
-        raise SpecError(
-            f"`{' '.join(argv)}` failed: {done.stderr.strip() or done.stdout.strip()}. "
-            f"Check the stack name with `pulumi stack ls`."
-        )
-    outputs = json.loads(done.stdout or "{}")
-    if not isinstance(outputs, dict):
-        raise SpecError(f"Stack {stack!r} printed outputs that are not an object; redeploy it.")
-    return outputs
-
-
 def main_compare(
     stacks: Sequence[str],
-    outputs_loader: Callable[[str], Mapping[str, Any]] = read_stack_outputs,
+    outputs_loader: Callable[[str], Mapping[str, Any]],
     json_out: bool = False,
     *,
     all_flags: bool = False,

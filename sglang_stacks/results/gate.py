@@ -1,46 +1,52 @@
 """The regression gate: after a benchmark, a stack that names a baseline must not be slower than
-the baseline's last recorded tok/s by more than its tolerance; optionally the host goes back to
-the baseline at once.
+the baseline's last recorded tok/s (with the same workload) by more than its tolerance.
+
+The gate only judges. Handing the host back to the baseline (``on_regression: hand_back``) is an
+update of another stack, which ``sglang-stacks rollout`` runs after this stack's update failed.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
+from sglang_stacks.config.spec import GateSpec
 from sglang_stacks.errors import BenchmarkError
-from sglang_stacks.results import compare, history
+from sglang_stacks.results import history
 from sglang_stacks.results.stats import BenchmarkResult
+from sglang_stacks.results.verdict import GateVerdict, judge_gate
 
-HAND_BACK_TIMEOUT_S = 3600.0
+__all__ = ["check", "evaluate"]
 
 
-def check(stack: str, result: BenchmarkResult, gate: Mapping[str, Any], db_path: Path) -> None:
-    """Raises BenchmarkError with both numbers when `result` regressed past the gate.
+def evaluate(
+    stack: str, result: BenchmarkResult, gate: GateSpec, db_path: str | os.PathLike[str]
+) -> GateVerdict:
+    """The gate's verdict on ``stack``'s ``result`` against its baseline's recorded result.
 
-    With `on_regression: hand_back` the baseline stack is deployed again first, so its server
-    serves when this update fails.
+    Raises BenchmarkError when the baseline has no recorded result with the same workload.
     """
-    baseline_stack = str(gate["baseline_stack"])
-    recorded = _comparable_result(stack, result, baseline_stack, db_path)
-    verdict = compare.gate(
+    recorded = _comparable_result(stack, result, gate.baseline_stack, db_path)
+    return judge_gate(
         result,
         recorded,
-        float(gate["tolerance_pct"]),
+        gate.tolerance_pct,
         candidate_stack=stack,
-        baseline_stack=baseline_stack,
+        baseline_stack=gate.baseline_stack,
     )
+
+
+def check(stack: str, result: BenchmarkResult, gate: GateSpec, db_path: str | os.PathLike[str]) -> None:
+    """Raises BenchmarkError with both numbers when ``result`` regressed past the gate."""
+    verdict = evaluate(stack, result, gate, db_path)
     if verdict.passed:
         return
-    if gate.get("on_regression") == "hand_back":
-        hand_back(baseline_stack)
+    if gate.on_regression == "hand_back":
         raise BenchmarkError(
-            f"{verdict.message} The host was handed back: {baseline_stack} is serving again."
+            f"{verdict.message} This stack hands the host back on a regression "
+            f"(on_regression: hand_back) when deployed with `sglang-stacks rollout {stack}`, "
+            f"which then deploys {gate.baseline_stack} again by itself."
         )
-    verdict.raise_for_failure()
+    raise BenchmarkError(verdict.message)
 
 
 def _workload(result: BenchmarkResult) -> str:
@@ -48,9 +54,9 @@ def _workload(result: BenchmarkResult) -> str:
 
 
 def _comparable_result(
-    stack: str, result: BenchmarkResult, baseline_stack: str, db_path: Path
+    stack: str, result: BenchmarkResult, baseline_stack: str, db_path: str | os.PathLike[str]
 ) -> BenchmarkResult:
-    """The baseline's newest result measured with the same workload as `result`."""
+    """The baseline's newest result measured with the same workload as ``result``."""
     recorded = history.rows(db_path, [baseline_stack])
     if not recorded:
         raise BenchmarkError(
@@ -67,22 +73,3 @@ def _comparable_result(
             f"`pulumi up -s {baseline_stack}`, then this stack again."
         )
     return same[-1]
-
-
-def hand_back(baseline_stack: str) -> None:
-    """Deploys the baseline stack again (`pulumi up`), which takes the host back from this one."""
-    result = subprocess.run(
-        ["pulumi", "up", "--yes", "--skip-preview", "--non-interactive", "-s", baseline_stack],
-        cwd=os.getcwd(),
-        capture_output=True,
-        text=True,
-        timeout=HAND_BACK_TIMEOUT_S,
-        check=False,
-    )
-    if result.returncode != 0:
-        lines = (result.stdout + result.stderr).strip().splitlines()[-15:]
-        raise BenchmarkError(
-            f"Handing the host back to {baseline_stack} failed (exit {result.returncode}):\n"
-            + "\n".join(lines)
-            + f"\nRun `pulumi up -s {baseline_stack}` yourself."
-        )

@@ -1,4 +1,5 @@
-"""Benchmark statistics: mean, spread, t-distribution confidence intervals, percentiles, Welch's t-test.
+"""Benchmark statistics: mean, spread, t-distribution confidence intervals, percentiles, Welch's t-test
+(the t quantiles and the test from ``scipy.stats``).
 
 ``summarize`` turns the load generator's JSON into a ``BenchmarkResult``, the flat, JSON-ready
 record that becomes the stack's ``benchmark`` output and a row of the results history.
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sglang_stacks.errors import BenchmarkError
 
 __all__ = [
+    "ALPHA",
     "LOADGEN_SCHEMA",
     "BenchmarkResult",
     "Percentiles",
@@ -24,17 +26,15 @@ __all__ = [
     "ci95",
     "mean",
     "percentile",
-    "regularized_incomplete_beta",
     "stdev",
     "summarize",
     "summarize_levels",
-    "t_cdf",
-    "t_quantile",
-    "t_two_sided_p",
     "welch_t_test",
 ]
 
 LOADGEN_SCHEMA = "sglang-stacks.loadgen/1"
+ALPHA = 0.05
+"""A difference is significant when Welch's two-sided p-value is below this."""
 
 
 def mean(values: Sequence[float]) -> float:
@@ -52,73 +52,11 @@ def stdev(values: Sequence[float]) -> float:
     return math.sqrt(math.fsum((v - centre) ** 2 for v in values) / (len(values) - 1))
 
 
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function, evaluated by Lentz's method."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    result = d
-    for m in range(1, 500):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            result *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return result
+def _scipy_stats() -> Any:
+    """``scipy.stats``, imported on first use: it takes seconds, and most commands test nothing."""
+    from scipy import stats
 
-
-def regularized_incomplete_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the CDF of the Beta(a, b) distribution at ``x``."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    # The fraction converges fast only on one side of the mean; use the symmetry on the other.
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
-
-
-def t_two_sided_p(t: float, df: float) -> float:
-    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom."""
-    if math.isinf(t):
-        return 0.0
-    return regularized_incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-
-
-def t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
-    tail = t_two_sided_p(t, df) / 2.0
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The ``t`` with P(T <= t) = ``p``; ``t_quantile(0.975, 4)`` is 2.776."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must be strictly between 0 and 1, got {p}")
-    if df <= 0:
-        raise ValueError(f"degrees of freedom must be positive, got {df}")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    low, high = 0.0, 1.0
-    while t_cdf(high, df) < p:
-        low, high = high, high * 2.0
-    for _ in range(200):
-        middle = (low + high) / 2.0
-        if t_cdf(middle, df) < p:
-            low = middle
-        else:
-            high = middle
-        if high - low < 1e-12 * max(1.0, high):
-            break
-    return (low + high) / 2.0
+    return stats
 
 
 def ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -126,7 +64,7 @@ def ci95(values: Sequence[float]) -> tuple[float, float]:
     centre = mean(values)
     if len(values) < 2:
         return (centre, centre)
-    half = t_quantile(0.975, len(values) - 1) * stdev(values) / math.sqrt(len(values))
+    half = float(_scipy_stats().t.ppf(0.975, len(values) - 1)) * stdev(values) / math.sqrt(len(values))
     return (centre - half, centre + half)
 
 
@@ -152,7 +90,7 @@ class WelchTest:
     p_value: float | None
     """Two-sided; ``None`` when a sample has fewer than two values, so nothing can be said."""
 
-    def significant(self, alpha: float = 0.05) -> bool:
+    def significant(self, alpha: float = ALPHA) -> bool:
         return self.p_value is not None and self.p_value < alpha
 
 
@@ -167,9 +105,8 @@ def welch_t_test(a: Sequence[float], b: Sequence[float]) -> WelchTest:
         if difference == 0.0:
             return WelchTest(t=0.0, df=float(len(a) + len(b) - 2), p_value=1.0)
         return WelchTest(t=math.copysign(math.inf, difference), df=float(len(a) + len(b) - 2), p_value=0.0)
-    t = difference / math.sqrt(var_a + var_b)
-    df = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))
-    return WelchTest(t=t, df=df, p_value=t_two_sided_p(t, df))
+    test = _scipy_stats().ttest_ind(a, b, equal_var=False)
+    return WelchTest(t=float(test.statistic), df=float(test.df), p_value=float(test.pvalue))
 
 
 class Percentiles(BaseModel):

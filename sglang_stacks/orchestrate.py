@@ -1,0 +1,188 @@
+"""What spans stacks, driven through Pulumi's Automation API: reading a stack's outputs, and
+``rollout``, which deploys a stack and, when its regression gate fails and its stack file says
+``on_regression: hand_back``, deploys the baseline stack again so the host serves it.
+
+Every operation runs the ``pulumi`` on PATH in the project folder, with the backend and the
+passphrase from the environment, exactly as ``pulumi up -s <stack>`` typed there would. Stack
+files are read by the CLI itself (which honours ``stackConfigDir``), never through the Automation
+API's stack settings.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+from pulumi import automation as auto
+
+from sglang_stacks.config.spec import GateSpec
+from sglang_stacks.config.stackfile import load_stack_spec
+from sglang_stacks.errors import BenchmarkError, SpecError
+from sglang_stacks.results import gate, history
+from sglang_stacks.results.stats import BenchmarkResult
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_PASSED",
+    "EXIT_REGRESSION",
+    "EXIT_UPDATE_FAILED",
+    "find_project_dir",
+    "rollout",
+    "stack_outputs",
+]
+
+EXIT_PASSED, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_UPDATE_FAILED = 0, 1, 2, 3
+_PROJECT_FILES = ("Pulumi.yaml", "Pulumi.yml")
+
+
+def find_project_dir(start: Path | None = None) -> Path:
+    """The nearest folder from ``start`` (default: the current one) upward that holds the Pulumi
+    project file, as the Pulumi CLI finds it."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / name).is_file() for name in _PROJECT_FILES):
+            return folder
+    raise SpecError(
+        f"No Pulumi.yaml in {here} or any folder above it. Run this from the sglang-stacks project "
+        "folder (the one with Pulumi.yaml and stacks/)."
+    )
+
+
+def _stacks_dir(project_dir: Path) -> Path:
+    """Where the project keeps its stack files: ``stackConfigDir`` of Pulumi.yaml, else beside it."""
+    project_file = next(project_dir / name for name in _PROJECT_FILES if (project_dir / name).is_file())
+    settings = yaml.safe_load(project_file.read_text(encoding="utf-8")) or {}
+    return project_dir / str(settings.get("stackConfigDir", "."))
+
+
+def _select(project_dir: Path, stack: str) -> auto.Stack:
+    try:
+        return auto.select_stack(stack, work_dir=str(project_dir))
+    except auto.StackNotFoundError:
+        raise SpecError(
+            f"The backend has no stack {stack!r}. Check the name with `pulumi stack ls`, or create "
+            f"it with `pulumi stack init {stack}`."
+        ) from None
+    except (auto.CommandError, OSError) as error:
+        raise SpecError(
+            f"Pulumi could not select stack {stack!r}: {error}. Put the project's Pulumi CLI on PATH "
+            "and select its backend with `. scripts/env.sh`."
+        ) from None
+
+
+def stack_outputs(stack: str, project_dir: Path | None = None) -> dict[str, Any]:
+    """One stack's outputs as ``pulumi stack output --json`` prints them: secrets read ``[secret]``."""
+    selected = _select(project_dir or find_project_dir(), stack)
+    return {key: "[secret]" if output.secret else output.value for key, output in selected.outputs().items()}
+
+
+def _at_tok_s(done: auto.UpResult) -> str:
+    """`` at 88.1 tok/s`` from an update's ``tok_s`` output, or nothing when it has none."""
+    output = done.outputs.get("tok_s")
+    return f" at {output.value:.1f} tok/s" if output and isinstance(output.value, int | float) else ""
+
+
+@dataclass(frozen=True)
+class _Rollout:
+    """One rollout: the project, the stack and its gate, the results history, and the terminal."""
+
+    project: Path
+    target: auto.Stack
+    gate: GateSpec | None
+    db_path: Path
+    out: TextIO
+    err: TextIO
+
+    def say(self, line: str) -> None:
+        print(f"rollout: {line}", file=self.out, flush=True)
+
+    def up(self, stack: auto.Stack) -> auto.UpResult | None:
+        """``pulumi up`` of ``stack``, its output streamed line by line; None when it failed."""
+        self.say(f"pulumi up -s {stack.name}")
+        try:
+            return stack.up(
+                on_output=lambda line: print(line, file=self.out, flush=True),
+                on_error=lambda line: print(line, file=self.err, flush=True),
+                color="always" if self.out.isatty() else "never",
+            )
+        except auto.CommandError:
+            return None  # Pulumi has printed why
+
+    def run(self) -> int:
+        name = self.target.name
+        before = history.latest(self.db_path, name)
+        done = self.up(self.target)
+        if done is not None:
+            passed = f", past its gate against {self.gate.baseline_stack}" if self.gate else ""
+            self.say(f"{name} is up{_at_tok_s(done)}{passed}.")
+            return EXIT_PASSED
+        if self.gate is None:
+            self.say(f"the update of {name} failed (see above); it has no gate, so nothing is handed back.")
+            return EXIT_UPDATE_FAILED
+        return self._after_failure(self.gate, before.id if before else 0)
+
+    def _judged_result(self, since_id: int) -> BenchmarkResult | None:
+        """The result the failed update's gate judged: the benchmark it recorded (a history row
+        newer than ``since_id``), or, when the update only re-checked a changed gate, the result
+        measured before, which is still the stack's output."""
+        newest = history.latest(self.db_path, self.target.name)
+        if newest is not None and newest.id > since_id:
+            return newest.result
+        benchmark = self.target.outputs().get("benchmark")
+        return BenchmarkResult.model_validate(benchmark.value) if benchmark else None
+
+    def _after_failure(self, spec_gate: GateSpec, since_id: int) -> int:
+        """After a failed update: a regression (handed back or not), or a failure of another kind."""
+        name, judged = self.target.name, self._judged_result(since_id)
+        try:
+            verdict = gate.evaluate(name, judged, spec_gate, self.db_path) if judged else None
+        except BenchmarkError as error:
+            self.say(f"the update of {name} failed and its gate could not judge it: {error}")
+            return EXIT_UPDATE_FAILED
+        if verdict is None or verdict.passed:
+            self.say(f"the update of {name} failed (see above), not at its regression gate.")
+            return EXIT_UPDATE_FAILED
+        self.say(f"{name} regressed: {verdict.message}")
+        if spec_gate.on_regression != "hand_back":
+            self.say(f"{name}'s gate says on_regression: fail, so the host stays with it.")
+            return EXIT_REGRESSION
+        baseline = _select(self.project, spec_gate.baseline_stack)
+        self.say(f"handing the host back to {baseline.name} (on_regression: hand_back)")
+        done = self.up(baseline)
+        if done is None:
+            self.say(
+                f"handing the host back to {baseline.name} failed (see above); run `pulumi up -s "
+                f"{baseline.name}` yourself once the cause is fixed."
+            )
+        else:
+            self.say(
+                f"{baseline.name} serves again{_at_tok_s(done)}; {name} ran at "
+                f"{verdict.candidate_tok_s:.1f} tok/s and its update stays failed."
+            )
+        return EXIT_REGRESSION
+
+
+def rollout(
+    stack: str,
+    *,
+    db_path: Path,
+    project_dir: Path | None = None,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+) -> int:
+    """``pulumi up`` of ``stack``; when its gate fails and it says ``on_regression: hand_back``,
+    ``pulumi up`` of the baseline. Returns 0 passed, 1 regression (handed back or not), 3 the
+    update failed otherwise; Pulumi's output streams to ``out`` and ``err`` meanwhile.
+
+    Bad input (no project, an invalid stack file, a stack the backend lacks) raises SpecError
+    before anything is deployed.
+    """
+    project = project_dir or find_project_dir()
+    spec_gate = load_stack_spec(stack, _stacks_dir(project)).gate
+    target = _select(project, stack)
+    if spec_gate is not None and spec_gate.on_regression == "hand_back":
+        _select(project, spec_gate.baseline_stack)  # a baseline the backend lacks is bad input, found now
+    return _Rollout(project, target, spec_gate, db_path, out, err).run()

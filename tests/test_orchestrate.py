@@ -1,0 +1,85 @@
+"""The orchestration module against the real Pulumi CLI, with nothing deployed: bad input stops
+a rollout before any update, and an update that fails before its benchmark is not a regression.
+
+The rollout that hands the host back after a real regression is in test_campaign.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from sglang_stacks import orchestrate
+from sglang_stacks.errors import SpecError
+from sglang_stacks.results import history
+from tests._pulumi import Workspace, emulator_stack, free_port
+
+pytestmark = pytest.mark.integration
+
+HAND_BACK = "  sglang-stacks:gate:\n    baseline_stack: baseline\n    on_regression: hand_back\n"
+
+
+@pytest.fixture
+def project(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    """The workspace's environment (backend, passphrase, history file) for the code under test."""
+    workspace.extra_env[history.ENV_VAR] = str(workspace.backend / "history.sqlite")
+    for name, value in workspace.env().items():
+        monkeypatch.setenv(name, value)
+    return workspace
+
+
+def test_the_project_folder_is_found_upward_like_pulumi_finds_it(project: Workspace, tmp_path: Path) -> None:
+    inner = project.path / "stacks"
+    assert orchestrate.find_project_dir(inner) == project.path
+    with pytest.raises(SpecError, match=r"No Pulumi\.yaml in .* Run this from the sglang-stacks project"):
+        orchestrate.find_project_dir(tmp_path)
+
+
+def test_outputs_of_a_stack_never_deployed_are_empty(project: Workspace) -> None:
+    project.run("stack", "init", "fresh")
+
+    assert orchestrate.stack_outputs("fresh", project.path) == {}
+    with pytest.raises(SpecError, match=r"no stack 'typo'.*`pulumi stack ls`"):
+        orchestrate.stack_outputs("typo", project.path)
+
+
+def test_a_baseline_the_backend_lacks_stops_the_rollout_before_any_update(project: Workspace) -> None:
+    project.init_stack("candidate", emulator_stack(port=free_port(), state_dir=project.path, extra=HAND_BACK))
+    out = io.StringIO()
+
+    with pytest.raises(SpecError, match=r"The backend has no stack 'baseline'"):
+        orchestrate.rollout(
+            "candidate", db_path=history.default_history_path(), project_dir=project.path, out=out
+        )
+
+    assert out.getvalue() == ""
+    assert project.json("stack", "history", "--json", "-s", "candidate") == []
+
+
+def test_an_invalid_stack_file_is_bad_input(project: Workspace) -> None:
+    project.init_stack("broken", "config:\n  sglang-stacks:server:\n    tp_sise: 8\n")
+
+    with pytest.raises(SpecError, match=r"tp_sise"):
+        orchestrate.rollout("broken", db_path=history.default_history_path(), project_dir=project.path)
+
+
+def test_an_update_that_fails_before_its_benchmark_is_no_regression(project: Workspace) -> None:
+    doomed = "    cuda_graph_max_bs: 128\n    enable_flashinfer_allreduce_fusion: true\n"
+    config = emulator_stack(port=free_port(), state_dir=project.path, server=doomed, extra=HAND_BACK)
+    project.init_stack("candidate", config)
+    project.init_stack("baseline", emulator_stack(port=free_port(), state_dir=project.path))
+    out, err = io.StringIO(), io.StringIO()
+
+    code = orchestrate.rollout(
+        "candidate", db_path=history.default_history_path(), project_dir=project.path, out=out, err=err
+    )
+
+    assert code == orchestrate.EXIT_UPDATE_FAILED
+    streamed = out.getvalue() + err.getvalue()
+    assert "rollout: pulumi up -s candidate" in streamed
+    assert "flashinfer" in streamed  # Pulumi's own output, streamed: the preflight error
+    assert "not at its regression gate" in out.getvalue()
+    assert "pulumi up -s baseline" not in streamed  # nothing handed back
+    assert project.json("stack", "history", "--json", "-s", "baseline") == []
