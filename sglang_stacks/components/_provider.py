@@ -49,6 +49,9 @@ CONNECTION = DiffRule("update", replaces_when=_other_machine)
 
 CONNECTION_FIELD = Annotated[Connection, CONNECTION]
 
+ConnectionInput = pulumi.Input[Mapping[str, object]]
+"""What a resource constructor takes as ``connection``: the fields of a `Connection`, as a secret."""
+
 
 class Props(BaseModel):
     """Base of the provider property models: lax about Pulumi's floats, strict about names."""
@@ -134,6 +137,8 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
 
     inputs: ClassVar[type[HostInputs]]
     outputs: ClassVar[type[Props]]
+    stables: ClassVar[tuple[str, ...]] = ()
+    """Outputs an update in place never changes: a preview keeps them known for dependents."""
 
     # -- hooks for subclasses ------------------------------------------------------------------
     def resource_id(self, inputs: InputsT, outputs: OutputsT) -> str:
@@ -146,6 +151,11 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
     def update_typed(self, olds: OutputsT, old_inputs: InputsT, news: InputsT) -> OutputsT:
         """Changes in place; by default the outputs stay as they were."""
         return olds
+
+    def drifted(self, outputs: OutputsT, news: InputsT) -> bool:
+        """Whether the recorded outputs (as the last refresh found them) ask for an update although
+        no input changed. By default they never do."""
+        return False
 
     def read_typed(self, inputs: InputsT, outputs: OutputsT) -> OutputsT | None:
         """What a refresh finds; ``None`` when the resource is gone. By default: unchanged."""
@@ -176,7 +186,16 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         with _sentences_only():
-            return diff_inputs(self.inputs, self.upgrade(olds), news)
+            olds = self.upgrade(olds)
+            found = diff_inputs(self.inputs, olds, news)
+            if not found.changes:
+                try:
+                    drifted = self.drifted(self._outputs(olds), self._inputs(news))
+                except ValidationError:  # a value still unknown during a preview
+                    drifted = False
+                found.changes = drifted
+            found.stables = list(self.stables) or None
+            return found
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
         with _sentences_only():
