@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
 
 
 @dataclass(frozen=True)
@@ -242,9 +243,3 @@ def keep_connection_secret(opts: pulumi.ResourceOptions | None, *also: str) -> p
     return pulumi.ResourceOptions.merge(
         opts, pulumi.ResourceOptions(additional_secret_outputs=["connection", *also])
     )
-
-
-def tail(text: str, lines: int = 12) -> str:
-    """The last non-blank ``lines`` of ``text``, joined with `` | `` for a one-paragraph message."""
-    kept = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
-    return " | ".join(kept) if kept else "(no output)"
