@@ -386,3 +386,84 @@ def test_an_update_whose_pulumi_was_killed_lets_go_of_the_host(tmp_path: Path, s
         assert freed is not None and freed.stack == "eagle3-bs128"
     finally:
         os.kill(orphan, 9)
+
+
+# -- the GpuClaim resource's provider ---------------------------------------------------------
+
+
+def claim_props(state_dir: str, stack: str, **changes: object) -> dict[str, object]:
+    """The props GpuClaim gives its provider (numbers as Pulumi hands them over: floats)."""
+    props: dict[str, object] = {
+        "connection": {"kind": "local"},
+        "stack": stack,
+        "update_id": "u1",
+        "nvidia_smi": ["true"],  # lists no process: GPU memory is free at once
+        "state_dir": state_dir,
+        "takeover": True,
+        "stop_timeout_s": 10.0,
+        "owner": None,
+        "taken_from": None,
+    }
+    return {**props, **changes}
+
+
+def test_state_of_the_previous_version_validates() -> None:
+    from sglang_stacks.components.host import ClaimInputs, ClaimOutputs
+
+    old = {
+        **claim_props("~/.sglang-stacks", "baseline"),
+        "connection": {"kind": "ssh", "host": "gpu-1", "port": 22.0, "user": "root", "host_key": None},
+        "nvidia_smi": ["nvidia-smi"],
+        "stop_timeout_s": 120.0,
+        "owner": "baseline",
+        "taken_from": "",
+    }
+    inputs, outputs = ClaimInputs.model_validate(old), ClaimOutputs.model_validate(old)
+    assert inputs.connection.port == 22 and isinstance(inputs.connection.port, int)
+    assert (inputs.nvidia_smi, outputs.owner, outputs.taken_from) == (("nvidia-smi",), "baseline", "")
+    # Registered props: the outputs are None until created; the inputs validate alone.
+    assert ClaimInputs.model_validate(claim_props("/s", "baseline")).stop_timeout_s == 10.0
+
+
+def test_claim_diff_ignores_the_update_id_and_takes_back_a_lost_claim(state_dir: str) -> None:
+    from sglang_stacks.components.host import ClaimProvider
+
+    olds = {**claim_props(state_dir, "baseline"), "owner": "baseline", "taken_from": ""}
+    provider = ClaimProvider()
+    assert not provider.diff("baseline", olds, claim_props(state_dir, "baseline", update_id="u2")).changes
+    lost = provider.diff("baseline", {**olds, "owner": "eagle3"}, claim_props(state_dir, "baseline"))
+    assert lost.changes and not lost.replaces
+    moved = {"kind": "ssh", "host": "gpu-2", "port": 22, "user": "root"}
+    assert provider.diff("baseline", olds, claim_props(state_dir, "baseline", connection=moved)).replaces == [
+        "connection"
+    ]
+    assert provider.diff("baseline", olds, claim_props(state_dir, "baseline", takeover=False)).changes
+
+
+def test_takeover_stops_the_previous_owners_server_and_refresh_sees_the_owner(
+    state_dir: str, tmp_path: Path
+) -> None:
+    from sglang_stacks.components.host import ClaimProvider
+
+    conn = Connection.local()
+    server = subprocess.Popen(["setsid", "sleep", "300"])
+    try:
+        time.sleep(0.2)
+        start_ticks = int(Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        claim.acquire(conn, "baseline", takeover=False, update_id="u1", state_dir=state_dir)
+        claim.record_server(conn, "baseline", server.pid, start_ticks, state_dir=state_dir)
+        claim.finish(conn, "baseline", state_dir=state_dir)
+        provider = ClaimProvider()
+
+        created = provider.create(claim_props(state_dir, "eagle3-bs128"))
+        outs = created.outs or {}
+
+        assert created.id == "eagle3-bs128"
+        assert (outs["owner"], outs["taken_from"]) == ("eagle3-bs128", "baseline")
+        assert server.wait(timeout=10) is not None  # stopped: TERM to its process group
+        claim.finish(conn, "eagle3-bs128", state_dir=state_dir)
+        claim.acquire(conn, "baseline", takeover=True, update_id="u3", state_dir=state_dir)
+        assert (provider.read("eagle3-bs128", outs).outs or {})["owner"] == "baseline"
+    finally:
+        server.kill()
+        server.wait()

@@ -18,11 +18,13 @@ from typing import Any
 import httpx
 import pytest
 
-import sglang_stacks.components.environment as environment
+import sglang_stacks.hostops.environment as hostenv
 from sglang_stacks.components.environment import (
     LAUNCHER_MODULES,
+    EnvironmentInputs,
+    EnvironmentOutputs,
     PythonEnvironment,
-    _PythonEnvironmentProvider,
+    PythonEnvironmentProvider,
     default_venv_path,
     emulator_digest,
 )
@@ -41,10 +43,11 @@ def props_for(venv: Path | str, runtime: str = "emulator", release: str = "0.5.8
         "runtime": runtime,
         "release": release,
         "extra_pins": [],
-        "venv_path": str(venv),
+        "requested_venv_path": str(venv),
         "emulator_digest": emulator_digest() if runtime == "emulator" else None,
         "install_timeout_s": 600,
         "launcher_module": LAUNCHER_MODULES[runtime],
+        "venv_path": None,
         "python": None,
         "sglang_version": None,
     }
@@ -76,15 +79,15 @@ def emulator_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pro
     props = props_for(venv)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", str(Path(httpx.__file__).parent.parent))
-        outs = _PythonEnvironmentProvider().create(props).outs or {}
+        outs = PythonEnvironmentProvider().create(props).outs or {}
     yield props, outs
     shutil.rmtree(venv, ignore_errors=True)
 
 
 def test_emulator_environment_holds_the_emulator_flags_and_httpx(emulator_env: tuple[Props, Props]) -> None:
     props, outs = emulator_env
-    assert outs["venv_path"] == props["venv_path"]
-    assert outs["python"] == f"{props['venv_path']}/bin/python"
+    assert outs["venv_path"] == props["requested_venv_path"]
+    assert outs["python"] == f"{props['requested_venv_path']}/bin/python"
     assert outs["sglang_version"] == "0.5.8"
     assert outs["launcher_module"] == "sglang_emulator"
     located = host_python(
@@ -93,15 +96,15 @@ def test_emulator_environment_holds_the_emulator_flags_and_httpx(emulator_env: t
     )
     version, module_file = located.split()
     assert version == "0.28.1"
-    assert module_file.startswith(props["venv_path"] + "/lib/")
+    assert module_file.startswith(props["requested_venv_path"] + "/lib/")
 
 
 def test_second_deploy_of_a_ready_environment_installs_nothing(emulator_env: tuple[Props, Props]) -> None:
     props, outs = emulator_env
-    install_log = Path(props["venv_path"]) / ".sglang-stacks-install.log"
+    install_log = Path(props["requested_venv_path"]) / ".sglang-stacks-install.log"
     before = install_log.stat().st_mtime_ns
     started = time.monotonic()
-    again = _PythonEnvironmentProvider().update(outs["venv_path"], outs, props).outs
+    again = PythonEnvironmentProvider().update(outs["venv_path"], outs, props).outs
     elapsed_s = time.monotonic() - started
     assert again == outs
     assert install_log.stat().st_mtime_ns == before
@@ -112,7 +115,7 @@ def test_refresh_sees_the_emulated_version_and_drops_a_vanished_environment(
     emulator_env: tuple[Props, Props], tmp_path: Path
 ) -> None:
     _, outs = emulator_env
-    provider = _PythonEnvironmentProvider()
+    provider = PythonEnvironmentProvider()
     found = provider.read(outs["venv_path"], {**outs, "sglang_version": "stale"})
     assert found.id == outs["venv_path"]
     assert found.outs is not None and found.outs["sglang_version"] == "0.5.8"
@@ -127,16 +130,16 @@ def test_changed_emulator_code_is_copied_into_the_same_environment(
 ) -> None:
     props, outs = emulator_env
     checkout = tmp_path / "checkout"
-    for package in environment.EMULATOR_PACKAGES:
-        shutil.copytree(environment._ROOT / package, checkout / package)
+    for package in hostenv.EMULATOR_PACKAGES:
+        shutil.copytree(hostenv._ROOT / package, checkout / package)
     (checkout / "sglang_emulator" / "added_in_this_test.py").write_text("MARK = 'new code'\n")
-    monkeypatch.setattr(environment, "_ROOT", checkout)
+    monkeypatch.setattr(hostenv, "_ROOT", checkout)
 
     new_props = {**props, "emulator_digest": emulator_digest(checkout)}
-    diff = _PythonEnvironmentProvider().diff(outs["venv_path"], outs, new_props)
+    diff = PythonEnvironmentProvider().diff(outs["venv_path"], outs, new_props)
     assert diff.changes and diff.replaces == []
 
-    updated = _PythonEnvironmentProvider().update(outs["venv_path"], outs, new_props).outs or {}
+    updated = PythonEnvironmentProvider().update(outs["venv_path"], outs, new_props).outs or {}
     assert updated["emulator_digest"] == new_props["emulator_digest"] != outs["emulator_digest"]
     assert updated["python"] == outs["python"]
     assert (
@@ -176,7 +179,7 @@ def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_sglang_runtime_installs_the_pinned_release_with_pip(local_index: Path, tmp_path: Path) -> None:
-    outs = _PythonEnvironmentProvider().create(props_for(tmp_path / "real", runtime="sglang")).outs or {}
+    outs = PythonEnvironmentProvider().create(props_for(tmp_path / "real", runtime="sglang")).outs or {}
     assert outs["sglang_version"] == "0.5.8"
     assert outs["launcher_module"] == "sglang.launch_server"
     assert host_python(outs["python"], "import sglang; print(sglang.__file__)").startswith(
@@ -186,7 +189,7 @@ def test_sglang_runtime_installs_the_pinned_release_with_pip(local_index: Path, 
 
 def test_pip_failure_names_the_release_and_shows_pips_last_lines(local_index: Path, tmp_path: Path) -> None:
     with pytest.raises(HostError) as caught:
-        _PythonEnvironmentProvider().create(
+        PythonEnvironmentProvider().create(
             props_for(tmp_path / "missing", runtime="sglang", release="0.5.23")
         )
     message = str(caught.value)
@@ -203,7 +206,7 @@ def test_pip_failure_names_the_release_and_shows_pips_last_lines(local_index: Pa
     [
         ({"release": "0.5.23"}, ["release"]),
         ({"extra_pins": ["flashinfer-python==0.2.9"]}, ["extra_pins"]),
-        ({"venv_path": "/elsewhere/env"}, ["venv_path"]),
+        ({"requested_venv_path": "/elsewhere/env"}, ["requested_venv_path"]),
         ({"runtime": "sglang"}, ["runtime"]),
         ({"connection": {"kind": "ssh", "host": "gpu-1", "port": 22, "user": "root"}}, ["connection"]),
         ({"install_timeout_s": 60}, []),
@@ -218,22 +221,49 @@ def test_diff_replaces_for_another_environment_and_updates_otherwise(
         "venv_path": "/abs/env",
         "python": "/abs/env/bin/python",
     }
-    diff = _PythonEnvironmentProvider().diff("/abs/env", olds, {**props_for("/env"), **change})
+    diff = PythonEnvironmentProvider().diff("/abs/env", olds, {**props_for("/env"), **change})
     assert diff.changes
     assert diff.replaces == replaces
 
 
 def test_diff_of_the_same_inputs_is_no_change() -> None:
     olds = {**props_for("~/env"), "requested_venv_path": "~/env", "venv_path": "/home/gpu/env"}
-    assert not _PythonEnvironmentProvider().diff("/home/gpu/env", olds, props_for("~/env")).changes
+    assert not PythonEnvironmentProvider().diff("/home/gpu/env", olds, props_for("~/env")).changes
 
 
 def test_new_key_for_the_same_host_updates_in_place() -> None:
     ssh = {"kind": "ssh", "host": "gpu-1", "port": 22.0, "user": "root", "private_key": "old"}
     olds = {**props_for("/env", connection=ssh), "requested_venv_path": "/env"}
     news = props_for("/env", connection={**ssh, "port": 22, "private_key": "new"})
-    diff = _PythonEnvironmentProvider().diff("/env", olds, news)
+    diff = PythonEnvironmentProvider().diff("/env", olds, news)
     assert diff.changes and diff.replaces == []
+
+
+def test_state_of_the_previous_version_validates() -> None:
+    # As the previous version stored it: venv_path resolved, the folder asked for beside it.
+    old = {
+        **props_for("~/env"),
+        "connection": {"kind": "ssh", "host": "gpu-1", "port": 22.0, "user": "root", "private_key": "k"},
+        "venv_path": "/home/gpu/env",
+        "requested_venv_path": "~/env",
+        "install_timeout_s": 600.0,
+        "python": "/home/gpu/env/bin/python",
+        "sglang_version": "0.5.8",
+    }
+    provider = PythonEnvironmentProvider()
+    inputs = EnvironmentInputs.model_validate(provider.upgrade(old))
+    outputs = EnvironmentOutputs.model_validate(provider.upgrade(old))
+    assert (inputs.requested_venv_path, outputs.venv_path) == ("~/env", "/home/gpu/env")
+    assert inputs.connection.port == 22 and isinstance(inputs.connection.port, int)
+    # The earliest states had no requested_venv_path: the folder asked for was venv_path.
+    earliest = {**old, "requested_venv_path": None, "venv_path": "~/env"}
+    assert EnvironmentInputs.model_validate(provider.upgrade(earliest)).requested_venv_path == "~/env"
+    # Registered props of the sglang runtime: the outputs and emulator digest are None.
+    registered = EnvironmentInputs.model_validate(props_for("/env", runtime="sglang"))
+    assert (registered.emulator_digest, registered.extra_pins) == (None, ())
+    assert not provider.diff(
+        "/home/gpu/env", old, {**props_for("~/env"), "connection": old["connection"]}
+    ).changes
 
 
 @pytest.mark.parametrize(

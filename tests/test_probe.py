@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from sglang_stacks.components.host import FACT_KEYS, ProbeInputs, ProbeOutputs, ProbeProvider
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS, HostSpec
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops.probe import (
-    PROBE_SCRIPT,
     ComputeApp,
     GpuInfo,
     HostFacts,
@@ -20,7 +20,6 @@ from sglang_stacks.hostops.probe import (
     parse_query_gpu,
     parse_topology,
     probe,
-    probe_script,
 )
 from sglang_stacks.hostops.transport import Connection
 from tests.sshd import SshServer, start_sshd
@@ -269,14 +268,6 @@ def test_probe_without_nvidia_smi_says_to_install_the_driver(tmp_path: Path) -> 
         probe(Connection.local(), nvidia_smi=(str(tmp_path / "no-such-nvidia-smi"),))
 
 
-def test_default_probe_script_calls_nvidia_smi_from_path() -> None:
-    assert "\nnvidia-smi --query-gpu=index,uuid,name," in PROBE_SCRIPT
-    assert "'python' '-m'" not in probe_script(("python", "-m", "sglang_emulator.nvidia_smi"))
-    assert "python -m sglang_emulator.nvidia_smi topo -m" in probe_script(
-        ("python", "-m", "sglang_emulator.nvidia_smi")
-    )
-
-
 def test_emulator_host_answers_the_probe_as_the_stacks_declare_it() -> None:
     facts = probe(Connection.local(), nvidia_smi=(sys.executable, "-m", "sglang_emulator.nvidia_smi"))
 
@@ -293,3 +284,45 @@ def test_single_gpu_host_that_refuses_topology_still_probes(tmp_path: Path) -> N
     facts = probe(Connection.local(), nvidia_smi=(str(command),))
 
     assert (facts.gpu_count, facts.interconnect) == (1, "single")
+
+
+# -- the HostProbe resource's provider --------------------------------------------------------
+
+EMULATOR_SMI = [sys.executable, "-m", "sglang_emulator.nvidia_smi"]
+
+
+def probe_props(**declared: object) -> dict[str, object]:
+    """The props HostProbe gives its provider, declaring the emulator host's facts."""
+    facts = {key: EMULATOR_HOST_FACTS[key] for key in FACT_KEYS}
+    return {
+        "connection": {"kind": "local"},
+        "declared": {**facts, **declared},
+        "nvidia_smi": EMULATOR_SMI,
+        "facts": None,
+    }
+
+
+def test_probe_state_of_the_previous_version_validates() -> None:
+    old = probe_props(gpu_count=8.0, memory_per_gpu_mib=float(EMULATOR_HOST_FACTS["memory_per_gpu_mib"]))
+    old["facts"] = {**old["declared"], "gpu_count": 8.0, "driver_version": "580.95.05"}  # type: ignore[dict-item]
+    inputs, outputs = ProbeInputs.model_validate(old), ProbeOutputs.model_validate(old)
+    assert isinstance(inputs.declared.gpu_count, int) and isinstance(outputs.facts.gpu_count, int)
+    assert outputs.facts.driver_version == "580.95.05"
+    assert ProbeInputs.model_validate(probe_props()).nvidia_smi == tuple(EMULATOR_SMI)
+
+
+def test_probe_provider_records_the_facts_and_refuses_another_host() -> None:
+    provider = ProbeProvider()
+
+    created = provider.create(probe_props())
+    outs = created.outs or {}
+    with pytest.raises(HostError, match=r"host.gpu_count declares 4 GPUs but 8 found"):
+        provider.create(probe_props(gpu_count=4))
+
+    assert {key: outs["facts"][key] for key in FACT_KEYS} == {
+        key: EMULATOR_HOST_FACTS[key] for key in FACT_KEYS
+    }
+    assert provider.read("probe", outs).outs == outs
+    diff = provider.diff("probe", outs, probe_props(gpu_count=4))
+    assert diff.changes and not diff.replaces and diff.stables == ["facts"]
+    assert not provider.diff("probe", outs, probe_props()).changes

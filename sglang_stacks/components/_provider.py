@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
 
 if TYPE_CHECKING:
     from pulumi_command.remote import ConnectionArgs
@@ -57,6 +58,9 @@ CONNECTION = DiffRule("update", replaces_when=_other_machine)
 """The rule of every resource's ``connection``: replaced when it names another machine."""
 
 CONNECTION_FIELD = Annotated[Connection, CONNECTION]
+
+ConnectionInput = pulumi.Input[Mapping[str, object]]
+"""What a resource constructor takes as ``connection``: the fields of a `Connection`, as a secret."""
 
 
 class Props(BaseModel):
@@ -145,6 +149,8 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
 
     inputs: ClassVar[type[HostInputs]]
     outputs: ClassVar[type[Props]]
+    stables: ClassVar[tuple[str, ...]] = ()
+    """Outputs an update in place never changes: a preview keeps them known for dependents."""
 
     # -- hooks for subclasses ------------------------------------------------------------------
     def resource_id(self, inputs: InputsT, outputs: OutputsT) -> str:
@@ -157,6 +163,11 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
     def update_typed(self, olds: OutputsT, old_inputs: InputsT, news: InputsT) -> OutputsT:
         """Changes in place; by default the outputs stay as they were."""
         return olds
+
+    def drifted(self, outputs: OutputsT, news: InputsT) -> bool:
+        """Whether the recorded outputs (as the last refresh found them) ask for an update although
+        no input changed. By default they never do."""
+        return False
 
     def read_typed(self, inputs: InputsT, outputs: OutputsT) -> OutputsT | None:
         """What a refresh finds; ``None`` when the resource is gone. By default: unchanged."""
@@ -187,7 +198,16 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         with _sentences_only():
-            return diff_inputs(self.inputs, self.upgrade(olds), news)
+            olds = self.upgrade(olds)
+            found = diff_inputs(self.inputs, olds, news)
+            if not found.changes:
+                try:
+                    drifted = self.drifted(self._outputs(olds), self._inputs(news))
+                except ValidationError:  # a value still unknown during a preview
+                    drifted = False
+                found.changes = drifted
+            found.stables = list(self.stables) or None
+            return found
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
         with _sentences_only():
@@ -234,12 +254,6 @@ def keep_connection_secret(opts: pulumi.ResourceOptions | None, *also: str) -> p
     return pulumi.ResourceOptions.merge(
         opts, pulumi.ResourceOptions(additional_secret_outputs=["connection", *also])
     )
-
-
-def tail(text: str, lines: int = 12) -> str:
-    """The last non-blank ``lines`` of ``text``, joined with `` | `` for a one-paragraph message."""
-    kept = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
-    return " | ".join(kept) if kept else "(no output)"
 
 
 LOCAL_HOST: dict[str, Any] = {"kind": "local"}

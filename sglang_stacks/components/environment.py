@@ -5,76 +5,59 @@ the emulator host, the project's SGLang emulator), installed once and checked on
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import json
 import re
-import secrets
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 import pulumi
 import pulumi.dynamic as dynamic
 
 from sglang_flags import known_releases
-from sglang_stacks.components._resource import (
-    connect,
-    connection_diff,
+from sglang_stacks.components._provider import (
+    REPLACES,
+    UPDATES,
+    ConnectionInput,
+    HostInputs,
+    Props,
+    TypedProvider,
     keep_connection_secret,
-    plain_errors,
-    tail,
+    resource_props,
 )
-from sglang_stacks.errors import HostError, SpecError
-from sglang_stacks.hostops.transport import Connection, quote, quote_path, run, upload
+from sglang_stacks.errors import SpecError
+from sglang_stacks.hostops import environment as hostenv
+from sglang_stacks.hostops.environment import EMULATOR_PACKAGES, LOADGEN_PINS, emulator_digest
 
-__all__ = ["EMULATOR_PACKAGES", "LOADGEN_PINS", "PythonEnvironment", "Runtime", "default_venv_path"]
+__all__ = [
+    "EMULATOR_PACKAGES",
+    "LAUNCHER_MODULES",
+    "LOADGEN_PINS",
+    "EnvironmentInputs",
+    "EnvironmentOutputs",
+    "PythonEnvironment",
+    "PythonEnvironmentProvider",
+    "Runtime",
+    "default_venv_path",
+    "emulator_digest",
+]
 
 Runtime = Literal["sglang", "emulator"]
 """``sglang``: the real SGLang from the package index; ``emulator``: the project's stand-in."""
 
-EMULATOR_PACKAGES = ("sglang_flags", "sglang_emulator")
-"""The stdlib-only packages copied from this checkout into an emulator environment."""
-
-LOADGEN_PINS = ("httpx==0.28.1",)
-"""What the benchmark's load generator needs next to the emulator; it runs with the env's python."""
-
 LAUNCHER_MODULES: dict[str, str] = {"sglang": "sglang.launch_server", "emulator": "sglang_emulator"}
 
-PROBE_TIMEOUT_S = 120.0
-# Waiting for another update that installs into the same folder; an install can take this long.
-LOCK_WAIT_S = 3600
-_MARKER = ".sglang-stacks-env"
-_INSTALL_LOG = ".sglang-stacks-install.log"
-# The folder that holds the emulator packages: the checkout, or site-packages when installed.
-_ROOT = Path(str(importlib.util.find_spec("sglang_emulator").origin)).resolve().parent.parent  # type: ignore[union-attr]
-_RELEASE = re.compile(r"^[0-9]+(\.[0-9]+)*([.+!_-]?[A-Za-z0-9]+)*$")
 _OPERATOR = r"(===|==|>=|<=|~=|!=|<|>)"
 _PIN = re.compile(
     rf"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*\])?"
     rf"{_OPERATOR}[A-Za-z0-9.*+!_-]+(,{_OPERATOR}[A-Za-z0-9.*+!_-]+)*$"
 )
-_EXIT_VENV, _EXIT_PIP, _EXIT_LOCK, _EXIT_SITE = 10, 11, 12, 13
-# Every script works from / without the caller's Python search path, so a checkout in the
-# working folder (or another venv on PYTHONPATH) can neither stand in for what the environment
-# holds nor make pip think a requirement is already there.
-_ISOLATED = "unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER\ncd / || exit 2\n"
 
 
 def default_venv_path(runtime: str, release: str, extra_pins: Sequence[str] = ()) -> str:
     """``~/.sglang-stacks/envs/<runtime>-<release>-<digest of the pins>``: stacks that ask for the
     same software share one environment, and different pins never share one."""
-    pins = _effective_pins(runtime, release, extra_pins)
+    pins = hostenv.effective_pins(runtime, release, extra_pins)
     digest = hashlib.sha256("\n".join(sorted(pins)).encode()).hexdigest()[:10]
     return f"~/.sglang-stacks/envs/{runtime}-{release}-{digest}"
-
-
-def _effective_pins(runtime: str, release: str, extra_pins: Sequence[str]) -> list[str]:
-    """The pip requirements the environment is made of."""
-    if runtime == "emulator":
-        return list(LOADGEN_PINS)
-    return [f"sglang[all]=={release}", *extra_pins]
 
 
 def _validate(runtime: str, release: str, extra_pins: Sequence[str], venv_path: str | None) -> None:
@@ -83,7 +66,7 @@ def _validate(runtime: str, release: str, extra_pins: Sequence[str], venv_path: 
             f"environment runtime {runtime!r} is not known; allowed: 'sglang' (real SGLang) or "
             "'emulator' (the project's stand-in). Set the host kind that selects it accordingly."
         )
-    if not _RELEASE.match(release):
+    if not hostenv.is_release(release):
         raise SpecError(
             f"environment.sglang_release {release!r} is not a version; write it as SGLang publishes it, "
             "like '0.5.8'."
@@ -116,230 +99,90 @@ def _validate(runtime: str, release: str, extra_pins: Sequence[str], venv_path: 
         )
 
 
-def emulator_digest(root: Path | None = None) -> str:
-    """sha256 over the emulator packages' files (path and content) in ``root`` (this checkout),
-    ignoring bytecode caches."""
-    root = root or _ROOT
-    digest = hashlib.sha256()
-    for package in EMULATOR_PACKAGES:
-        folder = root / package
-        for file in sorted(p for p in folder.rglob("*") if p.is_file() and not _is_cache(p)):
-            digest.update(file.relative_to(root).as_posix().encode() + b"\0")
-            digest.update(hashlib.sha256(file.read_bytes()).digest())
-    return digest.hexdigest()
+class EnvironmentInputs(HostInputs):
+    """What the environment is made of; another runtime, release, pin set or folder is another
+    environment."""
+
+    runtime: Annotated[Runtime, REPLACES]
+    """What serves: the real SGLang or the emulator."""
+    release: Annotated[str, REPLACES]
+    """The SGLang release installed (emulated, on the emulator)."""
+    extra_pins: Annotated[tuple[str, ...], REPLACES] = ()
+    """More pip requirements next to SGLang (not for the emulator)."""
+    requested_venv_path: Annotated[str, REPLACES]
+    """The venv folder as asked for (``~/`` is the host user's home); the constructor's
+    ``venv_path``. The ``venv_path`` output is the same folder, absolute."""
+    emulator_digest: Annotated[str | None, UPDATES] = None
+    """sha256 of this checkout's emulator packages: new emulator code is copied in place."""
+    install_timeout_s: Annotated[float, UPDATES] = 3600.0
+    """How long one pip install may take on the host."""
+    launcher_module: Annotated[str, UPDATES]
+    """What ``python -m`` launches the server with (known before the environment exists)."""
 
 
-def _is_cache(path: Path) -> bool:
-    return "__pycache__" in path.parts or path.suffix == ".pyc"
+class EnvironmentOutputs(Props):
+    """The environment as found on the host."""
+
+    venv_path: str
+    """The venv folder on the host, absolute."""
+    python: str
+    """Absolute path of the venv's python on the host."""
+    sglang_version: str
+    """The SGLang release actually installed (emulated, on the emulator)."""
 
 
-def _fingerprint(props: Mapping[str, Any], emulator: str | None) -> str:
-    """What the marker file in a finished environment records: its runtime, release and pins."""
-    recipe = {
-        "runtime": props["runtime"],
-        "release": props["release"],
-        "pins": _effective_pins(props["runtime"], props["release"], props.get("extra_pins") or ()),
-        "emulator": emulator,
-    }
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
-
-
-def _version_command(runtime: str, release: str) -> str:
-    if runtime == "emulator":
-        return f'SGLANG_EMULATOR_RELEASE={quote(release)} "$V/bin/python" -m sglang_emulator --version'
-    return "\"$V/bin/python\" -c 'import sglang; print(sglang.__version__)'"
-
-
-def _probe_script(venv: str, runtime: str, release: str) -> str:
-    """Prints ``key=value`` lines: ``state=absent``, or the folder, marker and installed version."""
-    return f"""{_ISOLATED}
-V={quote_path(venv)}
-if [ ! -x "$V/bin/python" ]; then echo state=absent; exit 0; fi
-echo "venv=$(cd "$V" && pwd)"
-echo "fingerprint=$(head -c 100 "$V/{_MARKER}" 2>/dev/null)"
-if version=$({_version_command(runtime, release)} 2>&1); then
-    echo "version=$(printf '%s\\n' "$version" | tail -n 1)"
-else
-    echo "version_error=$(printf '%s\\n' "$version" | tail -n 4 | tr '\\n' ' ')"
-fi
-"""
-
-
-def _install_script(venv: str, props: Mapping[str, Any], fingerprint: str, staging: str | None) -> str:
-    """Creates the venv when missing, installs the pins, swaps in uploaded packages, marks it done.
-
-    Runs under a lock beside the folder, so two stacks installing one environment take turns.
-    """
-    pins = " ".join(
-        quote(pin) for pin in _effective_pins(props["runtime"], props["release"], props["extra_pins"])
+def _outputs(installed: hostenv.Installed) -> EnvironmentOutputs:
+    return EnvironmentOutputs(
+        venv_path=installed.venv_path,
+        python=f"{installed.venv_path}/bin/python",
+        sglang_version=installed.version,
     )
-    cleanup = swap = ""
-    if staging is not None:
-        packages = " ".join(f'"$SP"/{name}' for name in EMULATOR_PACKAGES)
-        staged = " ".join(f'"$STAGE"/{name}' for name in EMULATOR_PACKAGES)
-        cleanup = f"STAGE={quote_path(staging)}\ntrap 'rm -rf \"$STAGE\"' EXIT"
-        swap = f"""
-SP=$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || exit {_EXIT_SITE}
-rm -rf {packages}
-mv {staged} "$SP"/ || exit {_EXIT_SITE}
-"""
-    return f"""{_ISOLATED}
-set -u
-V={quote_path(venv)}
-{cleanup}
-mkdir -p "$(dirname "$V")" || exit {_EXIT_VENV}
-exec 9>"$V.lock"
-if command -v flock >/dev/null 2>&1; then flock -w {LOCK_WAIT_S} 9 || exit {_EXIT_LOCK}; fi
-if [ ! -x "$V/bin/python" ]; then
-    python3 -m venv "$V" >&2 || exit {_EXIT_VENV}
-fi
-rm -f "$V/{_MARKER}"
-"$V/bin/python" -m pip install --no-input --disable-pip-version-check {pins} >"$V/{_INSTALL_LOG}" 2>&1 \\
-    || {{ tail -n 15 "$V/{_INSTALL_LOG}" >&2; exit {_EXIT_PIP}; }}
-{swap}
-printf '%s' {quote(fingerprint)} >"$V/{_MARKER}"
-"""
 
 
-def _parse_probe(stdout: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for line in stdout.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            found[key.strip()] = value.strip()
-    return found
+def _converge(inputs: EnvironmentInputs) -> EnvironmentOutputs:
+    _validate(inputs.runtime, inputs.release, inputs.extra_pins, inputs.requested_venv_path)
+    installed = hostenv.converge(
+        inputs.connection,
+        inputs.requested_venv_path,
+        runtime=inputs.runtime,
+        release=inputs.release,
+        extra_pins=inputs.extra_pins,
+        install_timeout_s=inputs.install_timeout_s,
+    )
+    return _outputs(installed)
 
 
-def _version_of(text: str) -> str:
-    """The release in a version line: the last version-looking word (``sglang-emulator 0.5.8``)."""
-    words = [word for word in text.split() if _RELEASE.match(word.lstrip("v"))]
-    return words[-1].lstrip("v") if words else text.strip()
+class PythonEnvironmentProvider(TypedProvider[EnvironmentInputs, EnvironmentOutputs]):
+    """Installs on create and update (only when the venv's marker says so); refresh asks the
+    environment for its version and drops a vanished one; delete leaves the venv."""
 
+    inputs = EnvironmentInputs
+    outputs = EnvironmentOutputs
 
-@plain_errors
-class _PythonEnvironmentProvider(dynamic.ResourceProvider):
-    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
-        outs = self._converge(props)
-        return dynamic.CreateResult(outs["venv_path"], outs)
+    def resource_id(self, inputs: EnvironmentInputs, outputs: EnvironmentOutputs) -> str:
+        return outputs.venv_path
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
-        return dynamic.UpdateResult(self._converge(news))
+    def upgrade(self, props: Mapping[str, object]) -> dict[str, object]:
+        # The earliest states recorded only the folder as asked for, under venv_path.
+        if props.get("requested_venv_path") is None:
+            return {**props, "requested_venv_path": props.get("venv_path")}
+        return dict(props)
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
-        old_inputs = {**olds, "venv_path": olds.get("requested_venv_path", olds.get("venv_path"))}
-        # Another runtime, release, pin set, folder or host is another environment.
-        replaces = [
-            key
-            for key in ("runtime", "release", "extra_pins", "venv_path")
-            if old_inputs.get(key) != news.get(key)
-        ]
-        changed, new_host = connection_diff(olds, news)
-        if new_host:
-            replaces.append("connection")
-        # New emulator code is copied into the same environment in place.
-        updates = [key for key in ("emulator_digest", "install_timeout_s") if olds.get(key) != news.get(key)]
-        return dynamic.DiffResult(
-            changes=bool(replaces or updates or changed), replaces=replaces, delete_before_replace=False
-        )
+    def create_typed(self, inputs: EnvironmentInputs) -> EnvironmentOutputs:
+        return _converge(inputs)
 
-    def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
-        conn = connect(props)
-        probe = self._probe(conn, props["venv_path"], props)
+    def update_typed(
+        self, olds: EnvironmentOutputs, old_inputs: EnvironmentInputs, news: EnvironmentInputs
+    ) -> EnvironmentOutputs:
+        return _converge(news)
+
+    def read_typed(self, inputs: EnvironmentInputs, outputs: EnvironmentOutputs) -> EnvironmentOutputs | None:
         # Gone or broken: refresh drops it, and the next up installs it again.
-        if probe.get("state") == "absent" or "version" not in probe:
-            return dynamic.ReadResult(None, {})
-        return dynamic.ReadResult(id_, {**props, "sglang_version": _version_of(probe["version"])})
+        found = hostenv.read(inputs.connection, outputs.venv_path, inputs.runtime, inputs.release)
+        return None if found is None else outputs.model_copy(update={"sglang_version": found.version})
 
-    def delete(self, _id: str, _props: dict[str, Any]) -> None:
-        # Left in place on purpose: every stack that asks for the same release and pins shares
-        # this folder, and reinstalling SGLang takes many minutes.
-        return None
-
-    def _probe(self, conn: Connection, venv: str, props: Mapping[str, Any]) -> dict[str, str]:
-        result = run(conn, _probe_script(venv, props["runtime"], props["release"]), timeout_s=PROBE_TIMEOUT_S)
-        if not result.ok:
-            raise HostError(
-                f"Checking the Python environment {venv} on {conn.label} failed (exit {result.exit_code}): "
-                f"{tail(result.stderr or result.stdout)}. Check that the host's shell works and run the "
-                "update again."
-            )
-        return _parse_probe(result.stdout)
-
-    def _converge(self, props: dict[str, Any]) -> dict[str, Any]:
-        runtime, release = props["runtime"], props["release"]
-        _validate(runtime, release, props["extra_pins"], props["venv_path"])
-        conn = connect(props)
-        requested = props["venv_path"]
-        emulator = emulator_digest() if runtime == "emulator" else None
-        fingerprint = _fingerprint(props, emulator)
-        probe = self._probe(conn, requested, props)
-        if probe.get("fingerprint") != fingerprint or "version" not in probe:
-            self._install(conn, props, fingerprint)
-            probe = self._probe(conn, requested, props)
-        if "version" not in probe:
-            what = "the emulator" if runtime == "emulator" else f"SGLang {release}"
-            raise HostError(
-                f"{what} was installed into {requested} on {conn.label}, but asking it for its version "
-                f"failed: {probe.get('version_error') or probe}. Look at {requested}/{_INSTALL_LOG} on "
-                "the host, fix the cause (a missing system library, a broken pin), and run the update again."
-            )
-        return {
-            **props,
-            "emulator_digest": emulator,
-            "requested_venv_path": requested,
-            "venv_path": probe["venv"],
-            "python": f"{probe['venv']}/bin/python",
-            "sglang_version": _version_of(probe["version"]),
-            "launcher_module": LAUNCHER_MODULES[runtime],
-        }
-
-    def _install(self, conn: Connection, props: Mapping[str, Any], fingerprint: str) -> None:
-        venv, runtime, release = props["venv_path"], props["runtime"], props["release"]
-        staging = None
-        if runtime == "emulator":
-            staging = f"{venv}.upload-{secrets.token_hex(4)}"
-            with tempfile.TemporaryDirectory(prefix="sglang-stacks-emulator-") as folder:
-                for package in EMULATOR_PACKAGES:
-                    shutil.copytree(
-                        _ROOT / package,
-                        Path(folder) / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-                    )
-                upload(conn, folder, staging, timeout_s=PROBE_TIMEOUT_S)
-        script = _install_script(venv, props, fingerprint, staging)
-        result = run(conn, script, timeout_s=float(props["install_timeout_s"]))
-        if result.ok:
-            return
-        where = f"{venv} on {conn.label}"
-        if result.exit_code == _EXIT_VENV:
-            raise HostError(
-                f"Creating the virtualenv {where} failed: {tail(result.stderr)}. Install Python 3 with "
-                "its venv module on the host (Debian and Ubuntu: apt-get install python3-venv) and run the "
-                "update again."
-            )
-        if result.exit_code == _EXIT_LOCK:
-            raise HostError(
-                f"Another update kept installing into {where} for {LOCK_WAIT_S} s. Wait for it to "
-                "finish (or stop it), then run the update again."
-            )
-        if result.exit_code == _EXIT_PIP:
-            pins = " ".join(_effective_pins(runtime, release, props["extra_pins"]))
-            what = (
-                f"the emulator's load-generator dependencies ({pins}) for release {release}"
-                if runtime == "emulator"
-                else f"SGLang {release} ({pins})"
-            )
-            raise HostError(
-                f"Installing {what} into {where} failed; pip's last lines: {tail(result.stderr)}. "
-                "Check that these versions exist for the host's Python and platform and that the host "
-                "reaches the package index, fix environment.sglang_release or environment.extra_pins, "
-                "and run the update again."
-            )
-        raise HostError(
-            f"Preparing the Python environment {where} failed (exit {result.exit_code}): "
-            f"{tail(result.stderr or result.stdout)}. Check that the user may write there and the disk "
-            "has room, then run the update again."
-        )
+    # Delete leaves the venv on purpose: every stack that asks for the same release and pins
+    # shares this folder, and reinstalling SGLang takes many minutes.
 
 
 class PythonEnvironment(dynamic.Resource, module="sglang", name="PythonEnvironment"):
@@ -369,7 +212,7 @@ class PythonEnvironment(dynamic.Resource, module="sglang", name="PythonEnvironme
         self,
         name: str,
         *,
-        connection: pulumi.Input[Mapping[str, Any]],
+        connection: ConnectionInput,
         runtime: Runtime,
         release: str,
         extra_pins: Sequence[str] = (),
@@ -380,16 +223,19 @@ class PythonEnvironment(dynamic.Resource, module="sglang", name="PythonEnvironme
         """``connection`` is the host's connection dict, passed as a Pulumi secret; ``venv_path``
         defaults to `default_venv_path`; ``install_timeout_s`` bounds one pip install on the host."""
         _validate(runtime, release, extra_pins, venv_path)
-        props: dict[str, Any] = {
+        inputs = {
             "connection": connection,
             "runtime": runtime,
             "release": release,
             "extra_pins": list(extra_pins),
-            "venv_path": venv_path or default_venv_path(runtime, release, extra_pins),
+            "requested_venv_path": venv_path or default_venv_path(runtime, release, extra_pins),
             "emulator_digest": emulator_digest() if runtime == "emulator" else None,
             "install_timeout_s": install_timeout_s,
             "launcher_module": LAUNCHER_MODULES[runtime],
-            "python": None,
-            "sglang_version": None,
         }
-        super().__init__(_PythonEnvironmentProvider(), name, props, keep_connection_secret(opts))
+        super().__init__(
+            PythonEnvironmentProvider(),
+            name,
+            resource_props(inputs, EnvironmentOutputs),
+            keep_connection_secret(opts),
+        )

@@ -1,127 +1,203 @@
-"""The GPU host: how it is reached, what it really is (probed with nvidia-smi and checked against the
-stack's declared facts), and which stack owns its GPUs (the claim, handed over between stacks).
+"""The GPU host: what it really is (probed with nvidia-smi and checked against the stack's declared
+facts), and which stack owns its GPUs (the claim, handed over between stacks).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Annotated
 
 import pulumi
 import pulumi.dynamic as dynamic
 
-from sglang_stacks.components._resource import connect, keep_connection_secret, plain_errors
+from sglang_stacks.components._provider import (
+    LABEL,
+    UPDATES,
+    ConnectionInput,
+    HostInputs,
+    Props,
+    TypedProvider,
+    keep_connection_secret,
+    resource_props,
+)
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops import claim, probe
 from sglang_stacks.hostops.process import stop_recorded
 
-# The facts a stack declares and the probe checks; all are stable across probes.
-FACT_KEYS = ("gpu_model", "gpu_count", "memory_per_gpu_mib", "compute_capability", "interconnect")
+__all__ = [
+    "FACT_KEYS",
+    "ClaimInputs",
+    "ClaimOutputs",
+    "ClaimProvider",
+    "DeclaredFacts",
+    "FoundFacts",
+    "GpuClaim",
+    "HostProbe",
+    "ProbeInputs",
+    "ProbeOutputs",
+    "ProbeProvider",
+]
 
 
-class _Declared:
-    """Declared facts as `probe.compare_facts` reads them."""
+class DeclaredFacts(Props):
+    """The facts a stack declares about its host; all are stable across probes."""
 
-    def __init__(self, facts: Mapping[str, Any]) -> None:
-        self.gpu_model = str(facts["gpu_model"])
-        self.gpu_count = int(facts["gpu_count"])
-        self.memory_per_gpu_mib = int(facts["memory_per_gpu_mib"])
-        self.compute_capability = str(facts["compute_capability"])
-        self.interconnect = str(facts["interconnect"])
+    gpu_model: str
+    """The GPU's name as nvidia-smi prints it (``NVIDIA H200``)."""
+    gpu_count: int
+    """How many GPUs the host has."""
+    memory_per_gpu_mib: int
+    """Total memory of each GPU."""
+    compute_capability: str
+    """CUDA compute capability, ``"9.0"`` for SM90."""
+    interconnect: str
+    """``pcie``, ``nvlink`` or ``single``."""
 
 
-def check_host(props: Mapping[str, Any]) -> dict[str, Any]:
+FACT_KEYS = tuple(DeclaredFacts.model_fields)
+"""The facts a stack declares and the probe checks."""
+
+
+class FoundFacts(DeclaredFacts):
+    """The facts the probe found: the declared ones and the driver version."""
+
+    driver_version: str
+    """The NVIDIA driver version."""
+
+
+class ProbeInputs(HostInputs):
+    """What the probe checks the host against."""
+
+    declared: Annotated[DeclaredFacts, UPDATES]
+    """The stack's declared facts."""
+    nvidia_smi: Annotated[tuple[str, ...], UPDATES]
+    """The nvidia-smi command as argv words (the emulator host's stand-in on the emulator)."""
+
+
+class ProbeOutputs(Props):
+    """What the probe found."""
+
+    facts: FoundFacts
+    """GPU model, count, memory per GPU (MiB), compute capability, interconnect, driver."""
+
+
+def check_host(inputs: ProbeInputs) -> ProbeOutputs:
     """Probes the host; HostError naming every difference from the declared facts."""
-    conn = connect(props)
-    found = probe.probe(conn, nvidia_smi=props["nvidia_smi"])
-    problems = probe.compare_facts(_Declared(props["declared"]), found)
+    conn = inputs.connection
+    found = probe.probe(conn, nvidia_smi=inputs.nvidia_smi)
+    problems = probe.compare_facts(inputs.declared, found)
     if problems:
         listed = "\n".join(f"  - {problem}" for problem in problems)
         raise HostError(f"{conn.label} is not the host this stack declares; nothing was launched:\n{listed}")
-    facts = found.summary()
-    return {"facts": {key: facts[key] for key in (*FACT_KEYS, "driver_version")}}
+    return ProbeOutputs(facts=FoundFacts.model_validate(found.summary()))
 
 
-@plain_errors
-class _ProbeProvider(dynamic.ResourceProvider):
-    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
-        return dynamic.CreateResult("probe", {**props, **check_host(props)})
+class ProbeProvider(TypedProvider[ProbeInputs, ProbeOutputs]):
+    """Probes the host on create, on every changed input and on every refresh."""
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
-        changed = [key for key in ("connection", "declared", "nvidia_smi") if olds.get(key) != news.get(key)]
-        return dynamic.DiffResult(changes=bool(changed), replaces=[], stables=["facts"])
+    inputs = ProbeInputs
+    outputs = ProbeOutputs
+    stables = ("facts",)
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
-        return dynamic.UpdateResult({**news, **check_host(news)})
+    def resource_id(self, inputs: ProbeInputs, outputs: ProbeOutputs) -> str:
+        return "probe"
 
-    def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
+    def create_typed(self, inputs: ProbeInputs) -> ProbeOutputs:
+        return check_host(inputs)
+
+    def update_typed(self, olds: ProbeOutputs, old_inputs: ProbeInputs, news: ProbeInputs) -> ProbeOutputs:
+        return check_host(news)
+
+    def read_typed(self, inputs: ProbeInputs, outputs: ProbeOutputs) -> ProbeOutputs:
         # A refresh probes again: a GPU that fell off the bus shows up as an error here.
-        return dynamic.ReadResult(id_, {**props, **check_host(props)})
+        return check_host(inputs)
 
 
 class HostProbe(dynamic.Resource, module="sglang", name="HostProbe"):
     """The host's GPUs as nvidia-smi reports them, checked against the declared facts."""
 
-    facts: pulumi.Output[dict[str, Any]]
+    facts: pulumi.Output[dict[str, str | int]]
     """GPU model, count, memory per GPU (MiB), compute capability, interconnect, driver."""
 
     def __init__(
         self,
         name: str,
         *,
-        connection: pulumi.Input[Mapping[str, Any]],
-        declared: Mapping[str, Any],
+        connection: ConnectionInput,
+        declared: Mapping[str, str | int],
         nvidia_smi: pulumi.Input[Sequence[str]],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        props = {
-            "connection": connection,
-            "declared": dict(declared),
-            "nvidia_smi": nvidia_smi,
-            "facts": None,
-        }
-        super().__init__(_ProbeProvider(), name, props, keep_connection_secret(opts))
+        """``declared`` holds the `FACT_KEYS` of the stack's host section."""
+        inputs = {"connection": connection, "declared": dict(declared), "nvidia_smi": nvidia_smi}
+        super().__init__(
+            ProbeProvider(), name, resource_props(inputs, ProbeOutputs), keep_connection_secret(opts)
+        )
 
 
-def take_claim(props: Mapping[str, Any]) -> dict[str, Any]:
+class ClaimInputs(HostInputs):
+    """Which stack claims the host, and how a previous owner's server is stopped."""
+
+    stack: Annotated[str, UPDATES]
+    """The stack that claims the GPUs."""
+    state_dir: Annotated[str, UPDATES]
+    """The folder on the host that holds the claim."""
+    takeover: Annotated[bool, UPDATES] = True
+    """Whether an idle claim of another stack may be taken over (its server stopped first)."""
+    update_id: Annotated[str, LABEL] = ""
+    """The update that holds the claim: new on every run, recorded on the host, never a change."""
+    nvidia_smi: Annotated[tuple[str, ...], LABEL] = ("nvidia-smi",)
+    """How to see GPU memory free after stopping a previous owner's server."""
+    stop_timeout_s: Annotated[float, LABEL] = 120.0
+    """How long a previous owner's server may take to stop and free its GPU memory."""
+
+
+class ClaimOutputs(Props):
+    """Who owns the GPUs as last seen."""
+
+    owner: str
+    """The stack that owns the GPUs: this one after an update, another after a refresh that found
+    the host handed over, empty when no stack does."""
+    taken_from: str
+    """The stack whose server was stopped when this stack took the host, if any."""
+
+
+def take_claim(inputs: ClaimInputs) -> ClaimOutputs:
     """Claims the GPUs for this stack; a previous owner's server is stopped first."""
-    conn = connect(props)
+    conn = inputs.connection
     previous = claim.acquire(
-        conn,
-        props["stack"],
-        takeover=bool(props["takeover"]),
-        update_id=props["update_id"],
-        state_dir=props["state_dir"],
+        conn, inputs.stack, takeover=inputs.takeover, update_id=inputs.update_id, state_dir=inputs.state_dir
     )
     if previous is not None:
-        stop_recorded(conn, previous, props["nvidia_smi"], float(props["stop_timeout_s"]), props["state_dir"])
-    return {"owner": props["stack"], "taken_from": previous.stack if previous else ""}
+        stop_recorded(conn, previous, inputs.nvidia_smi, inputs.stop_timeout_s, inputs.state_dir)
+    return ClaimOutputs(owner=inputs.stack, taken_from=previous.stack if previous else "")
 
 
-@plain_errors
-class _ClaimProvider(dynamic.ResourceProvider):
-    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
-        return dynamic.CreateResult(props["stack"], {**props, **take_claim(props)})
+class ClaimProvider(TypedProvider[ClaimInputs, ClaimOutputs]):
+    """Takes the claim on create and update, reads it on refresh, releases it on delete."""
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
-        # The update id is new on every run and alone changes nothing; a claim that another stack
-        # took (seen on refresh) is taken back.
-        changed = [
-            key for key in ("connection", "stack", "takeover", "state_dir") if olds.get(key) != news.get(key)
-        ]
-        if olds.get("owner") != news["stack"]:
-            changed.append("owner")
-        return dynamic.DiffResult(changes=bool(changed), replaces=[])
+    inputs = ClaimInputs
+    outputs = ClaimOutputs
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
-        return dynamic.UpdateResult({**news, **take_claim(news)})
+    def resource_id(self, inputs: ClaimInputs, outputs: ClaimOutputs) -> str:
+        return inputs.stack
 
-    def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
-        current = claim.read(connect(props), state_dir=props["state_dir"])
-        return dynamic.ReadResult(id_, {**props, "owner": current.stack if current else ""})
+    def create_typed(self, inputs: ClaimInputs) -> ClaimOutputs:
+        return take_claim(inputs)
 
-    def delete(self, _id: str, props: dict[str, Any]) -> None:
-        claim.release(connect(props), props["stack"], state_dir=props["state_dir"])
+    def update_typed(self, olds: ClaimOutputs, old_inputs: ClaimInputs, news: ClaimInputs) -> ClaimOutputs:
+        return take_claim(news)
+
+    def drifted(self, outputs: ClaimOutputs, news: ClaimInputs) -> bool:
+        # A claim that another stack took (seen on refresh) is taken back.
+        return outputs.owner != news.stack
+
+    def read_typed(self, inputs: ClaimInputs, outputs: ClaimOutputs) -> ClaimOutputs:
+        current = claim.read(inputs.connection, state_dir=inputs.state_dir)
+        return outputs.model_copy(update={"owner": current.stack if current else ""})
+
+    def delete_typed(self, inputs: ClaimInputs, outputs: ClaimOutputs) -> None:
+        claim.release(inputs.connection, inputs.stack, state_dir=inputs.state_dir)
 
 
 class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
@@ -137,7 +213,7 @@ class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
         self,
         name: str,
         *,
-        connection: pulumi.Input[Mapping[str, Any]],
+        connection: ConnectionInput,
         stack: str,
         update_id: str,
         nvidia_smi: pulumi.Input[Sequence[str]],
@@ -146,15 +222,15 @@ class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
         stop_timeout_s: float = 120.0,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        props = {
-            "state_dir": state_dir,
+        inputs = {
             "connection": connection,
             "stack": stack,
             "update_id": update_id,
             "nvidia_smi": nvidia_smi,
+            "state_dir": state_dir,
             "takeover": takeover,
             "stop_timeout_s": stop_timeout_s,
-            "owner": None,
-            "taken_from": None,
         }
-        super().__init__(_ClaimProvider(), name, props, keep_connection_secret(opts))
+        super().__init__(
+            ClaimProvider(), name, resource_props(inputs, ClaimOutputs), keep_connection_secret(opts)
+        )

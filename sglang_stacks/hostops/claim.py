@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_stacks.errors import ClaimError, HostError
-from sglang_stacks.hostops.transport import Connection, Session, open_session, run
+from sglang_stacks.hostops.programs import open_python, run_python
+from sglang_stacks.hostops.transport import Connection, Session
 
 __all__ = [
     "DEFAULT_STATE_DIR",
@@ -39,147 +40,9 @@ _LOCK_WAIT_S = 15.0
 _HEARTBEAT_S = 10.0
 _SILENCE_S = 60.0
 
-# Runs on the host with its python3, so the read, the decision and the write happen under one
-# flock. Kept to Python 3.6 so any distribution's python3 can run it.
-_PROGRAM = r"""
-import fcntl, json, os, select, sys, time
-
-env = os.environ
-op, stack = env["CLAIM_OP"], env["CLAIM_STACK"]
-folder = os.path.expanduser(env["CLAIM_DIR"])
-path = os.path.join(folder, "claim.json")
-
-
-def stamp():
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def answer(outcome, claim=None, previous=None, updating=False):
-    print(json.dumps({"outcome": outcome, "claim": claim, "previous": previous, "updating": updating}))
-    sys.stdout.flush()
-
-
-def write(claim):
-    if claim is None:
-        os.unlink(path)
-        return
-    staging = path + ".tmp"
-    with open(staging, "w") as handle:
-        json.dump(claim, handle, indent=2, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(staging, path)
-
-
-def try_lock(name):
-    handle = open(os.path.join(folder, name), "a")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return handle
-    except OSError:
-        handle.close()
-        return None
-
-
-def lock_claim():
-    handle = open(os.path.join(folder, "claim.lock"), "a")
-    give_up = time.time() + float(env["CLAIM_LOCK_WAIT_S"])
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return handle
-        except OSError:
-            if time.time() > give_up:
-                answer("lock-timeout")
-                sys.exit(0)
-            time.sleep(0.05)
-
-
-def load():
-    try:
-        with open(path) as handle:
-            claim = json.load(handle)
-        claim["stack"]
-        return claim
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError):
-        answer("corrupt")
-        sys.exit(0)
-
-
-os.makedirs(folder, mode=0o700, exist_ok=True)
-guard = lock_claim()
-claim = load()
-owned = claim is not None and claim["stack"] == stack
-
-if op == "read":
-    free = try_lock("update.lock")
-    answer("read", claim, updating=free is None)
-    sys.exit(0)
-
-if op == "release":
-    if not owned:
-        answer("not-owner", claim)
-        sys.exit(0)
-    write(None)
-    answer("released", None, claim)
-    sys.exit(0)
-
-if op in ("check", "record-server"):
-    if not owned:
-        answer("lost", claim)
-        sys.exit(0)
-    if op == "record-server":
-        claim["server_pid"] = int(env["CLAIM_SERVER_PID"])
-        claim["server_start_ticks"] = int(env["CLAIM_SERVER_START_TICKS"])
-        write(claim)
-    answer("ok", claim)
-    sys.exit(0)
-
-# acquire: take the update lock first; held by someone means an update is running now.
-update_lock = try_lock("update.lock")
-if update_lock is None:
-    answer("busy", claim)
-    sys.exit(0)
-previous = claim if claim is not None and not owned else None
-if previous is not None and env["CLAIM_TAKEOVER"] != "1":
-    answer("held", claim)
-    sys.exit(0)
-if not owned:
-    claim = {"stack": stack, "project": env["CLAIM_PROJECT"], "claimed_at": stamp(), "server_pid": None}
-update_id = env["CLAIM_UPDATE_ID"]
-claim.update({"update_id": update_id, "updating_since": stamp()})
-write(claim)
-guard.close()
-answer("acquired", claim, previous, updating=True)
-
-# Hold the update lock while the update's process is alive: it writes a line every few seconds
-# and its end closes stdin.
-while True:
-    ready, _, _ = select.select([0], [], [], float(env["CLAIM_SILENCE_S"]))
-    if not ready or not os.read(0, 4096):
-        break
-guard = lock_claim()
-claim = load()
-if claim is not None and claim["stack"] == stack and claim.get("update_id") == update_id:
-    claim["updating_since"] = None
-    write(claim)
-"""
-
-# The system python3 first: it starts fastest (no version-manager shims) and needs nothing but the
-# standard library here; -I -S keep the user's site-packages and PYTHON* variables out. The
-# program comes on descriptor 3, leaving stdin to the update's heartbeat.
-_SCRIPT = f"""\
-py=/usr/bin/python3
-[ -x "$py" ] || py=$(command -v python3) || {{
-    echo "sglang-stacks: the host has no python3, which the GPU claim needs; install python3" >&2
-    exit 3
-}}
-exec "$py" -I -S /dev/fd/3 3<<'__SGLANG_STACKS_CLAIM__'
-{_PROGRAM}
-__SGLANG_STACKS_CLAIM__
-"""
+# The host program (programs/claim.py) runs with the host's system python3: the read, the decision
+# and the write happen there under one flock.
+_PROGRAM = "claim.py"
 
 
 @dataclass(frozen=True)
@@ -266,11 +129,9 @@ def acquire(
         if lease is not None and lease.session.alive:
             _owner_call(conn, "check", stack, state_dir)
             return None
-        session = open_session(
-            conn,
-            _SCRIPT,
-            env=_env("acquire", stack, state_dir, takeover=takeover, project=project, update_id=update_id),
-        )
+        args = _args("acquire", stack, state_dir)
+        args += ["--project", project, "--update-id", update_id] + (["--takeover"] if takeover else [])
+        session = open_python(conn, _PROGRAM, args)
         answer = _parse(
             conn, session.read_line(timeout_s=_LOCK_WAIT_S + conn.connect_timeout_s + 30), state_dir
         )
@@ -319,8 +180,10 @@ def record_server(
         "record-server",
         stack,
         state_dir,
-        CLAIM_SERVER_PID=str(int(pid)),
-        CLAIM_SERVER_START_TICKS=str(int(start_ticks)),
+        "--server-pid",
+        str(int(pid)),
+        "--server-start-ticks",
+        str(int(start_ticks)),
     )
 
 
@@ -336,19 +199,8 @@ def _check_stack(stack: str) -> None:
         raise ValueError("a claim needs the stack's name")
 
 
-def _env(op: str, stack: str, state_dir: str, **values: Any) -> dict[str, str]:
-    env = {
-        "CLAIM_OP": op,
-        "CLAIM_STACK": stack,
-        "CLAIM_DIR": state_dir,
-        "CLAIM_LOCK_WAIT_S": repr(_LOCK_WAIT_S),
-        "CLAIM_SILENCE_S": repr(_SILENCE_S),
-    }
-    if "takeover" in values:
-        env["CLAIM_TAKEOVER"] = "1" if values["takeover"] else "0"
-        env["CLAIM_PROJECT"] = str(values["project"])
-        env["CLAIM_UPDATE_ID"] = str(values["update_id"])
-    return env
+def _args(op: str, stack: str, state_dir: str) -> list[str]:
+    return [op, stack, state_dir, "--lock-wait-s", repr(_LOCK_WAIT_S), "--silence-s", repr(_SILENCE_S)]
 
 
 def _refusal(conn: Connection, stack: str, answer: dict[str, Any]) -> ClaimError:
@@ -372,8 +224,8 @@ def _refusal(conn: Connection, stack: str, answer: dict[str, Any]) -> ClaimError
     )
 
 
-def _owner_call(conn: Connection, op: str, stack: str, state_dir: str, **env: str) -> None:
-    answer = _call(conn, op, stack, state_dir, **env)
+def _owner_call(conn: Connection, op: str, stack: str, state_dir: str, *more: str) -> None:
+    answer = _call(conn, op, stack, state_dir, *more)
     if answer["outcome"] == "lost":
         claim = answer["claim"]
         now_owned_by = f"stack {claim['stack']!r} does now" if claim else "no stack does now"
@@ -383,8 +235,10 @@ def _owner_call(conn: Connection, op: str, stack: str, state_dir: str, **env: st
         )
 
 
-def _call(conn: Connection, op: str, stack: str, state_dir: str, **env: str) -> dict[str, Any]:
-    result = run(conn, _SCRIPT, timeout_s=_LOCK_WAIT_S + 30, env={**_env(op, stack, state_dir), **env})
+def _call(conn: Connection, op: str, stack: str, state_dir: str, *more: str) -> dict[str, Any]:
+    result = run_python(
+        conn, _PROGRAM, [*_args(op, stack, state_dir), *more], python=None, timeout_s=_LOCK_WAIT_S + 30
+    )
     if not result.ok:
         raise HostError(
             f"The GPU claim step {op!r} failed on {conn.label} (exit {result.exit_code}): "

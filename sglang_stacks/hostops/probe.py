@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from sglang_stacks.errors import HostError
-from sglang_stacks.hostops.transport import Connection, quote, run
+from sglang_stacks.hostops.programs import run_bash
+from sglang_stacks.hostops.transport import Connection
 
 __all__ = [
     "QUERY_GPU_FIELDS",
@@ -24,7 +25,6 @@ __all__ = [
     "parse_query_gpu",
     "parse_topology",
     "probe",
-    "probe_script",
 ]
 
 QUERY_GPU_FIELDS = (
@@ -32,6 +32,7 @@ QUERY_GPU_FIELDS = (
 )
 """The ``--query-gpu`` fields the probe asks for, in the order `parse_query_gpu` reads them."""
 _QUERY_APPS_FIELDS = "pid,process_name,used_memory,gpu_uuid"
+# The sections probe.sh prints, in order.
 _SECTIONS = ("query-gpu", "compute-apps", "topo")
 _SECTION_LINE = re.compile(r"^@@sglang-stacks (begin|end) (\S+)(?: (\d+))?$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -219,37 +220,16 @@ def parse_topology(topo_text: str) -> Interconnect:
     return "nvlink" if all(re.fullmatch(r"NV\d+", link) for link in pairs) else "pcie"
 
 
-def probe_script(nvidia_smi: Sequence[str] = ("nvidia-smi",)) -> str:
-    """The bash the host runs: the GPU query, the compute apps and the topology, one section each.
-
-    ``nvidia_smi`` is the command as argv words; the emulator host passes its stand-in, such as
-    ``("python", "-m", "sglang_emulator.nvidia_smi")``.
-    """
-    command = " ".join(quote(word) for word in nvidia_smi)
-    arguments = {
-        "query-gpu": f"--query-gpu={QUERY_GPU_FIELDS} --format=csv,noheader,nounits",
-        "compute-apps": f"--query-compute-apps={_QUERY_APPS_FIELDS} --format=csv,noheader,nounits",
-        "topo": "topo -m",
-    }
-    lines = []
-    for section in _SECTIONS:
-        lines += [
-            f"echo '@@sglang-stacks begin {section}'",
-            f"{command} {arguments[section]} 2>&1",
-            f'echo "@@sglang-stacks end {section} $?"',
-        ]
-    return "\n".join(lines) + "\n"
-
-
-PROBE_SCRIPT = probe_script()
-"""The probe for a host with the real ``nvidia-smi`` on its PATH."""
-
-
 def probe(
     conn: Connection, *, nvidia_smi: Sequence[str] = ("nvidia-smi",), timeout_s: float = 60
 ) -> HostFacts:
     """Runs the probe on the host and parses what it printed; HostError when nvidia-smi fails."""
-    result = run(conn, probe_script(nvidia_smi), timeout_s=timeout_s)
+    params = {
+        "nvidia_smi": "\n".join(nvidia_smi),
+        "gpu_fields": QUERY_GPU_FIELDS,
+        "app_fields": _QUERY_APPS_FIELDS,
+    }
+    result = run_bash(conn, "probe.sh", params, timeout_s=timeout_s)
     sections = _sections(result.stdout)
     command = " ".join(nvidia_smi)
     for section in _SECTIONS:

@@ -8,35 +8,37 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sglang_stacks.hostops import transport as transport
-from sglang_stacks.hostops.transport import Connection, quote_path
+from sglang_stacks.hostops.programs import run_bash
+from sglang_stacks.hostops.transport import Connection
 
 NOTE = "serving.json"
 
 
-def _note_path(state_dir: str) -> str:
-    return quote_path(f"{state_dir.rstrip('/')}/{NOTE}")
+def _note(state_dir: str) -> str:
+    return f"{state_dir.rstrip('/')}/{NOTE}"
 
 
 def record(conn: Connection, state_dir: str, note: Mapping[str, Any]) -> None:
     """Writes the note of the server that just became ready (replacing any earlier one)."""
-    path = _note_path(state_dir)
-    script = (
-        f'set -e\nnote={path}\nmkdir -p "$(dirname "$note")"\ncat >"$note.tmp"\nmv -f "$note.tmp" "$note"\n'
+    run_bash(
+        conn,
+        "serving_note.sh",
+        {"op": "record", "note": _note(state_dir)},
+        timeout_s=30,
+        stdin=json.dumps(dict(note), sort_keys=True).encode(),
     )
-    transport.run(conn, script, timeout_s=30, stdin=json.dumps(dict(note), sort_keys=True).encode())
 
 
 def forget(conn: Connection, state_dir: str, pid: int) -> None:
     """Removes the note if it is about the server with this pid."""
-    path = _note_path(state_dir)
-    script = f"grep -q '\"pid\": {int(pid)}[,}}]' {path} 2>/dev/null && rm -f {path} || true\n"
-    transport.run(conn, script, timeout_s=30)
+    run_bash(
+        conn, "serving_note.sh", {"op": "forget", "note": _note(state_dir), "pid": int(pid)}, timeout_s=30
+    )
 
 
 def read(conn: Connection, state_dir: str) -> dict[str, Any] | None:
     """The note of the server the host serves, or None when there is none."""
-    result = transport.run(conn, f"cat {_note_path(state_dir)} 2>/dev/null || true\n", timeout_s=30)
+    result = run_bash(conn, "serving_note.sh", {"op": "read", "note": _note(state_dir)}, timeout_s=30)
     try:
         note = json.loads(result.stdout)
     except json.JSONDecodeError:

@@ -35,7 +35,17 @@ from typing import IO, Literal
 from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import HostError, SpecError, StacksError
 
-__all__ = ["CommandResult", "Connection", "Session", "open_session", "quote", "quote_path", "run", "upload"]
+__all__ = [
+    "CommandResult",
+    "Connection",
+    "Session",
+    "open_session",
+    "quote",
+    "quote_path",
+    "run",
+    "tail",
+    "upload",
+]
 
 quote = shlex.quote
 """Quotes one value for bash; the only quoting function the components use."""
@@ -148,6 +158,12 @@ class CommandResult:
     def ok(self) -> bool:
         """True when the script exited 0."""
         return self.exit_code == 0
+
+
+def tail(text: str, lines: int = 12) -> str:
+    """The last non-blank ``lines`` of ``text``, joined with `` | `` for a one-paragraph message."""
+    kept = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) if kept else "(no output)"
 
 
 def quote_path(path: str) -> str:

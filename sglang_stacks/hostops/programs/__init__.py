@@ -4,17 +4,18 @@ Python (``*.py``, standard library only: a host may have nothing else).
 A program is shipped over the session the way every script is (nothing is installed on the
 host): a bash program is the script itself, its parameters exported at its top as upper-case
 variables; a Python program travels in the variable ``SGLANG_STACKS_PROGRAM`` and runs with
-``python -c``, so the command's standard input stays free for data. Parameters never carry
-secrets on a command line: secrets go in ``stdin``.
+``python -c``, so the command's standard input stays free for data (``python=None`` picks the
+host's system python3, isolated from the user's site-packages, through ``system_python.sh``).
+Parameters never carry secrets on a command line: secrets go in ``stdin``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sglang_stacks.hostops.transport import CommandResult, Connection, quote, run
+from sglang_stacks.hostops.transport import CommandResult, Connection, Session, open_session, quote, run
 
 FOLDER = Path(__file__).resolve().parent
 
@@ -48,16 +49,34 @@ def run_bash(
     return run(conn, source(name), timeout_s=timeout_s, stdin=stdin, env=_variables(params or {}))
 
 
+def python_script(name: str, args: Sequence[str], *, python: str | None) -> tuple[str, dict[str, str]]:
+    """The bash that runs the Python program ``name`` with ``args``, and the variables it needs.
+
+    ``python`` None means the host's system python3 in isolated mode: a program that needs nothing
+    but the standard library starts fastest there, and no user site or PYTHON* variable reaches it.
+    """
+    words = " ".join(quote(arg) for arg in args)
+    env = {"SGLANG_STACKS_PROGRAM": source(name)}
+    if python is None:
+        return f"set -- {words}\n{source('system_python.sh')}", env
+    return f'exec {quote(python)} -c "$SGLANG_STACKS_PROGRAM" {words}\n', env
+
+
 def run_python(
     conn: Connection,
     name: str,
     args: list[str],
     *,
-    python: str = "python3",
+    python: str | None = "python3",
     timeout_s: float,
     stdin: bytes | None = None,
 ) -> CommandResult:
     """Runs the Python program ``name`` with the host's ``python`` and ``args``."""
-    words = " ".join(quote(arg) for arg in args)
-    script = f'exec {quote(python)} -c "$SGLANG_STACKS_PROGRAM" {words}\n'
-    return run(conn, script, timeout_s=timeout_s, stdin=stdin, env={"SGLANG_STACKS_PROGRAM": source(name)})
+    script, env = python_script(name, args, python=python)
+    return run(conn, script, timeout_s=timeout_s, stdin=stdin, env=env)
+
+
+def open_python(conn: Connection, name: str, args: Sequence[str], *, python: str | None = None) -> Session:
+    """Starts the Python program ``name`` and leaves it running, to talk to line by line."""
+    script, env = python_script(name, args, python=python)
+    return open_session(conn, script, env=env)

@@ -1,0 +1,221 @@
+"""The Python environment on a host: what a venv holds (checked by ``env_check.sh``) and making it
+hold the pinned SGLang release or this checkout's emulator (``env_install.sh``).
+
+A marker file in a finished venv records a fingerprint of what was installed; a venv whose marker
+matches and that answers its version is ready, and is not installed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import secrets
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_stacks.errors import HostError
+from sglang_stacks.hostops.programs import run_bash
+from sglang_stacks.hostops.transport import Connection, tail, upload
+
+__all__ = [
+    "EMULATOR_PACKAGES",
+    "LOADGEN_PINS",
+    "Installed",
+    "converge",
+    "effective_pins",
+    "emulator_digest",
+    "is_release",
+    "read",
+]
+
+EMULATOR_PACKAGES = ("sglang_flags", "sglang_emulator")
+"""The stdlib-only packages copied from this checkout into an emulator environment."""
+
+LOADGEN_PINS = ("httpx==0.28.1",)
+"""What the benchmark's load generator needs next to the emulator; it runs with the env's python."""
+
+CHECK_TIMEOUT_S = 120.0
+# Waiting for another update that installs into the same folder; an install can take this long.
+LOCK_WAIT_S = 3600
+MARKER = ".sglang-stacks-env"
+INSTALL_LOG = ".sglang-stacks-install.log"
+# The folder that holds the emulator packages: the checkout, or site-packages when installed.
+_ROOT = Path(str(importlib.util.find_spec("sglang_emulator").origin)).resolve().parent.parent  # type: ignore[union-attr]
+_RELEASE = re.compile(r"^[0-9]+(\.[0-9]+)*([.+!_-]?[A-Za-z0-9]+)*$")
+# env_install.sh's exit codes.
+_EXIT_VENV, _EXIT_PIP, _EXIT_LOCK = 10, 11, 12
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A ready environment on the host."""
+
+    venv_path: str
+    """The venv folder, absolute."""
+    version: str
+    """The SGLang release it holds (emulates, for the emulator)."""
+
+
+def is_release(text: str) -> bool:
+    """Whether ``text`` is written as a version (``0.5.8``, ``0.5.3rc0``)."""
+    return bool(_RELEASE.match(text))
+
+
+def effective_pins(runtime: str, release: str, extra_pins: Sequence[str]) -> list[str]:
+    """The pip requirements the environment is made of (GPU pins do not apply to the emulator)."""
+    if runtime == "emulator":
+        return list(LOADGEN_PINS)
+    return [f"sglang[all]=={release}", *extra_pins]
+
+
+def emulator_digest(root: Path | None = None) -> str:
+    """sha256 over the emulator packages' files (path and content) in ``root`` (this checkout),
+    ignoring bytecode caches."""
+    root = root or _ROOT
+    digest = hashlib.sha256()
+    for package in EMULATOR_PACKAGES:
+        folder = root / package
+        for file in sorted(p for p in folder.rglob("*") if p.is_file() and not _is_cache(p)):
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _is_cache(path: Path) -> bool:
+    return "__pycache__" in path.parts or path.suffix == ".pyc"
+
+
+def _fingerprint(runtime: str, release: str, extra_pins: Sequence[str], emulator: str | None) -> str:
+    """What the marker in a finished environment records: its runtime, release and pins."""
+    pins = effective_pins(runtime, release, extra_pins)
+    recipe = {"runtime": runtime, "release": release, "pins": pins, "emulator": emulator}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+
+
+def _version_of(text: str) -> str:
+    """The release in a version line: the last version-looking word (``sglang-emulator 0.5.8``)."""
+    words = [word for word in text.split() if _RELEASE.match(word.lstrip("v"))]
+    return words[-1].lstrip("v") if words else text.strip()
+
+
+def _check(conn: Connection, venv: str, runtime: str, release: str) -> dict[str, str]:
+    """``env_check.sh``'s key=value lines as a map."""
+    params = {"venv": venv, "runtime": runtime, "release": release, "marker": MARKER}
+    result = run_bash(conn, "env_check.sh", params, timeout_s=CHECK_TIMEOUT_S)
+    if not result.ok:
+        raise HostError(
+            f"Checking the Python environment {venv} on {conn.label} failed (exit {result.exit_code}): "
+            f"{tail(result.stderr or result.stdout)}. Check that the host's shell works and run the "
+            "update again."
+        )
+    found: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            found[key.strip()] = value.strip()
+    return found
+
+
+def read(conn: Connection, venv: str, runtime: str, release: str) -> Installed | None:
+    """The environment at ``venv`` if it is there and answers its version, else None."""
+    found = _check(conn, venv, runtime, release)
+    if found.get("state") == "absent" or "version" not in found:
+        return None
+    return Installed(found["venv"], _version_of(found["version"]))
+
+
+def converge(
+    conn: Connection,
+    venv: str,
+    *,
+    runtime: str,
+    release: str,
+    extra_pins: Sequence[str],
+    install_timeout_s: float,
+) -> Installed:
+    """Makes ``venv`` hold what is asked for, installing only when its marker says otherwise."""
+    emulator = emulator_digest() if runtime == "emulator" else None
+    fingerprint = _fingerprint(runtime, release, extra_pins, emulator)
+    found = _check(conn, venv, runtime, release)
+    if found.get("fingerprint") != fingerprint or "version" not in found:
+        _install(conn, venv, runtime, release, extra_pins, fingerprint, install_timeout_s)
+        found = _check(conn, venv, runtime, release)
+    if "version" not in found:
+        what = "the emulator" if runtime == "emulator" else f"SGLang {release}"
+        raise HostError(
+            f"{what} was installed into {venv} on {conn.label}, but asking it for its version "
+            f"failed: {found.get('version_error') or found}. Look at {venv}/{INSTALL_LOG} on "
+            "the host, fix the cause (a missing system library, a broken pin), and run the update again."
+        )
+    return Installed(found["venv"], _version_of(found["version"]))
+
+
+def _upload_emulator(conn: Connection, venv: str) -> str:
+    """Copies this checkout's emulator packages next to ``venv``; returns the staging folder."""
+    staging = f"{venv}.upload-{secrets.token_hex(4)}"
+    with tempfile.TemporaryDirectory(prefix="sglang-stacks-emulator-") as folder:
+        for package in EMULATOR_PACKAGES:
+            shutil.copytree(
+                _ROOT / package, Path(folder) / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+            )
+        upload(conn, folder, staging, timeout_s=CHECK_TIMEOUT_S)
+    return staging
+
+
+def _install(
+    conn: Connection,
+    venv: str,
+    runtime: str,
+    release: str,
+    extra_pins: Sequence[str],
+    fingerprint: str,
+    timeout_s: float,
+) -> None:
+    pins = effective_pins(runtime, release, extra_pins)
+    params: dict[str, str | int] = {
+        "venv": venv,
+        "pins": "\n".join(pins),
+        "staging": _upload_emulator(conn, venv) if runtime == "emulator" else "",
+        "packages": "\n".join(EMULATOR_PACKAGES),
+        "marker": MARKER,
+        "fingerprint": fingerprint,
+        "install_log": INSTALL_LOG,
+        "lock_wait_s": LOCK_WAIT_S,
+    }
+    result = run_bash(conn, "env_install.sh", params, timeout_s=timeout_s)
+    if result.ok:
+        return
+    where = f"{venv} on {conn.label}"
+    if result.exit_code == _EXIT_VENV:
+        raise HostError(
+            f"Creating the virtualenv {where} failed: {tail(result.stderr)}. Install Python 3 with "
+            "its venv module on the host (Debian and Ubuntu: apt-get install python3-venv) and run the "
+            "update again."
+        )
+    if result.exit_code == _EXIT_LOCK:
+        raise HostError(
+            f"Another update kept installing into {where} for {LOCK_WAIT_S} s. Wait for it to "
+            "finish (or stop it), then run the update again."
+        )
+    if result.exit_code == _EXIT_PIP:
+        what = (
+            f"the emulator's load-generator dependencies ({' '.join(pins)}) for release {release}"
+            if runtime == "emulator"
+            else f"SGLang {release} ({' '.join(pins)})"
+        )
+        raise HostError(
+            f"Installing {what} into {where} failed; pip's last lines: {tail(result.stderr)}. "
+            "Check that these versions exist for the host's Python and platform and that the host "
+            "reaches the package index, fix environment.sglang_release or environment.extra_pins, "
+            "and run the update again."
+        )
+    raise HostError(
+        f"Preparing the Python environment {where} failed (exit {result.exit_code}): "
+        f"{tail(result.stderr or result.stdout)}. Check that the user may write there and the disk "
+        "has room, then run the update again."
+    )

@@ -1,0 +1,40 @@
+# Makes a Python environment: creates the venv when missing, installs the pins, swaps in uploaded
+# packages, and marks it finished. Runs under a lock beside the folder, so two stacks installing
+# one environment take turns.
+#   VENV         the venv folder (a leading ~/ is the user's home)
+#   PINS         pip requirements, one per line
+#   STAGING      a folder of uploaded packages to put into site-packages, or empty
+#   PACKAGES     the package folders in STAGING, one per line
+#   MARKER       the marker file's name; FINGERPRINT what it records
+#   INSTALL_LOG  pip's log file's name in the folder;  LOCK_WAIT_S  how long to wait for the lock
+# Exit codes that hostops/environment.py explains: 10 no venv, 11 pip failed, 12 the lock stayed
+# taken, 13 site-packages could not take the uploaded packages.
+unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER
+case $VENV in "~/"*) VENV=$HOME/${VENV#"~/"} ;; esac
+case $STAGING in "~/"*) STAGING=$HOME/${STAGING#"~/"} ;; esac
+cd / || exit 2
+set -u
+if [ -n "$STAGING" ]; then trap 'rm -rf "$STAGING"' EXIT; fi
+
+mkdir -p "$(dirname "$VENV")" || exit 10
+exec 9>"$VENV.lock"
+if command -v flock >/dev/null 2>&1; then flock -w "$LOCK_WAIT_S" 9 || exit 12; fi
+if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV" >&2 || exit 10
+fi
+rm -f "$VENV/$MARKER"
+readarray -t pins <<<"$PINS"
+"$VENV/bin/python" -m pip install --no-input --disable-pip-version-check "${pins[@]}" \
+    >"$VENV/$INSTALL_LOG" 2>&1 || {
+    tail -n 15 "$VENV/$INSTALL_LOG" >&2
+    exit 11
+}
+if [ -n "$STAGING" ]; then
+    site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || exit 13
+    readarray -t packages <<<"$PACKAGES"
+    for package in "${packages[@]}"; do
+        rm -rf "${site:?}/$package"
+        mv "$STAGING/$package" "$site/" || exit 13
+    done
+fi
+printf '%s' "$FINGERPRINT" >"$VENV/$MARKER"
