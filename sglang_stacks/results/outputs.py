@@ -46,6 +46,11 @@ class StackOutputs(BaseModel):
         """The launch command as argv, from whichever output the stack has."""
         if self.launch_argv is not None:
             return list(self.launch_argv)
+        if self.launch_flags is not None and not any(key.startswith("-") for key in self.launch_flags):
+            # Typed launch values by canonical name: rendered for the release by the one renderer.
+            from sglang_stacks.config.render import flags_from_values, render_argv
+
+            return render_argv(flags_from_values(self.launch_flags), self.sglang_version)
         if self.launch_flags is not None:
             argv: list[str] = []
             for option, value in self.launch_flags.items():
