@@ -20,7 +20,7 @@ import pulumi.dynamic as dynamic
 from components._resource import connect, connection_diff, keep_connection_secret, plain_errors, tail
 from components._transport import Connection, quote, quote_path, run, upload
 from components.errors import HostError, SpecError
-from sglang_flags import known_releases
+from sglang_flags import known_releases, nearest_releases
 
 __all__ = ["EMULATOR_PACKAGES", "LOADGEN_PINS", "PythonEnvironment", "Runtime", "default_venv_path"]
 
@@ -82,8 +82,9 @@ def _validate(runtime: str, release: str, extra_pins: Sequence[str], venv_path: 
         )
     if runtime == "emulator" and release not in known_releases():
         raise SpecError(
-            f"environment.sglang_release {release!r} is not one the emulator emulates; it knows "
-            f"{', '.join(known_releases())}. Pick one of them, or deploy to a real GPU host."
+            f"environment.sglang_release {release!r} is not one the emulator emulates; the nearest it "
+            f"knows are {' and '.join(nearest_releases(release))}. Pick one of them, or deploy to a "
+            "real GPU host."
         )
     if isinstance(extra_pins, str):
         raise SpecError(

@@ -1,7 +1,8 @@
 """SGLang launch flags as typed data, and the one place they become the argv of a release.
 
 A field's name is SGLang's own (``speculative_num_steps`` is ``--speculative-num-steps``). Where
-releases spell a flag differently, the newest name is the field and ``_RENAMED`` maps it back.
+releases spell a flag differently (``tensor_parallel_size`` until 0.5.13, ``tp_size`` from 0.5.14),
+``sglang_flags.renames`` says so, and each release's table picks the spelling it has.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from components.errors import FlagError
-from sglang_flags import Flag, FlagTable, known_releases, load_table
+from sglang_flags import Flag, FlagTable, load_table, nearest_releases
+from sglang_flags.renames import flag_for, spellings
 
 __all__ = [
     "ExtraFlagValue",
@@ -68,6 +70,7 @@ AttentionBackend = Literal[
     "trtllm_mha",
     "dual_chunk_flash_attn",
     "hpc_ops",
+    "hybrid_linear_attn",
     "minicpm_flashattn",
     "minicpm_flashinfer",
     "aiter",
@@ -80,17 +83,6 @@ AttentionBackend = Literal[
 
 ExtraFlagValue = str | int | float | bool | list[str | int | float]
 """A value for a flag without a typed field: a switch (bool), a scalar, or a list for nargs flags."""
-
-# Field name -> the dests older releases use for the same flag, newest first.
-_RENAMED: dict[str, tuple[str, ...]] = {
-    "tp_size": ("tensor_parallel_size",),
-    "ep_size": ("expert_parallel_size",),
-    "dp_size": ("data_parallel_size",),
-    "pp_size": ("pipeline_parallel_size",),
-    # 0.5.2x split the CUDA-graph batch size by phase; the old flag was the decode one.
-    "cuda_graph_max_bs": ("cuda_graph_max_bs_decode",),
-    "cuda_graph_bs": ("cuda_graph_bs_decode",),
-}
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -132,9 +124,9 @@ class ServerFlags(BaseModel):
 
     # Parallelism
     tp_size: int | None = Field(default=None, ge=1, le=64)
-    """Tensor-parallel size: how many GPUs shard the model (``--tensor-parallel-size`` on 0.5.8)."""
+    """Tensor-parallel size: how many GPUs shard the model (``--tensor-parallel-size`` until 0.5.13)."""
     ep_size: int | None = Field(default=None, ge=1, le=64)
-    """Expert-parallel size for MoE layers (``--expert-parallel-size`` on 0.5.8)."""
+    """Expert-parallel size for MoE layers (``--expert-parallel-size`` until 0.5.13)."""
     moe_a2a_backend: MoeA2ABackend | None = None
     """All-to-all backend for expert parallelism; the release's table decides which it accepts."""
 
@@ -150,7 +142,7 @@ class ServerFlags(BaseModel):
 
     # CUDA graphs and kernels
     cuda_graph_max_bs: int | None = Field(default=None, ge=1, le=4096)
-    """Largest decode batch captured as a CUDA graph (``--cuda-graph-max-bs-decode`` on 0.5.23)."""
+    """Largest decode batch captured as a CUDA graph (``--cuda-graph-max-bs-decode`` from 0.5.14)."""
     disable_cuda_graph: bool = False
     """Run without CUDA graphs."""
     attention_backend: AttentionBackend | None = None
@@ -162,7 +154,7 @@ class ServerFlags(BaseModel):
     enable_flashinfer_allreduce_fusion: bool = False
     """Fuse all-reduce with the following norm through FlashInfer (its JIT lacks SM120)."""
     enable_torch_symm_mem: bool = False
-    """All-reduce through torch symmetric memory (its architecture table lacks SM120)."""
+    """All-reduce through torch symmetric memory (its architecture table lacks SM120); from 0.5.3."""
 
     # Speculative decoding
     speculative_algorithm: SpeculativeAlgorithm | None = None
@@ -232,7 +224,7 @@ class _Unrenderable(Exception):
 def _field_name(key: str) -> str:
     """The typed field a key means: ``--tensor-parallel-size`` and ``tp_size`` both mean ``tp_size``."""
     name = key.removeprefix("--").replace("-", "_")
-    return next((new for new, olds in _RENAMED.items() if name in olds), name)
+    return next((s for s in spellings(name) if s in ServerFlags.model_fields), name)
 
 
 def _table(release: str) -> FlagTable:
@@ -241,7 +233,8 @@ def _table(release: str) -> FlagTable:
     except KeyError:
         raise _Unrenderable(
             f"There is no flag table for SGLang {release!r}.",
-            f"Use one of {', '.join(known_releases())}, or add a table with sglang_flags/regenerate.py.",
+            f"Use the nearest release with one ({' or '.join(nearest_releases(release))}), or add a "
+            f"table with python -m sglang_flags.regenerate {release}.",
         ) from None
 
 
@@ -252,12 +245,7 @@ def _nearest(key: str, table: FlagTable) -> list[str]:
 
 def _resolve(key: str, release: str) -> Flag:
     table = _table(release)
-    if key.startswith("-"):
-        flag = table.by_option(key)
-    else:
-        flag = table.by_dest(key)
-        for older in _RENAMED.get(key, ()):
-            flag = flag or table.by_dest(older)
+    flag = table.by_option(key) if key.startswith("-") else flag_for(table, key)
     if flag is not None:
         return flag
     near = _nearest(key, table)

@@ -14,7 +14,7 @@ from components.errors import FlagError, PreflightError
 from components.flags import flag_problems, resolve_flag
 from components.memory import plan_memory
 from components.spec import StackSpec
-from sglang_flags import known_releases
+from sglang_flags import known_releases, nearest_releases
 
 __all__ = ["Finding", "raise_on_errors", "run_preflight"]
 
@@ -326,7 +326,8 @@ def run_preflight(spec: StackSpec, release: str) -> list[Finding]:
                 "release-unknown",
                 "environment.sglang_release",
                 f"There is no flag table for SGLang {release}, so nothing can be checked.",
-                f"Use one of {', '.join(known_releases())}, or add a table with sglang_flags/regenerate.py.",
+                f"Use the nearest release with one ({' or '.join(nearest_releases(release))}), or add a "
+                f"table with python -m sglang_flags.regenerate {release}.",
             )
         ]
     findings = [finding for rule in _RULES for finding in rule(spec, release)]

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from components.errors import SpecError
 from components.flags import ServerFlags
-from sglang_flags import known_releases
+from sglang_flags import known_releases, nearest_releases
 
 __all__ = [
     "CONFIG_NAMESPACE",
@@ -185,8 +185,9 @@ class EnvironmentSpec(_Section):
     def _known_release(cls, release: str) -> str:
         if release not in known_releases():
             raise ValueError(
-                f"no flag table ships for SGLang {release!r}; use one of {', '.join(known_releases())} "
-                f"or add one with sglang_flags/regenerate.py"
+                f"no flag table ships for SGLang {release!r}; the nearest releases with one are "
+                f"{' and '.join(nearest_releases(release))}. Pin one of them, or add a table with "
+                f"python -m sglang_flags.regenerate {release}"
             )
         return release
 

@@ -49,6 +49,11 @@ class Flag:
         return next(f for f in self.flags if f.startswith("--"))
 
     @property
+    def deprecated(self) -> bool:
+        """Whether the release marks the option deprecated (an alias kept for an old spelling)."""
+        return self.action.startswith("Deprecated")
+
+    @property
     def takes_value(self) -> bool:
         """Whether the option consumes a value on the command line."""
         return self.nargs != 0
@@ -62,12 +67,16 @@ class FlagTable:
     flags: tuple[Flag, ...]
 
     def by_dest(self, dest: str) -> Flag | None:
-        return next((f for f in self.flags if f.dest == dest), None)
+        """The option that stores into ``dest``; its own flag before any deprecated alias of it."""
+        matches = [f for f in self.flags if f.dest == dest]
+        return next((f for f in matches if not f.deprecated), matches[0] if matches else None)
 
     def by_option(self, option: str) -> Flag | None:
+        """The option spelled exactly ``option`` (no prefix matching)."""
         return next((f for f in self.flags if option in f.flags), None)
 
     def option_strings(self) -> list[str]:
+        """Every spelling of every option."""
         return [o for f in self.flags for o in f.flags]
 
 
