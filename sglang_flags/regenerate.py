@@ -96,11 +96,11 @@ def _write(output: str, table: dict[str, Any]) -> None:
 
 def _report(built: Built) -> None:
     if built.flags is not None:
-        print(f"SGLang {built.release}: {len(built.flags)} flags in {built.seconds:.1f} s")
+        print(f"SGLang {built.release}: {len(built.flags)} flags in {built.seconds:.1f} s", file=sys.stderr)
         return
-    print(f"SGLang {built.release}: refused, no table written:")
+    print(f"SGLang {built.release}: refused, no table written:", file=sys.stderr)
     for reason in built.refused:
-        print(f"  - {reason}")
+        print(f"  - {reason}", file=sys.stderr)
 
 
 def _from_wheels(releases: list[str], cache: Path, output: str | None, tables: Path) -> int:
