@@ -19,7 +19,7 @@ import sysconfig
 import traceback
 from typing import Any
 
-from sglang_flags import _standins
+from sglang_flags import _inert, _standins
 from sglang_flags.describe import describe_parser
 
 _roots: list[tuple[str, str]] = []
@@ -34,7 +34,7 @@ def _short(text: str) -> str:
 
 def _inert_paths(value: Any, where: str) -> list[str]:
     """Where a stand-in sits inside ``value`` (a default, a choices list, a converter)."""
-    if _standins.is_inert(value):
+    if _inert.is_inert(value):
         return [f"{where} is {value!r}"]
     found: list[str] = []
     if isinstance(value, dict):
@@ -61,10 +61,10 @@ def build(release_dir: str) -> dict[str, Any]:
     finder = _standins.install(release_dir, protected=["sglang", "sglang_flags"])
     server_args = __import__("sglang.srt.server_args", fromlist=["ServerArgs"])
     builder = getattr(server_args.ServerArgs, "add_cli_args", None)
-    if builder is None or _standins.is_inert(server_args.ServerArgs) or _standins.is_inert(builder):
+    if builder is None or _inert.is_inert(server_args.ServerArgs) or _inert.is_inert(builder):
         return {"refused": [f"ServerArgs.add_cli_args is {builder!r}: it is built by a stand-in package"]}
     parser = argparse.ArgumentParser(prog="launch_server.py")
-    asked = _standins.questions()
+    asked = _inert.questions()
     builder(parser)
     refused = stand_ins_in(parser) + [f"add_cli_args asked the {question}" for question in asked]
     return {
