@@ -8,6 +8,7 @@ unpacked folder.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,7 +22,7 @@ HELPER_WHEELS = {"msgspec": "0.23.0"}
 for the parser to exist at all. Each is downloaded like a release and put on the path, never
 installed."""
 
-_DONE = ".unpacked"  # written last, so a half-unpacked folder is unpacked again
+_DONE = ".unpacked"  # marks a complete folder
 
 
 class WheelError(Exception):
@@ -63,18 +64,29 @@ def _download(package: str, version: str, cache: Path) -> Path:
 
 
 def _unpack(wheel: Path, target: Path) -> Path:
+    """``wheel`` extracted into ``target``, once: into a private folder first, then renamed, so two
+    runs sharing the cache never see each other's half-written files."""
     if (target / _DONE).exists():
         return target
-    target.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
     try:
         with zipfile.ZipFile(wheel) as archive:
-            archive.extractall(target)
+            archive.extractall(partial)
     except zipfile.BadZipFile as error:
         wheel.unlink()  # a truncated download: the next run fetches it again
         raise WheelError(
             f"{wheel.name} is not a readable wheel ({error}); run again to download it anew."
         ) from None
-    (target / _DONE).write_text(wheel.name, encoding="utf-8")
+    (partial / _DONE).write_text(wheel.name, encoding="utf-8")
+    if target.exists() and not (target / _DONE).exists():
+        shutil.rmtree(target)  # left half-written by an older run that died
+    try:
+        partial.rename(target)
+    except OSError:
+        shutil.rmtree(partial)  # another run finished first; its folder is as good
+        if not (target / _DONE).exists():
+            raise
     return target
 
 
