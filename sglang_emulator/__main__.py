@@ -36,8 +36,8 @@ def _release(profile: Profile) -> str:
     release = os.environ.get("SGLANG_EMULATOR_RELEASE") or profile.sglang_release
     if release not in known_releases():
         raise ValueError(
-            f"SGLANG_EMULATOR_RELEASE (or the profile's sglang_release) is {release!r}; emulated releases: "
-            f"{releases_text()}. Set it to one of them."
+            f"SGLANG_EMULATOR_RELEASE (or the profile's sglang_release) is {release!r}, which has no flag "
+            f"table; the nearest emulated releases are {releases_text(release)}. Set it to one of them."
         )
     return release
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_emulator.profile import Profile
-from sglang_flags import build_parser, known_releases
+from sglang_flags import build_parser, load_table, nearest_releases
+from sglang_flags.renames import flag_for, spellings
 
 __all__ = [
     "DEFAULT_RELEASE",
@@ -24,13 +25,14 @@ __all__ = [
 
 DEFAULT_RELEASE = "0.5.8"
 
-# 0.5.8 parses these into argparse dests that ServerArgs then copies to its own field names.
-_FIELD_NAMES = {
-    "tensor_parallel_size": "tp_size",
-    "pipeline_parallel_size": "pp_size",
-    "data_parallel_size": "dp_size",
-    "expert_parallel_size": "ep_size",
-}
+# ServerArgs has kept these attribute names in every 0.5.x release; until 0.5.13 argparse parsed
+# them into longer dests (tensor_parallel_size) that ServerArgs copied over.
+_SERVER_ARGS_NAMES = ("tp_size", "pp_size", "dp_size", "ep_size")
+
+
+def _get(raw: dict[str, Any], name: str) -> Any:
+    """The parsed value of flag ``name`` under whichever spelling the release has."""
+    return next((raw[dest] for dest in spellings(name) if raw.get(dest) is not None), None)
 
 
 @dataclass(frozen=True)
@@ -99,16 +101,16 @@ def capture_batch_sizes(max_bs: int) -> list[int]:
 
 def resolve_launch(release: str, args: argparse.Namespace, profile: Profile) -> LaunchConfig:
     """Fill the values SGLang derives after parsing, as the release does on this profile's host."""
-    raw = {_FIELD_NAMES.get(k, k): v for k, v in vars(args).items()}
+    raw = dict(vars(args))
+    for name in _SERVER_ARGS_NAMES:
+        raw[name] = _get(raw, name)
+        for older in spellings(name)[:-1]:
+            raw.pop(older, None)
     spec = _resolve_speculative(raw, profile)
-    if release == "0.5.8":
-        max_bs = raw.get("cuda_graph_max_bs")
-        bs_list = raw.get("cuda_graph_bs")
-        disabled = bool(raw.get("disable_cuda_graph"))
-    else:
-        max_bs = raw.get("cuda_graph_max_bs_decode")
-        bs_list = raw.get("cuda_graph_bs_decode")
-        disabled = bool(raw.get("disable_cuda_graph")) or raw.get("cuda_graph_backend_decode") == "disabled"
+    max_bs = _get(raw, "cuda_graph_max_bs")
+    bs_list = _get(raw, "cuda_graph_bs")
+    # Releases from 0.5.14 also switch graphs off with --cuda-graph-backend-decode disabled.
+    disabled = bool(raw.get("disable_cuda_graph")) or raw.get("cuda_graph_backend_decode") == "disabled"
     if bs_list:
         max_bs = max(bs_list)
     max_bs = int(max_bs or profile.performance.default_cuda_graph_max_bs)
@@ -162,12 +164,11 @@ def _with_server_args(config: LaunchConfig, raw: dict[str, Any]) -> LaunchConfig
         context_length=config.context_length,
         chunked_prefill_size=config.chunked_prefill_size,
     )
-    if config.release == "0.5.8":
-        view["cuda_graph_max_bs"] = config.cuda_graph_max_bs
-        view["cuda_graph_bs"] = config.cuda_graph_bs
-    else:
-        view["cuda_graph_max_bs_decode"] = config.cuda_graph_max_bs
-        view["cuda_graph_bs_decode"] = config.cuda_graph_bs
+    table = load_table(config.release)
+    graphs = {"cuda_graph_max_bs": config.cuda_graph_max_bs, "cuda_graph_bs": config.cuda_graph_bs}
+    for name, value in graphs.items():
+        flag = flag_for(table, name)
+        view[flag.dest if flag is not None else name] = value
     if config.speculative is not None:
         view.update(
             speculative_algorithm=config.speculative.algorithm,
@@ -199,6 +200,6 @@ def _resolve_speculative(raw: dict[str, Any], profile: Profile) -> SpeculativeCo
     )
 
 
-def releases_text() -> str:
-    """The emulated releases, for error messages."""
-    return ", ".join(known_releases())
+def releases_text(release: str) -> str:
+    """The emulated releases nearest to ``release``, for error messages."""
+    return " and ".join(nearest_releases(release))

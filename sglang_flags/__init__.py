@@ -1,19 +1,34 @@
 """SGLang's launch-flag tables per release, and the argparse parser rebuilt from a table.
 
 A table is the exact parser that ``ServerArgs.add_cli_args`` builds in one SGLang release
-(see ``regenerate.py``). Stdlib only: the emulator installs this package on its host too.
+(see ``regenerate.py``). ``tables/index.json`` maps every shipped release to its table file
+(releases with identical parsers share one) and holds each file's digest. Stdlib only: the
+emulator installs this package on its host too.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["Flag", "FlagTable", "build_parser", "known_releases", "load_table"]
+__all__ = [
+    "Flag",
+    "FlagTable",
+    "build_parser",
+    "known_releases",
+    "load_table",
+    "nearest_releases",
+    "release_key",
+    "table_index",
+]
+
+_RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,11 @@ class Flag:
         return next(f for f in self.flags if f.startswith("--"))
 
     @property
+    def deprecated(self) -> bool:
+        """Whether the release marks the option deprecated (an alias kept for an old spelling)."""
+        return self.action.startswith("Deprecated")
+
+    @property
     def takes_value(self) -> bool:
         """Whether the option consumes a value on the command line."""
         return self.nargs != 0
@@ -47,28 +67,65 @@ class FlagTable:
     flags: tuple[Flag, ...]
 
     def by_dest(self, dest: str) -> Flag | None:
-        return next((f for f in self.flags if f.dest == dest), None)
+        """The option that stores into ``dest``; its own flag before any deprecated alias of it."""
+        matches = [f for f in self.flags if f.dest == dest]
+        return next((f for f in matches if not f.deprecated), matches[0] if matches else None)
 
     def by_option(self, option: str) -> Flag | None:
+        """The option spelled exactly ``option`` (no prefix matching)."""
         return next((f for f in self.flags if option in f.flags), None)
 
     def option_strings(self) -> list[str]:
+        """Every spelling of every option."""
         return [o for f in self.flags for o in f.flags]
+
+
+def release_key(release: str) -> tuple[int, int, int, int]:
+    """Sort key of a release: ``0.5.8`` < ``0.5.8.post1`` < ``0.5.9``; ValueError for other names."""
+    found = _RELEASE.match(release)
+    if found is None:
+        raise ValueError(f"{release!r} is not an SGLang release number like 0.5.8 or 0.5.8.post1")
+    major, minor, patch, post = found.groups()
+    return int(major), int(minor), int(patch), int(post or 0)
+
+
+@cache
+def table_index() -> dict[str, Any]:
+    """``tables/index.json``: ``releases`` (release -> table file), ``tables`` (file -> digest),
+    ``refused`` (release -> why no table ships)."""
+    text = resources.files(__package__).joinpath("tables", "index.json").read_text(encoding="utf-8")
+    index: dict[str, Any] = json.loads(text)
+    return index
 
 
 def known_releases() -> list[str]:
     """Releases with a shipped table, oldest first."""
-    tables = resources.files(__package__).joinpath("tables")
-    names = [p.name.removesuffix(".json") for p in tables.iterdir() if p.name.endswith(".json")]
-    return sorted(names, key=lambda v: tuple(int(x) for x in v.split(".")))
+    return sorted(table_index()["releases"], key=release_key)
+
+
+def nearest_releases(release: str) -> list[str]:
+    """The shipped releases next to ``release``: the newest older one and the oldest newer one.
+
+    For a name that is not a release number, the newest shipped release.
+    """
+    shipped = known_releases()
+    try:
+        key = release_key(release)
+    except ValueError:
+        return shipped[-1:]
+    keys = [release_key(r) for r in shipped]
+    at = bisect.bisect_left(keys, key)
+    return [r for r in (shipped[at - 1] if at > 0 else None, shipped[at] if at < len(shipped) else None) if r]
 
 
 @cache
 def load_table(release: str) -> FlagTable:
-    """The table of ``release``; ``KeyError`` naming the shipped releases when there is none."""
-    if release not in known_releases():
-        raise KeyError(f"no flag table for SGLang {release}; shipped: {', '.join(known_releases())}")
-    raw = json.loads(resources.files(__package__).joinpath("tables", f"{release}.json").read_text())
+    """The table of ``release``; ``KeyError`` naming the nearest shipped releases when there is none."""
+    file_name = table_index()["releases"].get(release)
+    if file_name is None:
+        near = " or ".join(nearest_releases(release))
+        raise KeyError(f"no flag table ships for SGLang {release}; the nearest releases with one: {near}")
+    raw = json.loads(resources.files(__package__).joinpath("tables", file_name).read_text(encoding="utf-8"))
     flags = tuple(
         Flag(
             flags=tuple(f["flags"]),
@@ -81,7 +138,7 @@ def load_table(release: str) -> FlagTable:
         )
         for f in raw["flags"]
     )
-    return FlagTable(release=raw["sglang_version"], flags=flags)
+    return FlagTable(release=release, flags=flags)
 
 
 def _value_type(flag: Flag) -> Any:

@@ -1,13 +1,15 @@
-"""Rebuild a flag table from an installed SGLang by building its real parser.
+"""Rebuild flag tables from SGLang's own parser, per release, without installing SGLang.
 
-Run it with the Python of an environment where SGLang is installed:
+    python -m sglang_flags.regenerate 0.5.8 0.5.23        # those releases, from their wheels
+    python -m sglang_flags.regenerate --since 0.5.1       # every release pip lists from 0.5.1 on
+    python -m sglang_flags.regenerate 0.5.8 --output -    # print one table, write nothing
+    python -m sglang_flags.regenerate --installed         # the SGLang installed in this Python
 
-    python -m sglang_flags.regenerate                  # writes sglang_flags/tables/<version>.json
-    python -m sglang_flags.regenerate --output -       # prints the table instead
-
-It calls ``ServerArgs.add_cli_args`` on a fresh argparse parser, exactly as
-``sglang.launch_server`` does, and records every option: spellings, dest, type name, choices,
-default, nargs and action class. Stdlib only, like the rest of the package.
+From a wheel: ``pip download --no-deps`` into the cache (``wheels.py``), then the release's own
+``ServerArgs.add_cli_args`` builds the parser in a child interpreter where the heavy packages are
+stand-ins (``build.py``). A release whose parser a stand-in could have shaped is refused with the
+reasons and gets no table. Tables and ``tables/index.json`` are rewritten together (``store.py``).
+Installed: the real parser of the SGLang in this interpreter, as before wheels were read.
 """
 
 from __future__ import annotations
@@ -15,59 +17,26 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-TABLES = Path(__file__).resolve().parent / "tables"
+from sglang_flags import release_key
+from sglang_flags.build import Built, build_from_wheel
+from sglang_flags.describe import describe_parser
+from sglang_flags.store import TABLES, store_tables
+from sglang_flags.wheels import WheelError, default_cache
 
-
-def _json_value(value: Any) -> Any:
-    """A default or choice as JSON: containers element-wise, anything else JSON lacks as its str."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list | tuple):
-        return [_json_value(v) for v in value]
-    if isinstance(value, set | frozenset):
-        return sorted((_json_value(v) for v in value), key=str)
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    return str(value)
-
-
-def _type_name(converter: Any) -> str | None:
-    if converter is None:
-        return None
-    return str(getattr(converter, "__name__", type(converter).__name__))
-
-
-def describe_parser(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
-    """Every option of ``parser`` in declaration order, in the table's JSON shape."""
-    flags = []
-    for action in parser._actions:
-        if not action.option_strings:
-            continue  # SGLang's server parser has no positionals; nothing to render for one
-        choices = action.choices
-        flags.append(
-            {
-                "flags": list(action.option_strings),
-                "dest": action.dest,
-                "type": _type_name(action.type),
-                "choices": None if choices is None else [_json_value(c) for c in choices],
-                "default": _json_value(action.default),
-                "nargs": action.nargs,
-                "action": type(action).__name__,
-            }
-        )
-    return flags
+__all__ = ["build_table", "describe_parser", "list_releases", "main"]
 
 
 def build_table() -> dict[str, Any]:
     """The table of the SGLang installed in this interpreter."""
-    # Imported here, by name: only this script needs SGLang, and only where it is installed.
+    # Imported here, by name: only this mode needs SGLang, and only where it is installed.
     server_args = importlib.import_module("sglang.srt.server_args")
-
     version = metadata.version("sglang")
     parser = argparse.ArgumentParser(prog="launch_server.py")
     server_args.ServerArgs.add_cli_args(parser)
@@ -81,28 +50,111 @@ def build_table() -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Rebuild a flag table from the installed SGLang.")
-    parser.add_argument(
-        "--output",
-        help="file to write, or - for stdout (default: sglang_flags/tables/<version>.json)",
-    )
-    args = parser.parse_args(argv)
+def list_releases(since: str) -> list[str]:
+    """Every SGLang release ``pip index versions sglang`` lists, from ``since`` on, oldest first."""
+    command = [sys.executable, "-m", "pip", "index", "versions", "sglang", "--disable-pip-version-check"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    found = re.search(r"Available versions: (.+)", done.stdout)
+    if done.returncode != 0 or found is None:
+        said = done.stderr.strip() or done.stdout.strip()
+        raise WheelError(f"pip could not list SGLang's releases: {said}")
+    releases = []
+    for name in found.group(1).split(", "):
+        try:
+            if release_key(name) >= release_key(since):
+                releases.append(name)
+        except ValueError:
+            continue  # release candidates and dev builds: not what users pin
+    return sorted(releases, key=release_key)
+
+
+def _installed(output: str | None) -> int:
     try:
         table = build_table()
     except ImportError as error:
         print(
-            f"error: SGLang is not importable here ({error}). Run this with SGLang's Python.", file=sys.stderr
+            f"error: SGLang is not importable here ({error}). Run this with SGLang's Python, "
+            f"or name releases to build from their wheels.",
+            file=sys.stderr,
         )
         return 2
-    text = json.dumps(table, indent=1) + "\n"
-    if args.output == "-":
-        sys.stdout.write(text)
+    if output is not None:
+        _write(output, table)
         return 0
-    target = Path(args.output) if args.output else TABLES / f"{table['sglang_version']}.json"
-    target.write_text(text, encoding="utf-8")
-    print(f"wrote {len(table['flags'])} flags of SGLang {table['sglang_version']} to {target}")
+    store_tables({table["sglang_version"]: table["flags"]}, {})
+    print(f"SGLang {table['sglang_version']}: {len(table['flags'])} flags, tables and index written")
     return 0
+
+
+def _write(output: str, table: dict[str, Any]) -> None:
+    text = json.dumps(table, indent=1) + "\n"
+    if output == "-":
+        sys.stdout.write(text)
+    else:
+        Path(output).write_text(text, encoding="utf-8")
+
+
+def _report(built: Built) -> None:
+    if built.flags is not None:
+        print(f"SGLang {built.release}: {len(built.flags)} flags in {built.seconds:.1f} s", file=sys.stderr)
+        return
+    print(f"SGLang {built.release}: refused, no table written:", file=sys.stderr)
+    for reason in built.refused:
+        print(f"  - {reason}", file=sys.stderr)
+
+
+def _from_wheels(releases: list[str], cache: Path, output: str | None, tables: Path) -> int:
+    results: list[Built] = []
+    for release in releases:
+        try:
+            built = build_from_wheel(release, cache)
+        except WheelError as error:
+            print(f"error: SGLang {release}: {error}", file=sys.stderr)
+            return 2
+        _report(built)
+        results.append(built)
+    tables_built = {b.release: b.flags for b in results if b.flags is not None}
+    refused = {b.release: b.refused for b in results if b.flags is None}
+    if output is not None:
+        for release, flags in tables_built.items():
+            _write(output, {"sglang_version": release, "flags": flags})
+    else:
+        shipped = store_tables(tables_built, refused, tables)
+        print(f"{len(shipped)} releases ship a table ({len(set(shipped.values()))} distinct), in {tables}")
+    return 1 if refused else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sglang_flags.regenerate",
+        description="Rebuild SGLang flag tables from each release's own parser.",
+    )
+    parser.add_argument("releases", nargs="*", help="releases to build from their wheels, e.g. 0.5.8")
+    parser.add_argument("--since", help="every release pip lists from this one on, e.g. 0.5.1")
+    parser.add_argument("--installed", action="store_true", help="the SGLang installed in this Python")
+    parser.add_argument("--cache", type=Path, default=None, help="wheel cache (default: %(default)s)")
+    parser.add_argument("--output", help="print (-) or write one table instead of the shipped tables")
+    parser.add_argument("--tables", type=Path, default=TABLES, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; exit 0 when every release built, 1 when some were refused, 2 on errors."""
+    parser = _parser()
+    parser.set_defaults(cache=default_cache())
+    args = parser.parse_args(argv)
+    if args.installed or not (args.releases or args.since):
+        return _installed(args.output)
+    releases = list(args.releases)
+    if args.since:
+        try:
+            releases += list_releases(args.since)
+        except WheelError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    if args.output is not None and len(releases) != 1:
+        parser.error("--output takes exactly one release")
+    return _from_wheels(sorted(set(releases), key=release_key), args.cache, args.output, args.tables)
 
 
 if __name__ == "__main__":

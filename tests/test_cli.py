@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_flags import known_releases, release_key
 from sglang_stacks.cli import COMMANDS, main
 from sglang_stacks.config.stackfile import STACKS_DIR
 
@@ -154,3 +155,22 @@ def test_every_registered_command_has_help(name):
     result = _cli(name, "--help")
     assert result.returncode == 0
     assert COMMANDS[name].help.split(",")[0] in result.stdout.replace("\n", " ")
+
+
+@pytest.mark.parametrize("release", known_releases())
+def test_render_works_for_every_shipped_release(release, capsys):
+    assert main(["render", "baseline-bs128", "--release", release, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    graph_option = (
+        "--cuda-graph-max-bs" if release_key(release) < (0, 5, 14, 0) else "--cuda-graph-max-bs-decode"
+    )
+    assert document["release"] == release
+    assert document["argv"][document["argv"].index(graph_option) + 1] == "128"
+
+
+def test_render_for_a_release_without_a_table_names_the_nearest_ones(capsys):
+    assert main(["render", "baseline", "--release", "0.5.24", "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["argv"] is None
+    finding = next(f for f in document["findings"] if f["code"] == "release-unknown")
+    assert "0.5.23" in finding["fix"] and "python -m sglang_flags.regenerate 0.5.24" in finding["fix"]

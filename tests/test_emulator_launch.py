@@ -56,9 +56,9 @@ def test_bad_choice_names_the_allowed_values() -> None:
 
 
 def test_unknown_release_is_refused_with_the_fix() -> None:
-    result = run_emulator(["--model", "m"], SGLANG_EMULATOR_RELEASE="0.4.0")
+    result = run_emulator(["--model", "m"], SGLANG_EMULATOR_RELEASE="0.5.24")
     assert result.returncode == 2
-    assert "'0.4.0'" in result.stderr and "0.5.8, 0.5.23" in result.stderr
+    assert "'0.5.24'" in result.stderr and "nearest emulated releases are 0.5.23" in result.stderr
 
 
 def test_0_5_23_uses_its_own_cuda_graph_flag() -> None:
@@ -85,3 +85,24 @@ def test_speculative_defaults_follow_sglang() -> None:
     assert config.speculative is not None
     assert config.speculative.num_draft_tokens == 4  # topk 1 forces steps + 1
     assert config.max_running_requests == 48
+
+
+@pytest.mark.parametrize(
+    ("release", "argv", "graph_dest"),
+    [
+        ("0.5.1", ["--tensor-parallel-size", "4", "--cuda-graph-max-bs", "48"], "cuda_graph_max_bs"),
+        ("0.5.13.post1", ["--tp-size", "4", "--cuda-graph-max-bs", "48"], "cuda_graph_max_bs"),
+        # 0.5.14 still takes the old spelling, as a deprecated alias of the decode flag.
+        ("0.5.14", ["--tp-size", "4", "--cuda-graph-max-bs", "48"], "cuda_graph_max_bs_decode"),
+        (
+            "0.5.20",
+            ["--tensor-parallel-size", "4", "--cuda-graph-max-bs-decode", "48"],
+            "cuda_graph_max_bs_decode",
+        ),
+    ],
+)
+def test_every_release_is_read_through_the_one_rename_table(release, argv, graph_dest) -> None:
+    config = resolve_launch(release, parse_launch_flags(release, ["--model", "m", *argv]), load_profile())
+    assert (config.tp_size, config.cuda_graph_max_bs) == (4, 48)
+    assert config.server_args["tp_size"] == 4 and "tensor_parallel_size" not in config.server_args
+    assert config.server_args[graph_dest] == 48

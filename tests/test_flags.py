@@ -1,4 +1,5 @@
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -8,8 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sglang_flags import build_parser, known_releases, load_table
+from sglang_flags import build_parser, known_releases, load_table, release_key
 from sglang_flags.regenerate import describe_parser
+from sglang_flags.renames import spellings
 from sglang_stacks.config.flags import AttentionBackend, MoeA2ABackend, ServerFlags, SpeculativeAlgorithm
 from sglang_stacks.config.render import flag_problems, render_argv, render_command, resolve_flag
 from sglang_stacks.config.stackfile import STACKS_DIR, load_stack_spec
@@ -67,6 +69,15 @@ def test_campaign_command_parses_to_the_same_values_on_every_release(release):
     assert parsed["disable_custom_all_reduce"] is True
 
 
+@pytest.mark.parametrize("release", RELEASES)
+def test_cuda_graph_max_bs_takes_the_spelling_of_each_release(release):
+    # 0.5.14 split the flag by phase; the old one was the decode graph's.
+    expected = "--cuda-graph-max-bs" if release_key(release) < (0, 5, 14, 0) else "--cuda-graph-max-bs-decode"
+    argv = render_argv(ServerFlags(model_path="/m", cuda_graph_max_bs=96), release)
+    assert argv[2:] == [expected, "96"]
+    assert _parse(argv, release)[resolve_flag("cuda_graph_max_bs", release).dest] == 96
+
+
 def test_cuda_graph_max_bs_is_mapped_to_the_decode_flag_on_0_5_23():
     flags = ServerFlags(model_path="/m", cuda_graph_max_bs=128)
     assert "--cuda-graph-max-bs" in render_argv(flags, "0.5.8")
@@ -86,11 +97,34 @@ def test_tp_size_uses_the_releases_canonical_spelling(release, option):
     assert render_argv(ServerFlags(model_path="/m", tp_size=2), release)[2:] == [option, "2"]
 
 
+# Typed fields a release lacks, and the first release that has them; every other field must
+# resolve on every shipped release.
+FIRST_RELEASE_WITH = {"enable_torch_symm_mem": "0.5.3"}
+
+
 @pytest.mark.parametrize("release", RELEASES)
-def test_every_typed_field_exists_in_every_shipped_release(release):
+def test_every_typed_field_resolves_or_is_reported_unavailable_on_every_release(release):
     for name in ServerFlags.model_fields:
-        if name != "extra_flags":
-            resolve_flag(name, release)
+        if name == "extra_flags":
+            continue
+        since = FIRST_RELEASE_WITH.get(name)
+        if since is not None and release_key(release) < release_key(since):
+            with pytest.raises(FlagError, match=rf"SGLang {re.escape(release)} has no launch flag '{name}'"):
+                resolve_flag(name, release)
+        else:
+            assert resolve_flag(name, release).dest in spellings(name)
+
+
+def test_a_typed_switch_the_release_lacks_is_an_error_when_set_and_nothing_when_not():
+    assert "--enable-torch-symm-mem" in render_argv(
+        ServerFlags(model_path="/m", enable_torch_symm_mem=True), "0.5.3"
+    )
+    assert render_argv(ServerFlags(model_path="/m", enable_torch_symm_mem=False), "0.5.1") == [
+        "--model-path",
+        "/m",
+    ]
+    with pytest.raises(FlagError, match=r"SGLang 0\.5\.1 has no launch flag 'enable_torch_symm_mem'"):
+        render_argv(ServerFlags(model_path="/m", enable_torch_symm_mem=True), "0.5.1")
 
 
 def test_unknown_extra_flag_names_the_nearest_real_flags():
@@ -171,9 +205,13 @@ def test_every_problem_is_listed_at_once():
     assert keys == ["nope_one", "nope_two", "model_path"]
 
 
-def test_unknown_release_is_an_error_naming_the_shipped_ones():
-    with pytest.raises(FlagError, match=r"0\.5\.8, 0\.5\.23"):
-        render_argv(CAMPAIGN, "0.4.0")
+@pytest.mark.parametrize(
+    ("release", "nearest"),
+    [("0.4.0", "0.5.1"), ("0.5.24", "0.5.23"), ("0.5.8.post7", "0.5.8.post1 or 0.5.9")],
+)
+def test_unknown_release_is_an_error_naming_the_nearest_shipped_ones(release, nearest):
+    with pytest.raises(FlagError, match=rf"nearest release with one \({re.escape(nearest)}\)"):
+        render_argv(CAMPAIGN, release)
 
 
 def test_value_that_looks_like_an_option_is_attached():
@@ -211,8 +249,15 @@ def test_closed_sets_are_the_union_of_the_release_tables():
 STACKS = sorted(
     p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml")
 )
-# Stacks whose flags one release cannot take, and why: everything else must render and parse.
-UNRENDERABLE = {("ep-a2a", "0.5.8"): "moe_a2a_backend"}
+# Stacks whose flags a release cannot take, and why: everything else must render and parse.
+# The flashinfer all-to-all backend arrived in 0.5.9, torch symmetric memory in 0.5.3.
+UNRENDERABLE = {
+    ("ep-a2a", release): "moe_a2a_backend" for release in RELEASES if release_key(release) < (0, 5, 9, 0)
+} | {
+    ("symm-mem", release): "enable_torch_symm_mem"
+    for release in RELEASES
+    if release_key(release) < (0, 5, 3, 0)
+}
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -225,7 +270,8 @@ def test_shipped_stacks_render_argv_the_release_parser_accepts(stack, release):
         return
     parsed = _parse(render_argv(flags, release), release)
     for name, value in flags.typed_values().items():
-        assert parsed[resolve_flag(name, release).dest] == value, name
+        if value is not False:  # an unset switch renders nothing, on releases that lack it too
+            assert parsed[resolve_flag(name, release).dest] == value, name
 
 
 def test_campaign_stacks_are_all_shipped():

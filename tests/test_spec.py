@@ -139,10 +139,13 @@ def test_ssh_host_key_must_look_like_a_public_key():
     assert "sglang-stacks:host.host_key" in text
 
 
-def test_unknown_release_names_the_shipped_ones():
-    text = _problems(_with("environment.sglang_release", "0.4.0"))
-    assert "sglang-stacks:environment.sglang_release (value '0.4.0')" in text
-    assert "0.5.8, 0.5.23" in text
+def test_unknown_release_names_the_nearest_shipped_ones_and_the_fix():
+    text = _problems(_with("environment.sglang_release", "0.5.24"))
+    assert "sglang-stacks:environment.sglang_release (value '0.5.24')" in text
+    assert "the nearest releases with one are 0.5.23" in text
+    assert "python -m sglang_flags.regenerate 0.5.24" in text
+    text = _problems(_with("environment.sglang_release", "0.5.8.post9"))
+    assert "the nearest releases with one are 0.5.8.post1 and 0.5.9" in text
 
 
 @pytest.mark.parametrize(

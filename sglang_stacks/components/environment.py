@@ -12,7 +12,7 @@ from typing import Annotated, Literal, get_args
 import pulumi
 import pulumi.dynamic as dynamic
 
-from sglang_flags import known_releases
+from sglang_flags import known_releases, nearest_releases
 from sglang_stacks.components._provider import (
     REPLACES,
     UPDATES,
@@ -73,8 +73,9 @@ def _validate(runtime: str, release: str, extra_pins: Sequence[str], venv_path: 
         )
     if runtime == "emulator" and release not in known_releases():
         raise SpecError(
-            f"environment.sglang_release {release!r} is not one the emulator emulates; it knows "
-            f"{', '.join(known_releases())}. Pick one of them, or deploy to a real GPU host."
+            f"environment.sglang_release {release!r} is not one the emulator emulates; the nearest it "
+            f"knows are {' and '.join(nearest_releases(release))}. Pick one of them, or deploy to a "
+            "real GPU host."
         )
     if isinstance(extra_pins, str):
         raise SpecError(

@@ -1,7 +1,8 @@
 """SGLang launch flags as typed data: one field per tuned flag, named as SGLang names it.
 
 A field's name is SGLang's own (``speculative_num_steps`` is ``--speculative-num-steps``). Where
-releases spell a flag differently, the newest name is the field and ``_RENAMED`` maps it back.
+releases spell a flag differently (``tensor_parallel_size`` until 0.5.13, ``tp_size`` from 0.5.14),
+``sglang_flags.renames`` says so, and each release's table picks the spelling it has.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sglang_flags.renames import spellings
 
 __all__ = ["ExtraFlagValue", "FlagValue", "ServerFlags", "field_name"]
 
@@ -52,6 +55,7 @@ AttentionBackend = Literal[
     "trtllm_mha",
     "dual_chunk_flash_attn",
     "hpc_ops",
+    "hybrid_linear_attn",
     "minicpm_flashattn",
     "minicpm_flashinfer",
     "aiter",
@@ -67,17 +71,6 @@ FlagValue = str | int | float | bool | list[str | int | float]
 
 ExtraFlagValue = FlagValue
 """A value for a flag without a typed field."""
-
-# Field name -> the dests older releases use for the same flag, newest first.
-_RENAMED: dict[str, tuple[str, ...]] = {
-    "tp_size": ("tensor_parallel_size",),
-    "ep_size": ("expert_parallel_size",),
-    "dp_size": ("data_parallel_size",),
-    "pp_size": ("pipeline_parallel_size",),
-    # 0.5.2x split the CUDA-graph batch size by phase; the old flag was the decode one.
-    "cuda_graph_max_bs": ("cuda_graph_max_bs_decode",),
-    "cuda_graph_bs": ("cuda_graph_bs_decode",),
-}
 
 # Actions that take no value on the command line: the option alone sets them.
 _SWITCH_ACTIONS = frozenset(
@@ -117,9 +110,9 @@ class ServerFlags(BaseModel):
 
     # Parallelism
     tp_size: int | None = Field(default=None, ge=1, le=64)
-    """Tensor-parallel size: how many GPUs shard the model (``--tensor-parallel-size`` on 0.5.8)."""
+    """Tensor-parallel size: how many GPUs shard the model (``--tensor-parallel-size`` until 0.5.13)."""
     ep_size: int | None = Field(default=None, ge=1, le=64)
-    """Expert-parallel size for MoE layers (``--expert-parallel-size`` on 0.5.8)."""
+    """Expert-parallel size for MoE layers (``--expert-parallel-size`` until 0.5.13)."""
     moe_a2a_backend: MoeA2ABackend | None = None
     """All-to-all backend for expert parallelism; the release's table decides which it accepts."""
 
@@ -135,7 +128,7 @@ class ServerFlags(BaseModel):
 
     # CUDA graphs and kernels
     cuda_graph_max_bs: int | None = Field(default=None, ge=1, le=4096)
-    """Largest decode batch captured as a CUDA graph (``--cuda-graph-max-bs-decode`` on 0.5.23)."""
+    """Largest decode batch captured as a CUDA graph (``--cuda-graph-max-bs-decode`` from 0.5.14)."""
     disable_cuda_graph: bool = False
     """Run without CUDA graphs."""
     attention_backend: AttentionBackend | None = None
@@ -147,7 +140,7 @@ class ServerFlags(BaseModel):
     enable_flashinfer_allreduce_fusion: bool = False
     """Fuse all-reduce with the following norm through FlashInfer (its JIT lacks SM120)."""
     enable_torch_symm_mem: bool = False
-    """All-reduce through torch symmetric memory (its architecture table lacks SM120)."""
+    """All-reduce through torch symmetric memory (its architecture table lacks SM120); from 0.5.3."""
 
     # Speculative decoding
     speculative_algorithm: SpeculativeAlgorithm | None = None
@@ -190,4 +183,4 @@ class ServerFlags(BaseModel):
 def field_name(key: str) -> str:
     """The typed field a key means: ``--tensor-parallel-size`` and ``tp_size`` both mean ``tp_size``."""
     name = key.removeprefix("--").replace("-", "_")
-    return next((new for new, olds in _RENAMED.items() if name in olds), name)
+    return next((s for s in spellings(name) if s in ServerFlags.model_fields), name)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from sglang_flags import known_releases
+from sglang_flags import known_releases, nearest_releases
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.render import flag_problems, resolve_flag
 from sglang_stacks.config.spec import StackSpec
@@ -326,7 +326,8 @@ def run_preflight(spec: StackSpec, release: str) -> list[Finding]:
                 "release-unknown",
                 "environment.sglang_release",
                 f"There is no flag table for SGLang {release}, so nothing can be checked.",
-                f"Use one of {', '.join(known_releases())}, or add a table with sglang_flags/regenerate.py.",
+                f"Use the nearest release with one ({' or '.join(nearest_releases(release))}), or add a "
+                f"table with python -m sglang_flags.regenerate {release}.",
             )
         ]
     findings = [finding for rule in _RULES for finding in rule(spec, release)]

@@ -12,8 +12,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sglang_flags import Flag, FlagTable, build_parser, known_releases, load_table
-from sglang_stacks.config.flags import _RENAMED, _SWITCH_ACTIONS, FlagValue, ServerFlags, field_name
+from sglang_flags import Flag, FlagTable, build_parser, load_table, nearest_releases
+from sglang_flags.renames import flag_for
+from sglang_stacks.config.flags import _SWITCH_ACTIONS, FlagValue, ServerFlags, field_name
 from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import FlagError
 
@@ -51,7 +52,8 @@ def _table(release: str) -> FlagTable:
     except KeyError:
         raise _Unrenderable(
             f"There is no flag table for SGLang {release!r}.",
-            f"Use one of {', '.join(known_releases())}, or add a table with sglang_flags/regenerate.py.",
+            f"Use the nearest release with one ({' or '.join(nearest_releases(release))}), or add a "
+            f"table with python -m sglang_flags.regenerate {release}.",
         ) from None
 
 
@@ -62,12 +64,7 @@ def _nearest(key: str, table: FlagTable) -> list[str]:
 
 def _resolve(key: str, release: str) -> Flag:
     table = _table(release)
-    if key.startswith("-"):
-        flag = table.by_option(key)
-    else:
-        flag = table.by_dest(key)
-        for older in _RENAMED.get(key, ()):
-            flag = flag or table.by_dest(older)
+    flag = table.by_option(key) if key.startswith("-") else flag_for(table, key)
     if flag is not None:
         return flag
     near = _nearest(key, table)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sglang_flags import known_releases
+from sglang_flags import known_releases, nearest_releases
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import SpecError
@@ -180,8 +180,9 @@ class EnvironmentSpec(_Section):
     def _known_release(cls, release: str) -> str:
         if release not in known_releases():
             raise ValueError(
-                f"no flag table ships for SGLang {release!r}; use one of {', '.join(known_releases())} "
-                f"or add one with sglang_flags/regenerate.py"
+                f"no flag table ships for SGLang {release!r}; the nearest releases with one are "
+                f"{' and '.join(nearest_releases(release))}. Pin one of them, or add a table with "
+                f"python -m sglang_flags.regenerate {release}"
             )
         return release
 

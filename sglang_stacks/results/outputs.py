@@ -64,7 +64,9 @@ class StackOutputs(BaseModel):
 
 
 def _table_for(release: str | None) -> FlagTable | None:
-    """The flag table of ``release``, matching on its leading x.y.z (``0.5.8.post1`` reads 0.5.8)."""
+    """The flag table of ``release``; a build without its own table (``0.5.8+cu128``) reads its x.y.z's."""
+    if release in known_releases():
+        return load_table(release)
     found = re.match(r"\d+\.\d+\.\d+", release or "")
     if found is None or found.group() not in known_releases():
         return None
