@@ -9,6 +9,7 @@ import pytest
 
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.results import stats
+from sglang_stacks.results.loadgen import contract
 
 
 @pytest.mark.parametrize(
@@ -95,7 +96,7 @@ def _document(**level_changes: object) -> dict[str, object]:
     }
     level.update(level_changes)
     return {
-        "schema": stats.LOADGEN_SCHEMA,
+        "schema": contract.SCHEMA,
         "workload": {"input_len": 128, "output_len": 256},
         "levels": [level, dict(level, concurrency=8, tok_s_runs=[300.0, 310.0])],
     }

@@ -16,10 +16,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.results.loadgen.contract import SCHEMA as LOADGEN_SCHEMA
 
 __all__ = [
     "ALPHA",
-    "LOADGEN_SCHEMA",
     "BenchmarkResult",
     "Percentiles",
     "WelchTest",
@@ -32,7 +32,6 @@ __all__ = [
     "welch_t_test",
 ]
 
-LOADGEN_SCHEMA = "sglang-stacks.loadgen/1"
 ALPHA = 0.05
 """A difference is significant when Welch's two-sided p-value is below this."""
 
