@@ -139,8 +139,7 @@ def _run_compare(args: argparse.Namespace) -> int:
             "error: compare needs at least two stacks, e.g. `compare baseline eagle3-bs128`.", file=sys.stderr
         )
         return EXIT_BAD_INPUT
-    # Imported here: the Automation API adds a third of a second that other commands need not wait.
-    from sglang_stacks import orchestrate
+    from sglang_stacks import orchestrate  # the Automation API, only for the commands that drive Pulumi
 
     return compare.main_compare(
         args.stacks,
