@@ -7,6 +7,9 @@ The package has four rooms:
 - ``sglang_stacks.results``: load generator, statistics, history, compare, gate, promote, plots;
 - ``sglang_stacks.components``: the Pulumi resources, built on the three rooms above.
 
+Beside them, ``sglang_stacks.orchestrate`` drives Pulumi across stacks (``rollout``) through its
+Automation API, and ``sglang_stacks.cli`` is the ``sglang-stacks`` command.
+
 Importing the package has no side effects and imports none of its rooms: another Pulumi program
 imports what it uses, e.g. ``from sglang_stacks.components import SGLangDeployment``.
 """

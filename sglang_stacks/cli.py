@@ -23,7 +23,7 @@ from sglang_stacks.config.render import render_argv, render_command
 from sglang_stacks.config.spec import load_spec, spec_json_schema
 from sglang_stacks.config.stackfile import STACKS_DIR, read_stack_file
 from sglang_stacks.errors import FlagError, StacksError
-from sglang_stacks.results import compare, history, promote
+from sglang_stacks.results import compare, history, plot, promote
 
 __all__ = ["COMMANDS", "Command", "main"]
 
@@ -139,8 +139,7 @@ def _run_compare(args: argparse.Namespace) -> int:
             "error: compare needs at least two stacks, e.g. `compare baseline eagle3-bs128`.", file=sys.stderr
         )
         return EXIT_BAD_INPUT
-    # Imported here: the Automation API adds a third of a second that other commands need not wait.
-    from sglang_stacks import orchestrate
+    from sglang_stacks import orchestrate  # the Automation API, only for the commands that drive Pulumi
 
     return compare.main_compare(
         args.stacks,
@@ -161,7 +160,18 @@ def _configure_history(parser: argparse.ArgumentParser) -> None:
 
 def _run_history(args: argparse.Namespace) -> int:
     db_path = args.db or history.default_history_path()
-    return history.main_history(db_path, args.stacks, args.plot)
+    found = history.rows(db_path, args.stacks or None)
+    if not found:
+        which = f" for {', '.join(args.stacks)}" if args.stacks else ""
+        print(
+            f"No benchmark results are recorded{which} in {db_path} yet; "
+            "run `pulumi up -s <stack>` to benchmark one."
+        )
+        return EXIT_OK
+    print(history.format_table(found))
+    if args.plot is not None:
+        print(f"\nWrote the tok/s plot to {plot.plot_history(found, args.plot)}.")
+    return EXIT_OK
 
 
 def _configure_promote(parser: argparse.ArgumentParser) -> None:

@@ -3,9 +3,10 @@
 ``on_regression: hand_back``, deploys the baseline stack again so the host serves it.
 
 Every operation runs the ``pulumi`` on PATH in the project folder, with the backend and the
-passphrase from the environment, exactly as ``pulumi up -s <stack>`` typed there would. Stack
-files are read by the CLI itself (which honours ``stackConfigDir``), never through the Automation
-API's stack settings.
+passphrase from the environment, exactly as ``pulumi up -s <stack>`` typed there would, and the
+CLI reads the stack files itself. The rollout reads a stack's gate with the project's own stack
+file reader, from ``stackConfigDir``: never through the Automation API's stack settings, which
+would look for the file beside Pulumi.yaml.
 """
 
 from __future__ import annotations
@@ -76,7 +77,14 @@ def _select(project_dir: Path, stack: str) -> auto.Stack:
 def stack_outputs(stack: str, project_dir: Path | None = None) -> dict[str, Any]:
     """One stack's outputs as ``pulumi stack output --json`` prints them: secrets read ``[secret]``."""
     selected = _select(project_dir or find_project_dir(), stack)
-    return {key: "[secret]" if output.secret else output.value for key, output in selected.outputs().items()}
+    try:
+        outputs = selected.outputs()
+    except auto.CommandError as error:
+        raise SpecError(
+            f"Pulumi could not read the outputs of stack {stack!r}: {error}. Set the passphrase its "
+            "secrets need (see README, Secrets) and try again."
+        ) from None
+    return {key: "[secret]" if output.secret else output.value for key, output in outputs.items()}
 
 
 def _at_tok_s(done: auto.UpResult) -> str:

@@ -3,6 +3,7 @@ import os
 import shlex
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,8 @@ import pytest
 from sglang_flags import known_releases, release_key
 from sglang_stacks.cli import COMMANDS, main
 from sglang_stacks.config.stackfile import STACKS_DIR
+from sglang_stacks.results import history
+from sglang_stacks.results.stats import BenchmarkResult, Percentiles
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,6 +38,23 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
         [sys.executable, "-m", "sglang_stacks.cli", *args], capture_output=True, text=True, cwd=REPO, env=env
+    )
+
+
+def _result(tok_s: float, accept: float | None = None) -> BenchmarkResult:
+    return BenchmarkResult(
+        concurrency=1,
+        input_len=128,
+        output_len=256,
+        repetitions=5,
+        tok_s_mean=tok_s,
+        tok_s_stdev=0.4,
+        tok_s_ci95=(tok_s - 0.5, tok_s + 0.5),
+        tok_s_runs=(tok_s,) * 5,
+        ttft_ms=Percentiles(p50=42.0, p90=45.0, p99=47.5),
+        accept_length=accept,
+        requests=20,
+        errors=0,
     )
 
 
@@ -174,3 +194,44 @@ def test_render_for_a_release_without_a_table_names_the_nearest_ones(capsys):
     assert document["argv"] is None
     finding = next(f for f in document["findings"] if f["code"] == "release-unknown")
     assert "0.5.23" in finding["fix"] and "python -m sglang_flags.regenerate 0.5.24" in finding["fix"]
+
+
+def test_history_prints_a_table_and_writes_the_plot(tmp_path, capsys):
+    db = tmp_path / "history.sqlite"
+    t0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+    history.record(db, "baseline", "0123456789abcdef", "0.5.8", "x", _result(89.5), t0)
+    later = t0 + timedelta(hours=1)
+    history.record(db, "eagle3-bs128", "fedcba9876543210", "0.5.8", "x", _result(54.1, 2.43), later)
+    png = tmp_path / "tok_s.png"
+
+    assert main(["history", "--db", str(db), "--plot", str(png)]) == 0
+
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["recorded", "(UTC)", "stack"]
+    assert lines[1].split() == [
+        "2026-11-29", "09:00", "baseline", "0.5.8", "89.5", "89.0-90.0", "-", "42.0", "0/20", "0123456789ab",
+    ]  # fmt: skip
+    assert "2.43" in lines[2]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"Wrote the tok/s plot to {png}." in out
+    assert main(["history", "eagle3-bs128", "--db", str(db)]) == 0
+    assert [line.split()[2] for line in capsys.readouterr().out.splitlines()[1:]] == ["eagle3-bs128"]
+
+
+def test_history_with_nothing_recorded_says_how_to_get_results(tmp_path, capsys):
+    assert main(["history", "baseline", "--db", str(tmp_path / "none.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert "No benchmark results are recorded for baseline" in out
+    assert "pulumi up -s <stack>" in out
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_commands_load_no_plotting_statistics_pulumi_or_http_library_until_they_need_one():
+    modules = "sglang_stacks.cli, sglang_stacks.results.plot, sglang_stacks.results.loadgen.contract"
+    check = (
+        f"import sys, {modules}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'scipy', 'pulumi', 'httpx'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -229,3 +231,18 @@ def test_flags_also_come_from_the_launch_flags_map_or_the_command_string() -> No
     assert rows["--cuda-graph-bs"] == {"baseline": "1 2 4", "eagle3-bs128": None}
     assert "--trust-remote-code" not in rows and "--tensor-parallel-size" not in rows
     assert rows["--host"] == {"baseline": None, "eagle3-bs128": "0.0.0.0"}
+
+
+def test_no_other_results_module_depends_on_compare_or_plot() -> None:
+    # The commands' formatting modules sit on top: history, the gate and the rest never import them.
+    results = Path(compare.__file__).parent
+    for module in results.rglob("*.py"):
+        if module.stem in ("compare", "plot"):
+            continue
+        imported = set()
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+        assert not imported & {"sglang_stacks.results.compare", "sglang_stacks.results.plot"}, module.name

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import subprocess
 import sys
 import textwrap
@@ -130,29 +129,3 @@ def test_a_file_that_is_not_a_history_is_a_clear_error(tmp_path: Path) -> None:
     db.write_text("these are my notes, not a database\n" * 100)
     with pytest.raises(SpecError, match=r"cannot be read .* move this one aside"):
         history.rows(db)
-
-
-def test_history_command_prints_a_table_and_writes_the_plot(tmp_path: Path) -> None:
-    db = tmp_path / "history.sqlite"
-    history.record(db, "baseline", "0123456789abcdef", "0.5.8", "x", result(89.5), T0)
-    history.record(
-        db, "eagle3-bs128", "fedcba9876543210", "0.5.8", "x", result(54.1, 2.43), T0 + timedelta(hours=1)
-    )
-    out = io.StringIO()
-    assert history.main_history(db, None, tmp_path / "tok_s.png", out) == 0
-    lines = out.getvalue().splitlines()
-    assert lines[0].split()[:3] == ["recorded", "(UTC)", "stack"]
-    assert lines[1].split() == [
-        "2026-11-29", "09:00", "baseline", "0.5.8", "89.5", "89.0-90.0", "-", "42.0", "0/20", "0123456789ab",
-    ]  # fmt: skip
-    assert "2.43" in lines[2]
-    assert (tmp_path / "tok_s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert f"Wrote the tok/s plot to {tmp_path / 'tok_s.png'}." in out.getvalue()
-
-
-def test_history_command_with_nothing_recorded_says_how_to_get_results(tmp_path: Path) -> None:
-    out = io.StringIO()
-    assert history.main_history(tmp_path / "none.sqlite", ["baseline"], None, out) == 0
-    assert "No benchmark results are recorded for baseline" in out.getvalue()
-    assert "pulumi up -s <stack>" in out.getvalue()
-    assert not (tmp_path / "none.sqlite").exists()

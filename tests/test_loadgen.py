@@ -1,21 +1,25 @@
-"""The load generator against a real HTTP server that streams tokens on a known schedule."""
+"""The load generator against a real HTTP server that streams tokens on a known schedule, its
+contract with the stack's benchmark section, and the package as the host runs it."""
 
 from __future__ import annotations
 
+import io
 import json
-import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from sglang_stacks.config.spec import BenchmarkSpec
 from sglang_stacks.results import loadgen, stats
+from sglang_stacks.results.loadgen import client, contract
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,21 +108,21 @@ def fresh_schedule(server: FakeSGLang) -> None:
     server.count = 0
 
 
-def _workload(server: FakeSGLang, **changes: object) -> loadgen.Workload:
+def _workload(server: FakeSGLang, **changes: object) -> contract.Workload:
     settings: dict[str, object] = {
         "url": server.url,
         "input_len": 16,
         "output_len": 30,
-        "warmup": 1,
+        "warmup_requests": 1,
         "repetitions": 3,
-        "requests": 2,
+        "requests_per_repetition": 2,
     }
     settings.update(changes)
-    return loadgen.Workload(**settings)  # type: ignore[arg-type]
+    return contract.Workload(**settings)  # type: ignore[arg-type]
 
 
 def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang) -> None:
-    document = loadgen.run(_workload(server, requests=1))
+    document = client.run(_workload(server, requests_per_repetition=1))
     (level,) = document["levels"]
     # 30 tokens in chunks of 3: the first chunk at 100 ms, nine more 40 ms apart. On a busy
     # machine chunks can only arrive late, never early: the bounds are tight on the early side.
@@ -136,7 +140,7 @@ def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang
     assert sorted(level["itl_ms"])[len(level["itl_ms"]) // 2] == pytest.approx(40 / 3, rel=0.06)
     assert level["prompt_tokens_mean"] == 7
     # What the stack output will show.
-    result = stats.summarize(document)
+    (result,) = stats.summarize_levels(document)
     assert result.accept_length == 3.0
     assert expected_tok_s * 0.92 < result.tok_s_mean < expected_tok_s * 1.01
     assert result.tok_s_ci95[0] <= result.tok_s_mean <= result.tok_s_ci95[1]
@@ -144,8 +148,15 @@ def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang
 
 
 def test_concurrent_streams_multiply_throughput(server: FakeSGLang) -> None:
-    document = loadgen.run(
-        _workload(server, output_len=9, concurrency=(1, 4), warmup=0, repetitions=2, requests=4)
+    document = client.run(
+        _workload(
+            server,
+            output_len=9,
+            concurrency=(1, 4),
+            warmup_requests=0,
+            repetitions=2,
+            requests_per_repetition=4,
+        )
     )
     one, four = document["levels"]
     assert (one["concurrency"], four["concurrency"]) == (1, 4)
@@ -156,7 +167,9 @@ def test_concurrent_streams_multiply_throughput(server: FakeSGLang) -> None:
 
 def test_failed_requests_are_counted_not_fatal(server: FakeSGLang) -> None:
     server.schedule.fail_every = 3
-    document = loadgen.run(_workload(server, output_len=9, warmup=0, repetitions=3, requests=3))
+    document = client.run(
+        _workload(server, output_len=9, warmup_requests=0, repetitions=3, requests_per_repetition=3)
+    )
     (level,) = document["levels"]
     assert level["requests"] == 9
     assert level["errors"] == 3
@@ -166,57 +179,93 @@ def test_failed_requests_are_counted_not_fatal(server: FakeSGLang) -> None:
 
 def test_every_request_failing_is_an_error_that_says_what_failed(server: FakeSGLang) -> None:
     server.schedule.fail_every = 1
-    with pytest.raises(loadgen.LoadgenError, match=r"All 3 requests at concurrency 1 failed.*HTTP 500"):
-        loadgen.run(_workload(server, warmup=0, repetitions=1, requests=3))
+    with pytest.raises(contract.LoadgenError, match=r"All 3 requests at concurrency 1 failed.*HTTP 500"):
+        client.run(_workload(server, warmup_requests=0, repetitions=1, requests_per_repetition=3))
 
 
 def test_without_speculative_decoding_there_is_no_verify_count(server: FakeSGLang) -> None:
     server.schedule.speculative = False
     server.schedule.tokens_per_chunk = 1
-    document = loadgen.run(_workload(server, output_len=5, warmup=0, repetitions=1, requests=1))
+    document = client.run(
+        _workload(server, output_len=5, warmup_requests=0, repetitions=1, requests_per_repetition=1)
+    )
     (level,) = document["levels"]
     assert level["spec_verify_ct"] == 0
     assert level["completion_tokens"] == 5
 
 
 def test_a_bad_workload_names_the_setting(server: FakeSGLang) -> None:
-    with pytest.raises(loadgen.LoadgenError, match="repetitions is 0, but it must be at least 1"):
-        loadgen.run(_workload(server, repetitions=0))
-    with pytest.raises(loadgen.LoadgenError, match="concurrency is \\[0\\]"):
-        loadgen.run(_workload(server, concurrency=(0,)))
-    with pytest.raises(loadgen.LoadgenError, match="requests is 2, but concurrency 8 needs at least 8"):
-        loadgen.run(_workload(server, concurrency=(1, 8)))
+    with pytest.raises(contract.LoadgenError, match="repetitions is 0, but it must be at least 1"):
+        client.run(_workload(server, repetitions=0))
+    with pytest.raises(contract.LoadgenError, match=r"concurrency is \[0\], but it must be at least 1"):
+        client.run(_workload(server, concurrency=(0,)))
+    with pytest.raises(contract.LoadgenError, match="request_timeout_s is 0, but it must be more than 0"):
+        client.run(_workload(server, request_timeout_s=0))
+    with pytest.raises(
+        contract.LoadgenError, match="requests_per_repetition is 2, but concurrency 8 needs at least 8"
+    ):
+        client.run(_workload(server, concurrency=(1, 8)))
 
 
-def test_runs_as_a_standalone_script_outside_the_project(server: FakeSGLang, tmp_path: Path) -> None:
-    script = tmp_path / "loadgen.py"
-    shutil.copy(ROOT / "sglang_stacks" / "results" / "loadgen.py", script)
-    argv = [sys.executable, "-I", str(script), "--url", server.url, "--input-len", "8", "--output-len", "6"]
-    argv += ["--concurrency", "1,2", "--warmup", "1", "--repetitions", "2", "--requests", "2"]
-    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+def _unpacked(folder: Path) -> Path:
+    """The load generator as the host gets it: the package's tar stream, unpacked into ``folder``."""
+    with tarfile.open(fileobj=io.BytesIO(loadgen.bundle())) as archive:
+        archive.extractall(folder, filter="data")
+    return folder
+
+
+def test_runs_as_the_host_runs_it_outside_the_project(server: FakeSGLang, tmp_path: Path) -> None:
+    workload = contract.Workload(
+        url=server.url,
+        input_len=8,
+        output_len=6,
+        concurrency=(1, 2),
+        warmup_requests=1,
+        repetitions=2,
+        requests_per_repetition=2,
+    )
+    argv = [sys.executable, "-E", "-s", "-m", loadgen.PACKAGE_NAME, *workload.argv()]
+    done = subprocess.run(argv, cwd=_unpacked(tmp_path), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
-    assert document["schema"] == loadgen.SCHEMA
+    assert document["schema"] == contract.SCHEMA
     assert [level["concurrency"] for level in document["levels"]] == [1, 2]
     assert document["workload"]["output_len"] == 6
+    assert document["workload"]["requests_per_repetition"] == 2
 
 
 def test_the_script_exits_1_with_a_sentence_when_nothing_answers(tmp_path: Path) -> None:
-    script = tmp_path / "loadgen.py"
-    shutil.copy(ROOT / "sglang_stacks" / "results" / "loadgen.py", script)
-    argv = [sys.executable, "-I", str(script), "--url", "http://127.0.0.1:9", "--warmup", "0"]
-    argv += ["--repetitions", "1", "--requests", "1", "--timeout-s", "5"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    argv = [sys.executable, "-E", "-s", "-m", loadgen.PACKAGE_NAME, "--url", "http://127.0.0.1:9"]
+    argv += ["--warmup-requests", "0", "--repetitions", "1", "--requests-per-repetition", "1"]
+    argv += ["--request-timeout-s", "5"]
+    done = subprocess.run(argv, cwd=_unpacked(tmp_path), capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stdout == ""
     assert "All 1 requests at concurrency 1 failed" in done.stderr
     assert "Check that the server at http://127.0.0.1:9 is ready" in done.stderr
 
 
+def test_a_stack_benchmark_section_is_a_workload_and_its_command_line() -> None:
+    section = BenchmarkSpec().model_dump(mode="json")
+    options = {option.name for option in fields(contract.Workload)}
+    assert set(section) - options == {"timeout_s"}  # the limit of the whole run, kept by the host
+    # Numbers come back from Pulumi as floats; the command line carries them as the script reads them.
+    through_pulumi = {key: float(value) if type(value) is int else value for key, value in section.items()}
+    workload = contract.Workload.from_settings("http://127.0.0.1:30000", through_pulumi)
+    assert workload == contract.Workload()  # one set of defaults
+    assert "--requests-per-repetition=4" in workload.argv()
+    assert contract.parse_args(workload.argv()) == workload
+    changed = contract.Workload.from_settings(
+        "http://h:1/", {**section, "ignore_eos": False, "concurrency": [1, 8]}
+    )
+    assert "--no-ignore-eos" in changed.argv() and "--concurrency=1,8" in changed.argv()
+    assert contract.parse_args(changed.argv()) == contract.Workload(**{**vars(changed), "url": "http://h:1"})
+
+
 def test_a_rank_sample_keeps_percentiles_and_bounds_the_size() -> None:
     gaps = [float(v % 997) for v in range(100_000)]
-    sample = loadgen._rank_sample(gaps, 1_000)
+    sample = client._rank_sample(gaps, 1_000)
     assert len(sample) == 1_000
     assert sample[0] == min(gaps) and sample[-1] == max(gaps)
     assert sample[500] == pytest.approx(sorted(gaps)[50_000], abs=2)
-    assert loadgen._rank_sample([3.0, 1.0], 1_000) == [3.0, 1.0]
+    assert client._rank_sample([3.0, 1.0], 1_000) == [3.0, 1.0]

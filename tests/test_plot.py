@@ -1,100 +1,130 @@
-"""The tok/s plot is a valid PNG that shows each stack's colour, axes and legend."""
+"""The tok/s plot: a PNG of the documented size with a line and a legend entry per stack, faster
+stacks higher, time ticks on round times (that matplotlib loads only when a plot is drawn is in
+test_cli)."""
 
 from __future__ import annotations
 
-import struct
-import zlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
+from matplotlib import dates
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
 
 from sglang_stacks.results import plot
+from sglang_stacks.results.history import HistoryRow
+from sglang_stacks.results.stats import BenchmarkResult
 
 T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 
 
-def _decode(png: bytes) -> tuple[int, int, list[bytes]]:
-    """Width, height and RGB rows of an unfiltered 8-bit RGB PNG, checking every chunk's CRC."""
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    offset, chunks = 8, dict[bytes, bytes]()
-    while offset < len(png):
-        (length,) = struct.unpack(">I", png[offset : offset + 4])
-        kind, data = png[offset + 4 : offset + 8], png[offset + 8 : offset + 8 + length]
-        (crc,) = struct.unpack(">I", png[offset + 8 + length : offset + 12 + length])
-        assert crc == zlib.crc32(kind + data), kind
-        chunks[kind] = chunks.get(kind, b"") + data
-        offset += 12 + length
-    assert list(chunks) == [b"IHDR", b"IDAT", b"IEND"]
-    width, height, depth, colour_type, _, _, _ = struct.unpack(">IIBBBBB", chunks[b"IHDR"])
-    assert (depth, colour_type) == (8, 2)
-    raw = zlib.decompress(chunks[b"IDAT"])
-    stride = 1 + width * 3
-    assert len(raw) == stride * height
-    rows = [raw[r * stride : (r + 1) * stride] for r in range(height)]
-    assert all(row[0] == 0 for row in rows)
-    return width, height, [row[1:] for row in rows]
+def row(stack: str, when: datetime, tok_s: float) -> HistoryRow:
+    result = BenchmarkResult(
+        concurrency=1,
+        input_len=1024,
+        output_len=512,
+        repetitions=5,
+        tok_s_mean=tok_s,
+        tok_s_stdev=0.4,
+        tok_s_ci95=(tok_s - 0.5, tok_s + 0.5),
+        tok_s_runs=(tok_s,) * 5,
+        requests=10,
+        errors=0,
+    )
+    return HistoryRow(
+        id=1,
+        stack=stack,
+        recorded_at=when,
+        flags_digest="0123456789abcdef",
+        sglang_version="0.5.8",
+        launch_command="python -m sglang.launch_server",
+        result=result,
+    )
 
 
-def _colours(rows: list[bytes]) -> set[tuple[int, int, int]]:
-    return {(row[i], row[i + 1], row[i + 2]) for row in rows for i in range(0, len(row), 3)}
+def campaign() -> list[HistoryRow]:
+    return [
+        row("baseline", T0, 82.0),
+        row("baseline", T0 + timedelta(hours=2), 89.5),
+        row("eagle3-bs128", T0 + timedelta(hours=4), 54.1),
+    ]
 
 
-def _campaign() -> dict[str, list[plot.Point]]:
-    return {
-        "baseline": [plot.Point(T0, 82.0, 81.4, 82.6), plot.Point(T0 + timedelta(hours=2), 89.5, 89.0, 90.0)],
-        "eagle3-bs128": [plot.Point(T0 + timedelta(hours=4), 54.1, 53.7, 54.5)],
-    }
+def pixels(figure: Figure) -> np.ndarray:
+    """The figure as the Agg renderer draws it: rows of RGB values from 0 to 255."""
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[:, :, :3]
 
 
-def test_writes_a_valid_png_with_each_stack_in_its_colour(tmp_path: Path) -> None:
-    path = plot.write_tok_s_plot(_campaign(), tmp_path / "out" / "history.png")
-    width, height, rows = _decode(path.read_bytes())
-    assert (width, height) == (900, 480)
-    colours = _colours(rows)
-    assert plot.SERIES_COLOURS[0] in colours and plot.SERIES_COLOURS[1] in colours
-    assert plot.SERIES_COLOURS[2] not in colours  # only two stacks
-    assert plot.INK in colours and plot.WHITE in colours
-    assert path.stat().st_size < 60_000
+def test_writes_a_png_of_the_documented_size(tmp_path: Path) -> None:
+    path = plot.plot_history(campaign(), tmp_path / "out" / "history.png")
+
+    png = path.read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert (width, height) == (plot.WIDTH_PX, plot.HEIGHT_PX)
 
 
-def test_points_sit_higher_for_faster_stacks() -> None:
-    canvas = plot.render_tok_s_plot(_campaign())
+def test_each_stack_is_a_line_with_its_latest_tok_s_in_the_legend() -> None:
+    figure = plot.history_figure(campaign())
 
-    def rows_with(colour: tuple[int, int, int]) -> list[int]:
-        return [y for y in range(canvas.height) for x in range(0, 600) if canvas.get(x, y) == colour]
-
-    baseline_top = min(rows_with(plot.SERIES_COLOURS[0]))
-    eagle_top = min(rows_with(plot.SERIES_COLOURS[1]))
-    assert baseline_top < eagle_top  # smaller y is higher on the picture
-
-
-def test_text_uses_the_built_in_font() -> None:
-    canvas = plot.Canvas(40, 20)
-    canvas.text(1, 1, "1", scale=1)
-    lit = {(x, y) for y in range(20) for x in range(40) if canvas.get(x, y) == plot.INK}
-    # "1": a centre stem, a flag to its left, a foot three pixels wide.
-    assert {(3, 1), (3, 4), (3, 7), (2, 2), (2, 7), (4, 7)} <= lit
-    assert (1, 4) not in lit
+    (axes,) = figure.axes
+    legend = axes.get_legend()
+    assert legend is not None
+    assert legend.get_title().get_text() == "latest tok/s"
+    assert [text.get_text() for text in legend.get_texts()] == ["baseline  89.5", "eagle3-bs128  54.1"]
+    points = {bars.get_label(): len(bars.lines[0].get_xdata()) for bars in axes.containers}  # type: ignore[attr-defined]
+    assert points == {"baseline  89.5": 2, "eagle3-bs128  54.1": 1}
+    assert axes.get_title() == plot.TITLE
+    assert (axes.get_xlabel(), axes.get_ylabel()) == ("time (UTC)", "tok/s")
+    assert axes.get_ylim()[0] == 0
 
 
-def test_every_glyph_is_five_pixels_wide() -> None:
-    for char in "AZaz09-_.:/%()?":
-        rows = plot._glyph_rows(char)
-        assert len(rows) == 9 and all(0 <= row < 32 for row in rows), char
-    assert plot._glyph_rows("~") == plot._glyph_rows("?")
+def test_faster_stacks_sit_higher_in_their_own_colours() -> None:
+    figure = plot.history_figure(campaign())
+    image = pixels(figure)
+    baseline_colour, eagle3_colour = (
+        np.array([round(255 * c) for c in to_rgb(bars.lines[0].get_color())])  # type: ignore[attr-defined]
+        for bars in figure.axes[0].containers
+    )
+
+    inside = figure.axes[0].get_window_extent()  # the plot area, not the legend beside it
+
+    def top_row(colour: np.ndarray) -> int:
+        area = image[:, round(inside.x0) : round(inside.x1)]
+        rows = np.nonzero(np.all(area == colour, axis=2))[0]
+        assert rows.size > 0
+        return int(rows.min())
+
+    assert top_row(baseline_colour) < top_row(eagle3_colour)  # smaller is higher on the picture
 
 
-def test_a_single_point_still_plots() -> None:
-    canvas = plot.render_tok_s_plot({"baseline": [plot.Point(T0, 89.5)]})
-    assert plot.SERIES_COLOURS[0] in _colours([bytes(canvas.pixels)])
+@pytest.mark.parametrize(
+    ("span", "step"),
+    [(timedelta(minutes=4), timedelta(minutes=1)), (timedelta(hours=4), timedelta(hours=1))],
+)
+def test_time_ticks_fall_on_round_times(span: timedelta, step: timedelta) -> None:
+    history = [row("baseline", T0 + timedelta(seconds=7), 82.0), row("baseline", T0 + span, 89.5)]
+    figure = plot.history_figure(history)
+    pixels(figure)  # ticks are placed when the figure is drawn
+
+    ticks = [dates.num2date(tick, tz=UTC) for tick in figure.axes[0].get_xticks()]
+    assert len(ticks) >= 3
+    assert all((tick - T0) % step == timedelta(0) for tick in ticks)
+
+
+def test_a_single_result_still_plots_with_room_around_it() -> None:
+    figure = plot.history_figure([row("baseline", T0, 89.5)])
+
+    low, high = (dates.num2date(limit, tz=UTC) for limit in figure.axes[0].get_xlim())
+    assert low < T0 < high
+    assert high - low >= timedelta(minutes=2)
 
 
 def test_nothing_to_plot_is_an_error() -> None:
     with pytest.raises(ValueError, match="nothing to plot"):
-        plot.render_tok_s_plot({"baseline": []})
-
-
-@pytest.mark.parametrize(("span", "step"), [(95.0, 20.0), (9.0, 2.0), (480.0, 100.0), (0.5, 0.1)])
-def test_axis_steps_are_round_numbers(span: float, step: float) -> None:
-    assert plot.nice_step(span) == pytest.approx(step)
+        plot.history_figure([])

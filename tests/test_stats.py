@@ -9,6 +9,7 @@ import pytest
 
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.results import stats
+from sglang_stacks.results.loadgen import contract
 
 
 @pytest.mark.parametrize(
@@ -95,14 +96,14 @@ def _document(**level_changes: object) -> dict[str, object]:
     }
     level.update(level_changes)
     return {
-        "schema": stats.LOADGEN_SCHEMA,
+        "schema": contract.SCHEMA,
         "workload": {"input_len": 128, "output_len": 256},
         "levels": [level, dict(level, concurrency=8, tok_s_runs=[300.0, 310.0])],
     }
 
 
 def test_summarize_gives_a_flat_json_ready_result() -> None:
-    result = stats.summarize(_document())
+    result, _ = stats.summarize_levels(_document())
     assert result.concurrency == 1 and result.repetitions == 5
     assert result.tok_s_mean == pytest.approx(54.1)
     assert result.tok_s_ci95[0] < 54.1 < result.tok_s_ci95[1]
@@ -116,15 +117,14 @@ def test_summarize_gives_a_flat_json_ready_result() -> None:
     assert stats.BenchmarkResult.model_validate(dumped) == result
 
 
-def test_summarize_picks_a_concurrency_level_or_says_which_exist() -> None:
-    assert stats.summarize(json.dumps(_document()), concurrency=8).tok_s_mean == 305.0
-    assert [r.concurrency for r in stats.summarize_levels(_document())] == [1, 8]
-    with pytest.raises(BenchmarkError, match="no run at concurrency 4; it ran 1, 8"):
-        stats.summarize(_document(), concurrency=4)
+def test_summarize_gives_one_result_per_concurrency_level_in_run_order() -> None:
+    one, eight = stats.summarize_levels(json.dumps(_document()))
+    assert (one.concurrency, eight.concurrency) == (1, 8)
+    assert eight.tok_s_mean == 305.0 and eight.repetitions == 2
 
 
 def test_without_speculation_there_is_no_accept_length() -> None:
-    result = stats.summarize(_document(spec_completion_tokens=0, spec_verify_ct=0, tpot_ms=[]))
+    result, _ = stats.summarize_levels(_document(spec_completion_tokens=0, spec_verify_ct=0, tpot_ms=[]))
     assert result.accept_length is None
     assert result.tpot_ms is None
 
@@ -133,8 +133,8 @@ def test_a_malformed_document_names_the_key() -> None:
     document = _document()
     del document["levels"][0]["tok_s_runs"]  # type: ignore[index]
     with pytest.raises(BenchmarkError, match=r"at 'levels\.0\.tok_s_runs': Field required"):
-        stats.summarize(document)
+        stats.summarize_levels(document)
     with pytest.raises(BenchmarkError, match="printed no JSON document"):
-        stats.summarize("Traceback (most recent call last):")
+        stats.summarize_levels("Traceback (most recent call last):")
     with pytest.raises(BenchmarkError, match="schema 'other/2'"):
-        stats.summarize(dict(_document(), schema="other/2"))
+        stats.summarize_levels(dict(_document(), schema="other/2"))

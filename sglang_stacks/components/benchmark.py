@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -22,35 +21,30 @@ from sglang_stacks.hostops import claim
 from sglang_stacks.hostops import transport as transport
 from sglang_stacks.hostops.transport import quote
 from sglang_stacks.results import gate as regression_gate
-from sglang_stacks.results import history, stats
+from sglang_stacks.results import history, loadgen, stats
+from sglang_stacks.results.loadgen.contract import Workload
 
-LOADGEN_SOURCE = Path(__file__).resolve().parent.parent / "results" / "loadgen.py"
 # Inputs whose change makes earlier numbers meaningless: the benchmark runs again.
 RERUN_INPUTS = ("server_instance", "workload", "url", "python")
-
-
-def _loadgen_argv(url: str, workload: Mapping[str, Any]) -> list[str]:
-    return [
-        f"--url={url}",
-        f"--input-len={int(workload['input_len'])}",
-        f"--output-len={int(workload['output_len'])}",
-        "--concurrency=" + ",".join(str(int(c)) for c in workload["concurrency"]),
-        f"--warmup={int(workload['warmup_requests'])}",
-        f"--repetitions={int(workload['repetitions'])}",
-        f"--requests={int(workload['requests_per_repetition'])}",
-        f"--timeout-s={float(workload['request_timeout_s']):g}",
-    ]
+# The load generator arrives as a tar stream on stdin and runs from a scratch folder that goes
+# when the script ends.
+_RUN_LOADGEN = (
+    "scratch=$(mktemp -d) && trap 'rm -rf \"$scratch\"' EXIT "
+    '&& tar -x -f - -C "$scratch" --no-same-owner && cd "$scratch" && {python} -m {package} {argv}\n'
+)
 
 
 def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
     """Ships the load generator to the host over the session, runs it there, returns its JSON."""
     conn = connect(props)
-    argv = " ".join(quote(arg) for arg in _loadgen_argv(props["url"], props["workload"]))
+    workload = Workload.from_settings(props["url"], props["workload"])
+    script = _RUN_LOADGEN.format(
+        python=quote(props["python"]),
+        package=loadgen.PACKAGE_NAME,
+        argv=" ".join(quote(arg) for arg in workload.argv()),
+    )
     result = transport.run(
-        conn,
-        f"{quote(props['python'])} - {argv}\n",
-        timeout_s=float(props["workload"]["timeout_s"]),
-        stdin=LOADGEN_SOURCE.read_bytes(),
+        conn, script, timeout_s=float(props["workload"]["timeout_s"]), stdin=loadgen.bundle()
     )
     if not result.ok:
         raise BenchmarkError(

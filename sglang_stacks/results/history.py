@@ -10,18 +10,15 @@ from __future__ import annotations
 import os
 import shlex
 import sqlite3
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
 from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict
 
 from sglang_stacks.errors import SpecError
-from sglang_stacks.results import plot
 from sglang_stacks.results.stats import BenchmarkResult
 
 __all__ = [
@@ -31,8 +28,6 @@ __all__ = [
     "default_history_path",
     "format_table",
     "latest",
-    "main_history",
-    "plot_history",
     "record",
     "rows",
 ]
@@ -244,35 +239,3 @@ def format_table(history: Sequence[HistoryRow]) -> str:
         ).rstrip()
         for line in lines
     )
-
-
-def plot_history(history: Sequence[HistoryRow], png_path: str | os.PathLike[str]) -> Path:
-    """Write the tok/s-over-time picture of ``history``, one series per stack; returns the path."""
-    series: dict[str, list[plot.Point]] = {}
-    for row in history:
-        low, high = row.result.tok_s_ci95
-        series.setdefault(row.stack, []).append(plot.Point(row.recorded_at, row.result.tok_s_mean, low, high))
-    return plot.write_tok_s_plot(series, png_path)
-
-
-def main_history(
-    db_path: str | os.PathLike[str],
-    stacks: Sequence[str] | None = None,
-    plot_path: str | os.PathLike[str] | None = None,
-    out: TextIO = sys.stdout,
-) -> int:
-    """The ``history`` command: print the table and, when asked, write the plot; the exit code."""
-    found = rows(db_path, stacks or None)
-    if not found:
-        which = f" for {', '.join(stacks)}" if stacks else ""
-        print(
-            f"No benchmark results are recorded{which} in {db_path} yet; "
-            "run `pulumi up -s <stack>` to benchmark one.",
-            file=out,
-        )
-        return 0
-    print(format_table(found), file=out)
-    if plot_path is not None:
-        written = plot_history(found, plot_path)
-        print(f"\nWrote the tok/s plot to {written}.", file=out)
-    return 0

@@ -1,8 +1,9 @@
 """Benchmark statistics: mean, spread, t-distribution confidence intervals, percentiles, Welch's t-test
 (the t quantiles and the test from ``scipy.stats``).
 
-``summarize`` turns the load generator's JSON into a ``BenchmarkResult``, the flat, JSON-ready
-record that becomes the stack's ``benchmark`` output and a row of the results history.
+``summarize_levels`` turns the load generator's JSON into a ``BenchmarkResult`` per concurrency
+level: the flat, JSON-ready record that becomes the stack's ``benchmark`` output (the first
+level's) and a row of the results history.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.results.loadgen.contract import SCHEMA as LOADGEN_SCHEMA
 
 __all__ = [
     "ALPHA",
-    "LOADGEN_SCHEMA",
     "BenchmarkResult",
     "Percentiles",
     "WelchTest",
@@ -27,12 +28,10 @@ __all__ = [
     "mean",
     "percentile",
     "stdev",
-    "summarize",
     "summarize_levels",
     "welch_t_test",
 ]
 
-LOADGEN_SCHEMA = "sglang-stacks.loadgen/1"
 ALPHA = 0.05
 """A difference is significant when Welch's two-sided p-value is below this."""
 
@@ -228,21 +227,3 @@ def summarize_levels(loadgen_json: Mapping[str, Any] | str) -> tuple[BenchmarkRe
     """One ``BenchmarkResult`` per concurrency level of a load generator run, in run order."""
     document = _parse(loadgen_json)
     return tuple(_result(level, document.workload) for level in document.levels)
-
-
-def summarize(loadgen_json: Mapping[str, Any] | str, concurrency: int | None = None) -> BenchmarkResult:
-    """The result at ``concurrency``, by default the first level run (single stream unless configured).
-
-    ``loadgen_json`` is the document the load generator printed, parsed or as text.
-    """
-    results = summarize_levels(loadgen_json)
-    if concurrency is None:
-        return results[0]
-    for result in results:
-        if result.concurrency == concurrency:
-            return result
-    levels = ", ".join(str(r.concurrency) for r in results)
-    raise BenchmarkError(
-        f"The benchmark has no run at concurrency {concurrency}; it ran {levels}. "
-        "Ask for one of those, or add the level to the stack's benchmark concurrency list."
-    )

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from sglang_stacks.errors import BenchmarkError, SpecError
 from sglang_stacks.results.stats import ALPHA, BenchmarkResult, welch_t_test
 
-__all__ = ["GateVerdict", "StackVerdict", "change_pct", "judge", "judge_gate", "significance"]
+__all__ = ["GateVerdict", "StackVerdict", "change_pct", "judge", "judge_gate"]
 
 
 def change_pct(value: float, reference: float) -> float:
@@ -20,7 +20,7 @@ def change_pct(value: float, reference: float) -> float:
     return (value - reference) / reference * 100.0
 
 
-def significance(p_value: float | None) -> str:
+def _significance(p_value: float | None) -> str:
     """``significant, p<0.001``, ``not significant, p=0.298``, or why nothing can be said."""
     if p_value is None:
         return "significance unknown: fewer than two runs"
@@ -59,7 +59,7 @@ def judge(stack: str, result: BenchmarkResult, reference: str, base: BenchmarkRe
         change_pct=round(change, 2),
         p_value=test.p_value,
         significant=test.significant(),
-        line=f"{stack} is {relation} ({significance(test.p_value)})",
+        line=f"{stack} is {relation} ({_significance(test.p_value)})",
     )
 
 
@@ -102,7 +102,7 @@ def judge_gate(
     measured = (
         f"{candidate_stack} ran at {candidate.tok_s_mean:.1f} tok/s, {abs(change):.1f} % "
         f"{'slower' if change < 0 else 'faster'} than {baseline_stack}'s {baseline.tok_s_mean:.1f} tok/s "
-        f"({significance(p_value)})"
+        f"({_significance(p_value)})"
     )
     if passed:
         message = f"{measured}, within the {tolerance_pct:g} % tolerance."

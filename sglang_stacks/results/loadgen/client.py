@@ -1,38 +1,23 @@
-"""The load generator: streams SGLang's ``/generate`` and measures tok/s, TTFT, TPOT, ITL, accept length.
-
-Shipped to the GPU host and run there with the host's Python, so it imports only the standard
-library and httpx, and prints one JSON document (``SCHEMA``) that ``sglang_stacks.results.stats`` summarises.
+"""The load generator's client: streams SGLang's ``/generate`` and measures tok/s, TTFT, TPOT,
+ITL and accept length, at each concurrency level of a ``Workload``, into one JSON document.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import httpx
 
-__all__ = [
-    "ITL_SAMPLE_LIMIT",
-    "SCHEMA",
-    "LoadgenError",
-    "RequestRecord",
-    "Workload",
-    "main",
-    "make_prompt",
-    "parse_args",
-    "run",
-    "run_async",
-    "run_level",
-    "stream_one",
-]
+from .contract import SCHEMA, LoadgenError, Workload, parse_args
 
-SCHEMA = "sglang-stacks.loadgen/1"
+__all__ = ["ITL_SAMPLE_LIMIT", "main", "run", "run_async"]
+
 ITL_SAMPLE_LIMIT = 20_000
 """Above this many inter-token gaps per level, ``itl_ms`` keeps a rank sample so the output stays small."""
 
@@ -47,50 +32,6 @@ _WORDS = tuple(
         )
     ).split()
 )
-
-
-class LoadgenError(Exception):
-    """Every request failed, or the workload is malformed; the message says what to change."""
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What to send: fixed lengths, greedy sampling, ``ignore_eos`` so every request runs to length."""
-
-    url: str
-    input_len: int = 128
-    output_len: int = 256
-    concurrency: tuple[int, ...] = (1,)
-    warmup: int = 2
-    repetitions: int = 5
-    requests: int = 4
-    """Requests per repetition, shared by the streams; at least the highest concurrency."""
-    timeout_s: float = 600.0
-
-    def check(self) -> None:
-        """Raise ``LoadgenError`` naming the first setting that cannot describe a workload."""
-        minimums = {
-            "input_len": (self.input_len, 1),
-            "output_len": (self.output_len, 1),
-            "warmup": (self.warmup, 0),
-            "repetitions": (self.repetitions, 1),
-            "requests": (self.requests, 1),
-        }
-        for name, (value, least) in minimums.items():
-            if value < least:
-                raise LoadgenError(f"{name} is {value}, but it must be at least {least}; raise it.")
-        if not self.concurrency or min(self.concurrency) < 1:
-            raise LoadgenError(
-                f"concurrency is {list(self.concurrency)}, but it must list stream counts of 1 or more; "
-                "use for example 1 or 1,4,16."
-            )
-        if self.requests < max(self.concurrency):
-            raise LoadgenError(
-                f"requests is {self.requests}, but concurrency {max(self.concurrency)} needs at least "
-                f"{max(self.concurrency)} requests per repetition to keep every stream busy; raise requests."
-            )
-        if self.timeout_s <= 0:
-            raise LoadgenError(f"timeout_s is {self.timeout_s}, but it must be positive; raise it.")
 
 
 @dataclass
@@ -140,14 +81,16 @@ async def stream_one(client: httpx.AsyncClient, workload: Workload, seed: int) -
         "sampling_params": {
             "max_new_tokens": workload.output_len,
             "temperature": 0,
-            "ignore_eos": True,
+            "ignore_eos": workload.ignore_eos,
         },
         "stream": True,
     }
     record = RequestRecord(sent_s=time.perf_counter())
     last_token_s = record.sent_s
     try:
-        async with client.stream("POST", "/generate", json=body, timeout=workload.timeout_s) as response:
+        async with client.stream(
+            "POST", "/generate", json=body, timeout=workload.request_timeout_s
+        ) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode(errors="replace")[:200]
                 record.error = f"HTTP {response.status_code}: {text}"
@@ -238,13 +181,13 @@ async def run_level(client: httpx.AsyncClient, workload: Workload, concurrency: 
     """Warm up, then run every repetition at one concurrency level; one JSON-ready dict."""
     seed = concurrency * 1_000_000
     warm = []
-    if workload.warmup:
-        warm = await _stream_requests(client, workload, concurrency, workload.warmup, seed)
+    if workload.warmup_requests:
+        warm = await _stream_requests(client, workload, concurrency, workload.warmup_requests, seed)
     repetitions: list[dict[str, Any]] = []
     measured: list[RequestRecord] = []
     for rep in range(workload.repetitions):
         records = await _stream_requests(
-            client, workload, concurrency, workload.requests, seed + (rep + 1) * 10_000
+            client, workload, concurrency, workload.requests_per_repetition, seed + (rep + 1) * 10_000
         )
         repetitions.append(_repetition(records))
         measured.extend(records)
@@ -282,61 +225,16 @@ async def run_async(workload: Workload) -> dict[str, Any]:
     workload.check()
     most = max(workload.concurrency)
     limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
-    async with httpx.AsyncClient(base_url=workload.url, limits=limits, timeout=workload.timeout_s) as client:
+    timeout_s = workload.request_timeout_s
+    async with httpx.AsyncClient(base_url=workload.url, limits=limits, timeout=timeout_s) as client:
         levels = [await run_level(client, workload, c) for c in workload.concurrency]
-    return {
-        "schema": SCHEMA,
-        "url": workload.url,
-        "workload": {
-            "input_len": workload.input_len,
-            "output_len": workload.output_len,
-            "warmup": workload.warmup,
-            "repetitions": workload.repetitions,
-            "requests_per_repetition": workload.requests,
-        },
-        "levels": levels,
-    }
+    settings = {option.name: getattr(workload, option.name) for option in fields(workload)}
+    return {"schema": SCHEMA, "url": settings.pop("url"), "workload": settings, "levels": levels}
 
 
 def run(workload: Workload) -> dict[str, Any]:
     """Blocking form of ``run_async`` for callers without an event loop."""
     return asyncio.run(run_async(workload))
-
-
-def _concurrency_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.replace(" ", ",").split(",") if part)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-
-
-def parse_args(argv: list[str] | None = None) -> Workload:
-    """The command line of the standalone script, as a ``Workload``."""
-    parser = argparse.ArgumentParser(
-        prog="loadgen.py",
-        description="Benchmark an SGLang server's /generate stream and print one JSON document.",
-    )
-    parser.add_argument("--url", default="http://127.0.0.1:30000", help="server base URL")
-    parser.add_argument("--input-len", type=int, default=128, help="prompt length in (about) tokens")
-    parser.add_argument("--output-len", type=int, default=256, help="tokens generated per request")
-    parser.add_argument(
-        "--concurrency", type=_concurrency_list, default=(1,), help="stream counts, e.g. 1 or 1,4,16"
-    )
-    parser.add_argument("--warmup", type=int, default=2, help="unmeasured requests first, at each level")
-    parser.add_argument("--repetitions", type=int, default=5, help="measured runs per concurrency level")
-    parser.add_argument("--requests", type=int, default=4, help="requests per run, at least the concurrency")
-    parser.add_argument("--timeout-s", type=float, default=600.0, help="limit for one request")
-    args = parser.parse_args(argv)
-    return Workload(
-        url=args.url.rstrip("/"),
-        input_len=args.input_len,
-        output_len=args.output_len,
-        concurrency=args.concurrency,
-        warmup=args.warmup,
-        repetitions=args.repetitions,
-        requests=args.requests,
-        timeout_s=args.timeout_s,
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,7 +248,3 @@ def main(argv: list[str] | None = None) -> int:
     json.dump(document, sys.stdout, separators=(",", ":"))
     sys.stdout.write("\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

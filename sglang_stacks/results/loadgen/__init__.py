@@ -1,0 +1,31 @@
+"""The load generator, run on the GPU host next to the server: ``contract`` (standard library only)
+says what it takes and prints, ``client`` (the standard library and httpx) does the measuring.
+
+The package reaches the host as it is, as a tar stream (``bundle``), and runs there with the
+host's Python as ``python -m loadgen``; so its modules import each other only relatively, and
+nothing else of sglang-stacks.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+__all__ = ["PACKAGE_NAME", "bundle"]
+
+PACKAGE_NAME = "loadgen"
+"""The package's name on the host: ``python -m loadgen`` in the folder it is unpacked into."""
+
+
+def bundle() -> bytes:
+    """The package's source files as an uncompressed tar stream, under ``loadgen/``."""
+    stream = io.BytesIO()
+    with tarfile.open(fileobj=stream, mode="w") as archive:
+        for source in sorted(Path(__file__).parent.glob("*.py")):
+            info = archive.gettarinfo(str(source), arcname=f"{PACKAGE_NAME}/{source.name}")
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with source.open("rb") as handle:
+                archive.addfile(info, handle)
+    return stream.getvalue()
