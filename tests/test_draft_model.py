@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from sglang_stacks.components.draft_model import DraftModel, _DraftModelProvider, local_tree_digest
+from sglang_stacks.components.draft_model import (
+    DraftModel,
+    DraftModelInputs,
+    DraftModelOutputs,
+    DraftModelProvider,
+    local_tree_digest,
+)
 from sglang_stacks.errors import ArtifactError, SpecError
 from tests._pulumi import Workspace
 from tests.sshd import start_sshd
@@ -65,7 +71,7 @@ def coreutils_digest(folder: Path) -> str:
 def test_upload_puts_the_folder_on_the_host_with_the_digest_coreutils_computes(tmp_path: Path) -> None:
     local = make_draft(tmp_path / "local")
     host = tmp_path / "host" / "eagle3"
-    outs = _DraftModelProvider().create(props_for(host, local)).outs or {}
+    outs = DraftModelProvider().create(props_for(host, local)).outs or {}
     assert (host / "shards" / "model.safetensors").read_bytes() == (
         local / "shards" / "model.safetensors"
     ).read_bytes()
@@ -79,7 +85,7 @@ def test_upload_puts_the_folder_on_the_host_with_the_digest_coreutils_computes(t
 def test_a_folder_already_right_on_the_host_is_not_uploaded_again(tmp_path: Path) -> None:
     local = make_draft(tmp_path / "local")
     host = tmp_path / "host" / "eagle3"
-    provider = _DraftModelProvider()
+    provider = DraftModelProvider()
     outs = provider.create(props_for(host, local)).outs or {}
     inode = (host / "config.json").stat().st_ino
     again = provider.update(str(host), outs, props_for(host, local)).outs
@@ -90,7 +96,7 @@ def test_a_folder_already_right_on_the_host_is_not_uploaded_again(tmp_path: Path
 def test_new_local_content_updates_in_place_and_replaces_stale_files(tmp_path: Path) -> None:
     local = make_draft(tmp_path / "local")
     host = tmp_path / "host" / "eagle3"
-    provider = _DraftModelProvider()
+    provider = DraftModelProvider()
     outs = provider.create(props_for(host, local)).outs or {}
 
     (local / "shards" / "model.safetensors").write_bytes(b"retrained" * 500)
@@ -110,14 +116,14 @@ def test_symbolic_links_in_the_local_folder_arrive_as_files(tmp_path: Path) -> N
     elsewhere.write_text("{}")
     (local / "tokenizer.json").symlink_to(elsewhere)
     host = tmp_path / "host" / "eagle3"
-    outs = _DraftModelProvider().create(props_for(host, local)).outs or {}
+    outs = DraftModelProvider().create(props_for(host, local)).outs or {}
     assert not (host / "tokenizer.json").is_symlink()
     assert outs["files"] == 3 and outs["digest"] == local_tree_digest(local).digest
 
 
 def test_host_source_is_measured_where_it_is(tmp_path: Path) -> None:
     host = make_draft(tmp_path / "on-host")
-    outs = _DraftModelProvider().create(props_for(host)).outs or {}
+    outs = DraftModelProvider().create(props_for(host)).outs or {}
     assert outs["digest"] == coreutils_digest(host)
     assert outs["files"] == 2
 
@@ -126,17 +132,17 @@ def test_missing_and_empty_folders_on_the_host_are_artifact_errors(tmp_path: Pat
     with pytest.raises(
         ArtifactError, match=r"There is no draft model at .*/nowhere on the local host\. Copy"
     ):
-        _DraftModelProvider().create(props_for(tmp_path / "nowhere"))
+        DraftModelProvider().create(props_for(tmp_path / "nowhere"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(ArtifactError, match=r"folder .*/empty on the local host is empty\. Copy"):
-        _DraftModelProvider().create(props_for(tmp_path / "empty"))
+        DraftModelProvider().create(props_for(tmp_path / "empty"))
 
 
 def test_wrong_expected_digest_names_both_digests_and_the_fix(tmp_path: Path) -> None:
     host = make_draft(tmp_path / "on-host")
     expected = "0" * 64
     with pytest.raises(ArtifactError) as caught:
-        _DraftModelProvider().create(props_for(host, sha256=expected))
+        DraftModelProvider().create(props_for(host, sha256=expected))
     assert str(caught.value) == (
         f"The draft model at {host} on the local host has digest {coreutils_digest(host)}, expected "
         f"{expected}. Re-upload the draft model, or fix draftModel.sha256 if the new content is intended."
@@ -147,11 +153,11 @@ def test_manifest_names_missing_and_changed_files(tmp_path: Path) -> None:
     host = make_draft(tmp_path / "on-host")
     good = local_tree_digest(host).file_digests()
     assert set(good) == {"config.json", "shards/model.safetensors"}
-    _DraftModelProvider().create(props_for(host, sha256_manifest=good))
+    DraftModelProvider().create(props_for(host, sha256_manifest=good))
 
     manifest = {**good, "shards/model.safetensors": "1" * 64, "tokenizer.json": "2" * 64}
     with pytest.raises(ArtifactError) as caught:
-        _DraftModelProvider().create(props_for(host, sha256_manifest=manifest))
+        DraftModelProvider().create(props_for(host, sha256_manifest=manifest))
     message = str(caught.value)
     assert "missing tokenizer.json" in message
     assert "different content in shards/model.safetensors" in message
@@ -161,7 +167,7 @@ def test_manifest_names_missing_and_changed_files(tmp_path: Path) -> None:
 def test_refresh_sees_changed_files_and_drops_a_removed_folder(tmp_path: Path) -> None:
     local = make_draft(tmp_path / "local")
     host = tmp_path / "host" / "eagle3"
-    provider = _DraftModelProvider()
+    provider = DraftModelProvider()
     outs = provider.create(props_for(host, local)).outs or {}
 
     (host / "shards" / "model.safetensors").write_bytes(b"corrupted")
@@ -197,9 +203,32 @@ def test_diff_replaces_for_another_folder_or_host_only(
     local = make_draft(tmp_path / "local")
     news = props_for(Path("/data/eagle3"), local)
     olds = {**news, "files": 2, "size_bytes": 1}
-    assert not _DraftModelProvider().diff("/data/eagle3", olds, news).changes
-    diff = _DraftModelProvider().diff("/data/eagle3", olds, {**news, **change})
+    assert not DraftModelProvider().diff("/data/eagle3", olds, news).changes
+    diff = DraftModelProvider().diff("/data/eagle3", olds, {**news, **change})
     assert diff.changes and diff.replaces == replaces
+
+
+def test_state_of_the_previous_version_validates(tmp_path: Path) -> None:
+    local = make_draft(tmp_path / "local")
+    digest = local_tree_digest(local).digest
+    # As the previous version stored it: numbers as floats, no sha256 nor manifest.
+    old = {
+        **props_for(Path("/data/eagle3"), local),
+        "connection": {"kind": "ssh", "host": "gpu-1", "port": 2222.0, "user": "root", "host_key": None},
+        "timeout_s": 3600.0,
+        "digest": digest,
+        "files": 2.0,
+        "size_bytes": 11046.0,
+    }
+    inputs, outputs = DraftModelInputs.model_validate(old), DraftModelOutputs.model_validate(old)
+    assert (inputs.connection.port, inputs.sha256, inputs.sha256_manifest) == (2222, None, None)
+    assert (outputs.files, outputs.size_bytes) == (2, 11046) and isinstance(outputs.files, int)
+    # Registered props: the host source with its outputs None still validates as inputs.
+    assert DraftModelInputs.model_validate(props_for(Path("/data/eagle3"))).local_digest is None
+    news = {**props_for(Path("/data/eagle3"), local), "connection": old["connection"], "timeout_s": 3600}
+    assert not DraftModelProvider().diff("/data/eagle3", old, news).changes
+    drift = DraftModelProvider().diff("/data/eagle3", {**old, "digest": "0" * 64}, news)
+    assert drift.changes and not drift.replaces
 
 
 @pytest.mark.parametrize(
@@ -256,7 +285,7 @@ def test_upload_and_check_over_ssh_with_the_connection_as_pulumi_delivers_it(tmp
         # Numbers arrive from the engine as floats.
         fields = {"kind": "ssh", "host": conn.host, "port": float(conn.port), "user": conn.user}
         fields |= {"private_key": conn.private_key, "host_key": conn.host_key}
-        provider = _DraftModelProvider()
+        provider = DraftModelProvider()
         outs = provider.create(props_for(host, local, connection=fields)).outs or {}
         assert outs["digest"] == coreutils_digest(host) == local_tree_digest(local).digest
         (host / "config.json").unlink()

@@ -1,0 +1,177 @@
+"""The draft model's files on a host: a folder's sha256 tree digest, computed here for a local
+folder and on the host (``tree_digest.sh``) for the copy there, the upload that replaces the copy
+whole (``swap_folder.sh``), and the check against the digests a stack expects.
+
+The tree digest is the sha256 of the folder's ``sha256sum`` listing: one ``<sha256>  ./<path>``
+line per file (symbolic links followed), sorted by path byte by byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_stacks.errors import ArtifactError, HostError
+from sglang_stacks.hostops.programs import run_bash
+from sglang_stacks.hostops.transport import Connection, tail, upload
+
+__all__ = ["TreeDigest", "local_tree_digest", "measure", "put", "verify"]
+
+_CHUNK = 1 << 20
+# sha256sum escapes these in the names it prints; a local listing could not match the host's.
+_UNLISTABLE = ("\\", "\n", "\r")
+_SWAP_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class TreeDigest:
+    """What the hashing pass over a draft-model folder found."""
+
+    digest: str
+    """sha256 of the folder's sorted ``sha256sum`` listing."""
+    files: int
+    """Number of files."""
+    size_bytes: int
+    """Total size of the files."""
+    listing: str
+    """The listing itself: ``<sha256>  ./<path>`` lines."""
+
+    def file_digests(self) -> dict[str, str]:
+        """Relative path -> sha256 of each file, read back from the listing."""
+        found = {}
+        for line in self.listing.splitlines():
+            digest, _, path = line.partition("  ")
+            found[path.removeprefix("./")] = digest.lstrip("\\")
+        return found
+
+
+def local_tree_digest(folder: str | os.PathLike[str]) -> TreeDigest:
+    """The tree digest of a folder on this machine, as the host's ``sha256sum`` listing gives it."""
+    root = Path(folder)
+    if not root.is_dir():
+        what = "is not a folder" if root.exists() else "does not exist"
+        raise ArtifactError(
+            f"draftModel.local_path {str(root)!r} {what} on this machine. Point it at the draft model's "
+            "folder, or set draftModel.source to host if the files are already on the GPU host."
+        )
+    entries: list[tuple[bytes, str, Path]] = []
+    for parent, _dirs, names in os.walk(root, followlinks=True):
+        for name in names:
+            path = Path(parent) / name
+            if not path.is_file():
+                continue
+            relative = "./" + path.relative_to(root).as_posix()
+            if any(ch in relative for ch in _UNLISTABLE):
+                raise ArtifactError(
+                    f"The draft model file {relative!r} in {str(root)!r} has a backslash or line break in "
+                    "its name, which its sha256 listing cannot hold. Rename the file."
+                )
+            entries.append((os.fsencode(relative), relative, path))
+    if not entries:
+        raise ArtifactError(
+            f"draftModel.local_path {str(root)!r} holds no files. Point it at the folder with the draft "
+            "model's config.json and weights."
+        )
+    lines, size_bytes = [], 0
+    for _key, relative, path in sorted(entries):
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+        size_bytes += path.stat().st_size
+        lines.append(f"{digest.hexdigest()}  {relative}\n")
+    listing = "".join(lines)
+    return TreeDigest(hashlib.sha256(listing.encode()).hexdigest(), len(lines), size_bytes, listing)
+
+
+def measure(conn: Connection, path: str, timeout_s: float) -> TreeDigest | None:
+    """The tree digest of ``path`` on the host, or None when there is no such folder."""
+    result = run_bash(conn, "tree_digest.sh", {"folder": path}, timeout_s=timeout_s)
+    first, _, listing = result.stdout.partition("\n")
+    if not result.ok or not first.startswith(("absent", "present")):
+        raise ArtifactError(
+            f"Hashing the draft model at {path} on {conn.label} failed (exit {result.exit_code}): "
+            f"{tail(result.stderr or result.stdout)}. Fix the unreadable files or broken links it names, "
+            "then run the update again."
+        )
+    if first == "absent":
+        return None
+    size_bytes = int(first.split()[1])
+    files = sum(1 for line in listing.splitlines() if line)
+    return TreeDigest(hashlib.sha256(listing.encode()).hexdigest(), files, size_bytes, listing)
+
+
+def put(conn: Connection, local_path: str, path: str, expected_digest: str, timeout_s: float) -> TreeDigest:
+    """Uploads ``local_path`` to take the place of ``path`` on the host; ArtifactError unless the
+    copy there has ``expected_digest``."""
+    staging = f"{path.rstrip('/')}.upload-{secrets.token_hex(4)}"
+    upload(conn, local_path, staging, timeout_s=timeout_s)
+    swapped = run_bash(
+        conn, "swap_folder.sh", {"staging": staging, "folder": path}, timeout_s=_SWAP_TIMEOUT_S
+    )
+    if not swapped.ok:
+        raise HostError(
+            f"Moving the uploaded draft model into {path} on {conn.label} failed: "
+            f"{tail(swapped.stderr)}. Check that the user may write to {path} and its parent, "
+            "then run the update again."
+        )
+    found = measure(conn, path, timeout_s)
+    if found is None or found.digest != expected_digest:
+        raise ArtifactError(
+            f"The draft model uploaded from {local_path} to {path} on {conn.label} arrived "
+            f"with digest {found.digest if found else 'none'}, but the local folder has "
+            f"{expected_digest}. Check the host's free disk space and that nothing else writes "
+            "there, then run the update again."
+        )
+    return found
+
+
+def verify(
+    conn: Connection,
+    path: str,
+    found: TreeDigest | None,
+    sha256: str | None,
+    manifest: Mapping[str, str] | None,
+) -> TreeDigest:
+    """``found``, once it is sure to exist, hold files and match what the stack expects
+    (ArtifactError otherwise)."""
+    where = f"{path} on {conn.label}"
+    if found is None:
+        raise ArtifactError(
+            f"There is no draft model at {where}. Copy the draft model there, or set draftModel.source "
+            "to local with local_path pointing at a copy on this machine."
+        )
+    if found.files == 0:
+        raise ArtifactError(
+            f"The draft model folder {where} is empty. Copy the draft model's files (config.json and "
+            "the weights) there, or point draftModel.path_on_host at the folder that holds them."
+        )
+    if sha256 is not None and found.digest != sha256:
+        raise ArtifactError(
+            f"The draft model at {where} has digest {found.digest}, expected {sha256}. Re-upload the "
+            "draft model, or fix draftModel.sha256 if the new content is intended."
+        )
+    if manifest:
+        on_host = found.file_digests()
+        missing = [name for name in manifest if name.removeprefix("./") not in on_host]
+        different = [
+            name
+            for name, digest in manifest.items()
+            if name.removeprefix("./") in on_host and on_host[name.removeprefix("./")] != digest
+        ]
+        if missing or different:
+            problems = []
+            if missing:
+                problems.append(f"missing {', '.join(missing)}")
+            if different:
+                problems.append(f"different content in {', '.join(different)}")
+            raise ArtifactError(
+                f"The draft model at {where} does not match draftModel.sha256_manifest: "
+                f"{'; '.join(problems)}. Re-upload the draft model, or fix the manifest if the new "
+                "content is intended."
+            )
+    return found

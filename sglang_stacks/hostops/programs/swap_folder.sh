@@ -1,0 +1,11 @@
+# Puts an uploaded folder in place of another, so no stale file of an older version survives; the
+# upload is removed whatever happens.
+#   STAGING  the uploaded folder;  FOLDER  where it belongs (a leading ~/ is the user's home)
+set -e
+case $STAGING in "~/"*) STAGING=$HOME/${STAGING#"~/"} ;; esac
+case $FOLDER in "~/"*) FOLDER=$HOME/${FOLDER#"~/"} ;; esac
+trap 'rm -rf "$STAGING"' EXIT
+old="$FOLDER.replaced-$$"
+if [ -e "$FOLDER" ]; then mv "$FOLDER" "$old"; fi
+mv "$STAGING" "$FOLDER"
+rm -rf "$old"

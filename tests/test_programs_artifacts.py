@@ -1,0 +1,65 @@
+"""The draft model's host programs (tree_digest.sh, swap_folder.sh) run here on temporary folders."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from sglang_stacks.hostops.artifacts import local_tree_digest
+from tests._programs import run_sh
+
+
+def test_tree_digest_lists_every_file_sorted_with_the_total_size(tmp_path: Path) -> None:
+    folder = tmp_path / "draft"
+    (folder / "b").mkdir(parents=True)
+    (folder / "b" / "w.bin").write_bytes(b"\x00" * 100)
+    (folder / "a.json").write_text("{}")
+    (folder / "link.json").symlink_to(folder / "a.json")
+
+    done = run_sh("tree_digest.sh", folder=str(folder))
+
+    first, _, listing = done.stdout.partition("\n")
+    assert done.returncode == 0 and first == "present 104"
+    assert [line.split("  ")[1] for line in listing.splitlines()] == ["./a.json", "./b/w.bin", "./link.json"]
+    # The same listing this machine computes for the folder.
+    assert hashlib.sha256(listing.encode()).hexdigest() == local_tree_digest(folder).digest
+
+
+def test_tree_digest_says_absent_for_a_missing_folder(tmp_path: Path) -> None:
+    assert run_sh("tree_digest.sh", folder=str(tmp_path / "none")).stdout == "absent\n"
+
+
+def test_tree_digest_fails_on_an_unreadable_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "secret").write_text("x")
+    (tmp_path / "secret").chmod(0)
+    done = run_sh("tree_digest.sh", folder=str(tmp_path))
+    if os.access(tmp_path / "secret", os.R_OK):
+        pytest.skip("this user reads every file (root)")
+    assert done.returncode == 5 and "secret" in done.stderr
+
+
+def test_swap_replaces_the_folder_whole_and_removes_the_upload(tmp_path: Path) -> None:
+    folder, staging = tmp_path / "draft", tmp_path / "draft.upload-1"
+    folder.mkdir()
+    (folder / "stale.bin").write_text("old")
+    staging.mkdir()
+    (staging / "new.bin").write_text("new")
+
+    done = run_sh("swap_folder.sh", staging=str(staging), folder=str(folder))
+
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in folder.iterdir()] == ["new.bin"]
+    assert not staging.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft"]
+
+
+def test_swap_into_a_new_folder_with_the_home_folder(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "up").mkdir()
+    (tmp_path / "up" / "f").write_text("x")
+    assert run_sh("swap_folder.sh", staging="~/up", folder="~/draft").returncode == 0
+    assert (tmp_path / "draft" / "f").read_text() == "x"
