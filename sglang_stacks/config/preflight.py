@@ -6,62 +6,22 @@ Errors stop ``pulumi preview``/``up``; warnings are shown and recorded as a stac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Iterable
 
 from sglang_flags import known_releases, nearest_releases
+from sglang_stacks.config.findings import Finding, Rule, error, info, warning
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.render import flag_problems, resolve_flag
 from sglang_stacks.config.spec import StackSpec
+from sglang_stacks.config.speculative import speculative
 from sglang_stacks.errors import FlagError, PreflightError
 
 __all__ = ["Finding", "raise_on_errors", "run_preflight"]
 
-Severity = Literal["error", "warning", "info"]
-
-# Algorithms that load a separate draft model (NEXTN uses the target's own MTP layers).
-_NEEDS_DRAFT = frozenset({"EAGLE", "EAGLE3", "STANDALONE"})
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One preflight result: how bad, a stable code, the config key it is about, what and the fix."""
-
-    severity: Severity
-    """``error`` stops the launch; ``warning`` is shown and recorded; ``info`` explains."""
-    code: str
-    """Stable identifier of the rule, like ``memory-does-not-fit``."""
-    key: str
-    """The stack key it is about, as ``section.field`` (``server.mem_fraction_static``)."""
-    message: str
-    """What preflight found, as sentences."""
-    fix: str
-    """What to change, as a sentence (may be empty for an info)."""
-
-    def sentence(self) -> str:
-        """The finding on one line."""
-        return f"[{self.severity}] {self.key}: {self.message} {self.fix}"
-
-
-Rule = Callable[[StackSpec, str], Iterable[Finding]]
-
-
-def _error(code: str, key: str, message: str, fix: str) -> Finding:
-    return Finding("error", code, key, message, fix)
-
-
-def _warning(code: str, key: str, message: str, fix: str) -> Finding:
-    return Finding("warning", code, key, message, fix)
-
-
-def _info(code: str, key: str, message: str, fix: str = "") -> Finding:
-    return Finding("info", code, key, message, fix)
-
 
 def _release(spec: StackSpec, release: str) -> Iterable[Finding]:
     if release != spec.environment.sglang_release:
-        yield _warning(
+        yield warning(
             "release-mismatch",
             "environment.sglang_release",
             f"The stack pins SGLang {spec.environment.sglang_release} but the flags are checked "
@@ -73,7 +33,7 @@ def _release(spec: StackSpec, release: str) -> Iterable[Finding]:
 def _flags(spec: StackSpec, release: str) -> Iterable[Finding]:
     flags = spec.launch_flags()
     for problem in flag_problems(flags, release):
-        yield _error("flag-unrenderable", f"server.{problem.key}", problem.message, problem.fix)
+        yield error("flag-unrenderable", f"server.{problem.key}", problem.message, problem.fix)
     used = [key for key, value in flags.typed_values().items() if value is not False]
     for key in [*used, *flags.extra_flags]:
         try:
@@ -81,7 +41,7 @@ def _flags(spec: StackSpec, release: str) -> Iterable[Finding]:
         except FlagError:  # reported above as flag-unrenderable
             continue
         if flag.action.startswith("Deprecated"):
-            yield _warning(
+            yield warning(
                 "flag-deprecated",
                 f"server.{key}",
                 f"{flag.long_name} is deprecated in SGLang {release}.",
@@ -92,17 +52,17 @@ def _flags(spec: StackSpec, release: str) -> Iterable[Finding]:
 def _gpus(spec: StackSpec, release: str) -> Iterable[Finding]:
     tp, gpus = spec.tp_size, spec.host.gpu_count
     if tp > gpus:
-        yield _error(
+        yield error(
             "tp-exceeds-gpus",
             "server.tp_size",
             f"tp_size {tp} needs {tp} GPUs but the host declares {gpus}.",
             f"Set tp_size to at most {gpus}, or use a host with {tp} GPUs.",
         )
     elif tp < gpus:
-        yield _info("gpus-idle", "server.tp_size", f"tp_size {tp} uses {tp} of the host's {gpus} GPUs.")
+        yield info("gpus-idle", "server.tp_size", f"tp_size {tp} uses {tp} of the host's {gpus} GPUs.")
     ep = spec.server.ep_size
     if ep is not None and (ep > tp or tp % ep):
-        yield _error(
+        yield error(
             "ep-size",
             "server.ep_size",
             f"ep_size {ep} must divide tp_size {tp}: experts are spread over the tensor-parallel ranks.",
@@ -128,9 +88,9 @@ def _memory(spec: StackSpec, release: str) -> Iterable[Finding]:
                 f"Set mem_fraction_static to {plan.largest_fitting_fraction:.2f} or less, "
                 f"or lower cuda_graph_max_bs."
             )
-        yield _error("memory-does-not-fit", key, verdict, fix)
+        yield error("memory-does-not-fit", key, verdict, fix)
     elif plan.verdict == "unknown":
-        yield _warning(
+        yield warning(
             "memory-fraction-unknown",
             key,
             verdict,
@@ -142,7 +102,7 @@ def _memory(spec: StackSpec, release: str) -> Iterable[Finding]:
             ),
         )
     else:
-        yield _info("memory-plan", key, text)
+        yield info("memory-plan", key, text)
 
 
 def _sm120(spec: StackSpec, release: str) -> Iterable[Finding]:
@@ -150,14 +110,14 @@ def _sm120(spec: StackSpec, release: str) -> Iterable[Finding]:
         return
     where = f"{spec.host.gpu_model} (compute capability {spec.host.compute_capability}, SM120)"
     if spec.server.enable_flashinfer_allreduce_fusion:
-        yield _error(
+        yield error(
             "sm120-flashinfer-allreduce-fusion",
             "server.enable_flashinfer_allreduce_fusion",
             f"FlashInfer all-reduce fusion fails on {where}: its JIT does not support SM120.",
             "Remove enable_flashinfer_allreduce_fusion.",
         )
     if spec.server.enable_torch_symm_mem:
-        yield _error(
+        yield error(
             "sm120-torch-symm-mem",
             "server.enable_torch_symm_mem",
             f"Torch symmetric memory fails on {where}: SM120 is not in its architecture table.",
@@ -183,9 +143,9 @@ def _nccl_tree(spec: StackSpec, release: str) -> Iterable[Finding]:
     message = f"NCCL_ALGO={algo} selects the Tree algorithm, which is incompatible with CUDA graphs."
     fix = "Remove NCCL_ALGO (or set Ring), or run without CUDA graphs (disable_cuda_graph)."
     if chosen == {"tree"}:
-        yield _error("nccl-tree-cuda-graphs", "environment.env.NCCL_ALGO", message, fix)
+        yield error("nccl-tree-cuda-graphs", "environment.env.NCCL_ALGO", message, fix)
     else:
-        yield _warning(
+        yield warning(
             "nccl-tree-cuda-graphs", "environment.env.NCCL_ALGO", message + " NCCL may pick it.", fix
         )
 
@@ -193,7 +153,7 @@ def _nccl_tree(spec: StackSpec, release: str) -> Iterable[Finding]:
 def _custom_all_reduce(spec: StackSpec, release: str) -> Iterable[Finding]:
     if spec.host.interconnect != "pcie" or spec.tp_size < 2 or spec.server.disable_custom_all_reduce:
         return
-    yield _warning(
+    yield warning(
         "pcie-custom-all-reduce",
         "server.disable_custom_all_reduce",
         f"SGLang's custom all-reduce kernel runs over PCIe across {spec.tp_size} GPUs; on this host it "
@@ -205,7 +165,7 @@ def _custom_all_reduce(spec: StackSpec, release: str) -> Iterable[Finding]:
 def _expert_parallel(spec: StackSpec, release: str) -> Iterable[Finding]:
     if spec.server.moe_a2a_backend != "flashinfer":
         return
-    yield _error(
+    yield error(
         "ep-flashinfer-a2a",
         "server.moe_a2a_backend",
         "Expert parallelism with the flashinfer all-to-all backend fails on this setup: an assertion "
@@ -215,79 +175,11 @@ def _expert_parallel(spec: StackSpec, release: str) -> Iterable[Finding]:
     )
 
 
-def _speculative(spec: StackSpec, release: str) -> Iterable[Finding]:
-    server = spec.server
-    algorithm = server.speculative_algorithm
-    tuned = {
-        "speculative_num_steps": server.speculative_num_steps,
-        "speculative_eagle_topk": server.speculative_eagle_topk,
-        "speculative_num_draft_tokens": server.speculative_num_draft_tokens,
-    }
-    given = [k for k, v in tuned.items() if v is not None]
-    if algorithm is None:
-        if given:
-            yield _error(
-                "speculative-without-algorithm",
-                f"server.{given[0]}",
-                f"{', '.join(given)} are set but speculative_algorithm is not, so SGLang ignores them.",
-                "Set speculative_algorithm, or remove them.",
-            )
-        if spec.draft_model is not None or server.speculative_draft_model_path is not None:
-            yield _warning(
-                "draft-unused",
-                "draftModel",
-                "A draft model is declared but speculative_algorithm is unset, so it is not used.",
-                "Set speculative_algorithm (EAGLE3 for an EAGLE-3 head), or remove the draft model.",
-            )
-        return
-    if algorithm in _NEEDS_DRAFT and spec.launch_flags().speculative_draft_model_path is None:
-        yield _error(
-            "speculative-draft-missing",
-            "server.speculative_draft_model_path",
-            f"speculative_algorithm {algorithm} needs a draft model, and none is declared.",
-            "Add a draftModel section (or set server.speculative_draft_model_path).",
-        )
-    if given and len(given) < len(tuned):
-        missing = [k for k in tuned if k not in given]
-        yield _error(
-            "speculative-partial",
-            f"server.{missing[0]}",
-            f"{', '.join(given)} are set but {', '.join(missing)} are not; SGLang needs all three or none.",
-            "Set all of speculative_num_steps, speculative_eagle_topk and speculative_num_draft_tokens, "
-            "or none of them.",
-        )
-    steps, topk, tokens = tuned.values()
-    if steps is not None and topk is not None and tokens is not None:
-        if topk == 1 and tokens != steps + 1:
-            yield _error(
-                "speculative-topk1-tokens",
-                "server.speculative_num_draft_tokens",
-                f"With speculative_eagle_topk 1 the draft is a chain: SGLang replaces "
-                f"speculative_num_draft_tokens {tokens} with steps + 1 = {steps + 1}.",
-                f"Set speculative_num_draft_tokens to {steps + 1}.",
-            )
-        elif tokens > steps * topk + 1:
-            yield _error(
-                "speculative-too-many-tokens",
-                "server.speculative_num_draft_tokens",
-                f"speculative_num_draft_tokens {tokens} exceeds what {steps} steps of top-{topk} can "
-                f"draft (steps x topk + 1 = {steps * topk + 1}).",
-                f"Set speculative_num_draft_tokens to at most {steps * topk + 1}.",
-            )
-    if server.max_running_requests is None:
-        yield _info(
-            "speculative-max-running-requests",
-            "server.max_running_requests",
-            "Speculative decoding sets max_running_requests to 48 when it is unset.",
-            "Set max_running_requests to choose another limit.",
-        )
-
-
 def _workload(spec: StackSpec, release: str) -> Iterable[Finding]:
     peak = max(spec.benchmark.concurrency)
     limit = spec.server.max_running_requests
     if limit is not None and peak > limit:
-        yield _warning(
+        yield warning(
             "benchmark-over-running-limit",
             "benchmark.concurrency",
             f"The benchmark runs {peak} streams but max_running_requests is {limit}; the rest queue.",
@@ -295,7 +187,7 @@ def _workload(spec: StackSpec, release: str) -> Iterable[Finding]:
         )
     graph_bs = spec.server.cuda_graph_max_bs
     if graph_bs is not None and _cuda_graphs_enabled(spec) and peak > graph_bs:
-        yield _warning(
+        yield warning(
             "benchmark-over-graph-bs",
             "benchmark.concurrency",
             f"The benchmark runs {peak} streams but CUDA graphs are captured up to batch {graph_bs}; "
@@ -313,7 +205,7 @@ _RULES: tuple[Rule, ...] = (
     _nccl_tree,
     _custom_all_reduce,
     _expert_parallel,
-    _speculative,
+    speculative,
     _workload,
 )
 
@@ -322,7 +214,7 @@ def run_preflight(spec: StackSpec, release: str) -> list[Finding]:
     """Every finding for ``spec`` launched with SGLang ``release``: errors first, then warnings, infos."""
     if release not in known_releases():
         return [
-            _error(
+            error(
                 "release-unknown",
                 "environment.sglang_release",
                 f"There is no flag table for SGLang {release}, so nothing can be checked.",
