@@ -26,14 +26,14 @@ from tests._pulumi import Workspace, emulator_stack, free_port
 pytestmark = pytest.mark.integration
 
 PROMOTED_FLAGS = {
-    "--speculative-algorithm",
-    "--speculative-num-steps",
-    "--speculative-eagle-topk",
-    "--speculative-num-draft-tokens",
-    "--speculative-draft-model-path",
-    "--mem-fraction-static",
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
+    "mem_fraction_static",
 }
-"""The launch flags in which eagle3-bs128 differs from baseline (both at CUDA-graph batch size 128)."""
+"""The launch flags (by canonical name) in which eagle3-bs128 differs from baseline (both at bs 128)."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,9 @@ def test_compare_reports_eagle3_about_40_percent_slower(campaign: Campaign) -> N
     (eagle3,) = document["verdicts"]
     assert eagle3["stack"] == "eagle3-bs128" and eagle3["significant"] is True
     assert -45 < eagle3["change_pct"] < -33
-    assert {row["flag"] for row in document["flags"]} == PROMOTED_FLAGS
+    assert {row["flag"] for row in document["flags"]} == {
+        "--" + flag.replace("_", "-") for flag in PROMOTED_FLAGS
+    }
 
     tolerant = campaign.cli("compare", "baseline", "eagle3-bs128", "--tolerance-pct", "50")
     assert tolerant.returncode == 0
@@ -239,8 +241,8 @@ def test_promote_then_preview_shows_exactly_the_promoted_flags(campaign: Campaig
     new_flags = server["newState"]["inputs"]["flags"]
     changed = {flag for flag in {*old_flags, *new_flags} if old_flags.get(flag) != new_flags.get(flag)}
     assert changed == PROMOTED_FLAGS
-    assert new_flags["--speculative-algorithm"] == "EAGLE"
-    assert new_flags["--mem-fraction-static"] == "0.88"
+    assert new_flags["speculative_algorithm"] == "EAGLE"
+    assert new_flags["mem_fraction_static"] == 0.88
     draft = [step for step in preview["steps"] if step["urn"].endswith("::baseline-draft-model")]
     assert [step["op"] for step in draft] == ["create"]
 
