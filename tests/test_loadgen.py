@@ -3,6 +3,7 @@ contract with the stack's benchmark section, and the package as the host runs it
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import subprocess
@@ -243,6 +244,20 @@ def test_the_script_exits_1_with_a_sentence_when_nothing_answers(tmp_path: Path)
     assert done.stdout == ""
     assert "All 1 requests at concurrency 1 failed" in done.stderr
     assert "Check that the server at http://127.0.0.1:9 is ready" in done.stderr
+
+
+def test_the_package_imports_only_the_standard_library_httpx_and_itself() -> None:
+    for module in Path(loadgen.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue  # not an import, or a relative one: the package itself
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in ("__future__", "httpx"), (module.name, name)
 
 
 def test_a_stack_benchmark_section_is_a_workload_and_its_command_line() -> None:

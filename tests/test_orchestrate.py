@@ -1,7 +1,8 @@
-"""The orchestration module against the real Pulumi CLI, with nothing deployed: bad input stops
-a rollout before any update, and an update that fails before its benchmark is not a regression.
+"""The orchestration module against the real Pulumi CLI: bad input stops a rollout before any
+update, an update that fails before its benchmark is no regression, and a tightened gate judges
+the result measured before, whose regression a hand-back that fails reports.
 
-The rollout that hands the host back after a real regression is in test_campaign.
+The rollout that hands the host back after a regression measured anew is in test_campaign.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ import pytest
 from sglang_stacks import orchestrate
 from sglang_stacks.errors import SpecError
 from sglang_stacks.results import history
+from sglang_stacks.results.stats import BenchmarkResult
 from tests._pulumi import Workspace, emulator_stack, free_port
 
 pytestmark = pytest.mark.integration
 
 HAND_BACK = "  sglang-stacks:gate:\n    baseline_stack: baseline\n    on_regression: hand_back\n"
+DOOMED = "    cuda_graph_max_bs: 128\n    enable_flashinfer_allreduce_fusion: true\n"
+"""Server flags that preflight stops on the emulated SM120 host: an update that fails in seconds."""
 
 
 @pytest.fixture
@@ -66,8 +70,7 @@ def test_an_invalid_stack_file_is_bad_input(project: Workspace) -> None:
 
 
 def test_an_update_that_fails_before_its_benchmark_is_no_regression(project: Workspace) -> None:
-    doomed = "    cuda_graph_max_bs: 128\n    enable_flashinfer_allreduce_fusion: true\n"
-    config = emulator_stack(port=free_port(), state_dir=project.path, server=doomed, extra=HAND_BACK)
+    config = emulator_stack(port=free_port(), state_dir=project.path, server=DOOMED, extra=HAND_BACK)
     project.init_stack("candidate", config)
     project.init_stack("baseline", emulator_stack(port=free_port(), state_dir=project.path))
     out, err = io.StringIO(), io.StringIO()
@@ -83,3 +86,48 @@ def test_an_update_that_fails_before_its_benchmark_is_no_regression(project: Wor
     assert "not at its regression gate" in out.getvalue()
     assert "pulumi up -s baseline" not in streamed  # nothing handed back
     assert project.json("stack", "history", "--json", "-s", "baseline") == []
+
+
+def test_a_tightened_gate_judges_the_result_before_and_a_failed_hand_back_says_so(project: Workspace) -> None:
+    port, db = free_port(), history.default_history_path()
+    room = HAND_BACK + "    tolerance_pct: 100\n"
+    project.init_stack("candidate", emulator_stack(port=port, state_dir=project.path, extra=room))
+    project.init_stack("baseline", emulator_stack(port=port, state_dir=project.path, server=DOOMED))
+    # A baseline far faster than the emulator, recorded as a benchmark of the same workload would be.
+    fast = BenchmarkResult(
+        concurrency=1,
+        input_len=32,
+        output_len=48,
+        repetitions=3,
+        tok_s_mean=1000.0,
+        tok_s_stdev=1.0,
+        tok_s_ci95=(997.5, 1002.5),
+        tok_s_runs=(999.0, 1000.0, 1001.0),
+        requests=3,
+        errors=0,
+    )
+    history.record(db, "baseline", "0123456789abcdef", "0.5.8", "python -m sglang.launch_server", fast)
+    try:
+        first = io.StringIO()
+        assert orchestrate.rollout("candidate", db_path=db, project_dir=project.path, out=first) == 0
+        tok_s = project.outputs("candidate")["tok_s"]
+        assert first.getvalue().splitlines()[-1] == (
+            f"rollout: candidate is up at {tok_s:.1f} tok/s, past its gate against baseline."
+        )
+        project.run("config", "set", "--path", "gate.tolerance_pct", "5", "-s", "candidate")
+        out = io.StringIO()
+
+        code = orchestrate.rollout("candidate", db_path=db, project_dir=project.path, out=out)
+
+        assert code == orchestrate.EXIT_REGRESSION
+        lines = out.getvalue().splitlines()
+        assert len(history.rows(db, ["candidate"])) == 1  # judged on the result measured before
+        regressed = next(line for line in lines if line.startswith("rollout: candidate regressed: "))
+        assert "than baseline's 1000.0 tok/s" in regressed and "beyond the 5 % tolerance" in regressed
+        assert "rollout: pulumi up -s baseline" in lines
+        assert lines[-1] == (
+            "rollout: handing the host back to baseline failed (see above); run `pulumi up -s baseline` "
+            "yourself once the cause is fixed."
+        )
+    finally:
+        project.run("destroy", "--yes", "-s", "candidate", check=False)
