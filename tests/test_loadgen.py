@@ -79,7 +79,8 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(max(0.0, due - time.perf_counter()))
             sent = min(wanted, sent + schedule.tokens_per_chunk)
             verify += 1
-            meta: dict[str, object] = {"prompt_tokens": 7, "completion_tokens": sent}
+            # A tokenizer-backed server counts token ids as they are.
+            meta: dict[str, object] = {"prompt_tokens": len(body["input_ids"]), "completion_tokens": sent}
             if schedule.speculative:
                 meta["spec_verify_ct"] = verify
             if sent == wanted:
@@ -133,12 +134,14 @@ def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang
     assert level["requests"] == 3 and level["errors"] == 0
     assert level["spec_completion_tokens"] / level["spec_verify_ct"] == 3.0
     assert level["spec_verify_ct"] == 3 * 10
-    assert 100 <= sorted(level["ttft_ms"])[1] < 130  # the whole stream would take 460 ms
-    assert sorted(level["tpot_ms"])[1] == pytest.approx(360 / 29, rel=0.06)
+    ttft_ms = sorted(row[2] for row in level["records"])
+    tpot_ms = sorted(row[3] for row in level["records"])
+    assert 100 <= ttft_ms[1] < 130  # the whole stream would take 460 ms
+    assert tpot_ms[1] == pytest.approx(360 / 29, rel=0.06)
     # nine chunk gaps of 40 ms, each carrying 3 tokens: 27 gaps of 13.3 ms per request
     assert len(level["itl_ms"]) == 3 * 27
     assert sorted(level["itl_ms"])[len(level["itl_ms"]) // 2] == pytest.approx(40 / 3, rel=0.06)
-    assert level["prompt_tokens_mean"] == 7
+    assert level["prompt_tokens_mean"] == 16  # exactly input_len
     # What the stack output will show.
     (result,) = stats.summarize_levels(document)
     assert result.accept_length == 3.0
@@ -174,7 +177,7 @@ def test_failed_requests_are_counted_not_fatal(server: FakeSGLang) -> None:
     assert level["requests"] == 9
     assert level["errors"] == 3
     assert level["error_samples"] == ["HTTP 500: injected failure"]
-    assert len(level["ttft_ms"]) == 6
+    assert len(level["records"]) == 6
 
 
 def test_every_request_failing_is_an_error_that_says_what_failed(server: FakeSGLang) -> None:
@@ -248,13 +251,16 @@ def test_the_script_exits_1_with_a_sentence_when_nothing_answers(tmp_path: Path)
 def test_a_stack_benchmark_section_is_a_workload_and_its_command_line() -> None:
     section = BenchmarkSpec().model_dump(mode="json")
     options = {option.name for option in fields(contract.Workload)}
-    assert set(section) - options == {"timeout_s"}  # the limit of the whole run, kept by the host
+    # The limit of the whole run is kept by the host; the SLO only reads the numbers.
+    assert set(section) - options == {"timeout_s", "slo"}
     # Numbers come back from Pulumi as floats; the command line carries them as the script reads them.
     through_pulumi = {key: float(value) if type(value) is int else value for key, value in section.items()}
     workload = contract.Workload.from_settings("http://127.0.0.1:30000", through_pulumi)
     assert workload == contract.Workload()  # one set of defaults
     assert "--requests-per-repetition=4" in workload.argv()
     assert contract.parse_args(workload.argv()) == workload
+    rates = contract.Workload.from_settings("http://h:1", {"arrival": "gamma", "request_rate": [0.5, 2]})
+    assert "--request-rate=0.5,2" in rates.argv() and contract.parse_args(rates.argv()) == rates
     changed = contract.Workload.from_settings(
         "http://h:1/", {**section, "ignore_eos": False, "concurrency": [1, 8]}
     )
