@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 
 import pytest
 
@@ -82,10 +83,10 @@ def test_welch_with_too_few_or_constant_runs() -> None:
     assert stats.welch_t_test([5.0, 5.0], [6.0, 6.0]).p_value == 0.0
 
 
-def _records(ttft_ms: list[float], tpot_ms: list[float | None]) -> list[list[object]]:
+def _records(ttft_ms: Sequence[float], tpot_ms: Sequence[float | None]) -> list[list[object]]:
     """One row per request, four per repetition, in the load generator's RECORD_COLUMNS."""
     assert contract.RECORD_COLUMNS[2:4] == ("ttft_ms", "tpot_ms")
-    rows = []
+    rows: list[list[object]] = []
     for i, (ttft, tpot) in enumerate(zip(ttft_ms, tpot_ms, strict=True)):
         e2e = ttft + 255 * (tpot or 0.0)
         rows.append([i // 4, 0.1 * (i % 4), ttft, tpot, e2e, 256])
