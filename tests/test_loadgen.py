@@ -4,6 +4,7 @@ contract with the stack's benchmark section, and the package as the host runs it
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +35,7 @@ class Schedule:
     tokens_per_chunk: int = 3
     speculative: bool = True
     fail_every: int = 0  # answer HTTP 500 to every n-th request (0: never)
+    extra_prompt_tokens: int = 0  # a server that adds tokens (a BOS) to what it was sent
 
 
 class FakeSGLang(ThreadingHTTPServer):
@@ -80,7 +83,8 @@ class _Handler(BaseHTTPRequestHandler):
             sent = min(wanted, sent + schedule.tokens_per_chunk)
             verify += 1
             # A tokenizer-backed server counts token ids as they are.
-            meta: dict[str, object] = {"prompt_tokens": len(body["input_ids"]), "completion_tokens": sent}
+            prompt_tokens = len(body["input_ids"]) + schedule.extra_prompt_tokens
+            meta: dict[str, object] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
             if schedule.speculative:
                 meta["spec_verify_ct"] = verify
             if sent == wanted:
@@ -275,3 +279,56 @@ def test_a_rank_sample_keeps_percentiles_and_bounds_the_size() -> None:
     assert sample[0] == min(gaps) and sample[-1] == max(gaps)
     assert sample[500] == pytest.approx(sorted(gaps)[50_000], abs=2)
     assert client._rank_sample([3.0, 1.0], 1_000) == [3.0, 1.0]
+
+
+def test_a_prompt_the_server_counts_differently_is_an_error(server: FakeSGLang) -> None:
+    server.schedule.extra_prompt_tokens = 1
+    with pytest.raises(
+        contract.LoadgenError, match="the server counted 17 prompt tokens where the workload sent 16"
+    ):
+        client.run(
+            _workload(server, output_len=3, warmup_requests=0, repetitions=1, requests_per_repetition=1)
+        )
+
+
+def _arrival_gaps_s(document: dict[str, Any]) -> list[float]:
+    (level,) = document["levels"]
+    sent = sorted(row[1] for row in level["records"])
+    return [b - a for a, b in itertools.pairwise(sent)]
+
+
+def test_an_open_loop_run_arrives_at_the_declared_rate(server: FakeSGLang) -> None:
+    from scipy import stats as scipy_stats
+
+    server.schedule = Schedule(ttft_s=0.05, interval_s=0.01, tokens_per_chunk=1, speculative=False)
+    rate = 40.0
+    workload = _workload(
+        server, output_len=20, arrival="poisson", request_rate=(rate,), warmup_requests=0,
+        repetitions=1, requests_per_repetition=120,
+    )  # fmt: skip
+    document = client.run(workload)
+    gaps = _arrival_gaps_s(document)
+    (level,) = document["levels"]
+    assert level["request_rate"] == rate and level["concurrency"] is None
+    assert level["errors"] == 0
+    # Requests overlap (each takes about 240 ms, one arrives every 25 ms): nothing waited for a stream.
+    assert level["repetitions"][0]["concurrency_measured"] > 4
+    assert sum(gaps) / len(gaps) == pytest.approx(1 / rate, rel=0.25)
+    # The gaps are exponential with the declared rate (Kolmogorov-Smirnov).
+    assert scipy_stats.kstest(gaps, "expon", args=(0, 1 / rate)).pvalue > 0.01
+    bursty = client.run(contract.Workload(**{**vars(workload), "arrival": "gamma", "burstiness": 0.25}))
+    bursty_gaps = _arrival_gaps_s(bursty)
+    cv = scipy_stats.variation
+    # Gamma with shape 0.25 has a coefficient of variation of 2; Poisson's is 1.
+    assert cv(bursty_gaps) > 1.4 > cv(gaps)
+
+
+def test_a_duration_bounded_run_stops_sending_when_the_time_is_up(server: FakeSGLang) -> None:
+    server.schedule = Schedule(ttft_s=0.02, interval_s=0.01, tokens_per_chunk=1, speculative=False)
+    document = client.run(
+        _workload(server, output_len=5, concurrency=(2,), duration_s=0.5, warmup_requests=0, repetitions=1)
+    )
+    (level,) = document["levels"]
+    # Each request takes about 60 ms: two streams send about 16 in half a second.
+    assert 10 <= level["requests"] <= 18
+    assert max(row[1] for row in level["records"]) < 0.5
