@@ -60,6 +60,12 @@ async def _serve(port: int, step_s: float) -> None:
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
                 continue
             chat = path == b"/v1/chat/completions"
+            if not body.get("stream"):
+                # The chat route's probe: how many tokens the (absent) template adds; none here.
+                words = len(body["messages"][0]["content"].split())
+                payload = json.dumps({"choices": [], "usage": {"prompt_tokens": words}}).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
+                continue
             wanted = body["max_tokens"] if chat else body["sampling_params"]["max_new_tokens"]
             # Token ids count as they are; chat words are one token each (no template).
             prompt = len(body.get("input_ids") or []) or len(body["messages"][0]["content"].split())
