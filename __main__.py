@@ -29,6 +29,7 @@ except StacksError as error:
 pulumi.export("tok_s", deployment.tok_s)
 pulumi.export("benchmark", deployment.benchmark)
 pulumi.export("benchmark_levels", deployment.benchmark_levels)
+pulumi.export("goodput", deployment.goodput)
 pulumi.export("launch_command", deployment.launch_command)
 pulumi.export("launch_flags", deployment.launch_flags)
 pulumi.export("sglang_version", deployment.sglang_version)

@@ -356,7 +356,13 @@ class _Handler(BaseHTTPRequestHandler):
         vocab = self.server.context.profile.model.vocab_size
         if isinstance(text, str):
             return encode(text, vocab)
-        if isinstance(input_ids, list) and all(isinstance(i, int) for i in input_ids):
+        if isinstance(input_ids, list) and input_ids and all(isinstance(i, int) for i in input_ids):
+            outside = [i for i in input_ids if not 0 <= i < vocab]
+            if outside:
+                raise _BadRequest(
+                    f"Token id {outside[0]} is outside the vocabulary (0 to {vocab - 1}); send ids the "
+                    "model's tokenizer produces."
+                )
             return list(input_ids)
         raise _BadRequest("Give the prompt as 'text' (a string) or 'input_ids' (a list of integers).")
 
@@ -431,21 +437,29 @@ class _Handler(BaseHTTPRequestHandler):
         }
 
     def _generate_events(self, request: Request) -> Iterator[bytes]:
+        # SGLang streams the whole output so far in every chunk, or only the new part with
+        # --incremental-streaming-output (--stream-output before 0.5.13); completion_tokens in
+        # meta_info counts the whole output either way.
+        args = self.server.context.config.server_args
+        incremental = bool(args.get("incremental_streaming_output") or args.get("stream_output"))
         text = ""
         count = 0
         for chunk in self._chunks(request):
-            text += chunk.new_text
+            text = chunk.new_text if incremental else text + chunk.new_text
+            start = count if incremental else 0
             count += len(chunk.new_token_ids)
             meta = self._meta(request, chunk.finished)
             meta["completion_tokens"] = count
-            yield _sse({"text": text, "output_ids": request.output_ids[:count], "meta_info": meta})
+            yield _sse({"text": text, "output_ids": request.output_ids[start:count], "meta_info": meta})
         yield b"data: [DONE]\n\n"
 
     def _openai_request(self, body: dict[str, Any], prompt_text: str, default_max: int) -> Request:
+        ids = encode(prompt_text, self.server.context.profile.model.vocab_size)
+        return self._openai_ids_request(body, ids, default_max)
+
+    def _openai_ids_request(self, body: dict[str, Any], ids: list[int], default_max: int) -> Request:
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max
-        return self._new_request(
-            encode(prompt_text, self.server.context.profile.model.vocab_size), max_tokens, None
-        )
+        return self._new_request(ids, max_tokens, None)
 
     def _usage(self, request: Request) -> dict[str, Any]:
         prompt = len(request.prompt_ids)
@@ -459,13 +473,21 @@ class _Handler(BaseHTTPRequestHandler):
     def _completions(self) -> None:
         body = self._body()
         prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
-        if not isinstance(prompt, str):
-            raise _BadRequest("'prompt' must be a string (the emulator serves one prompt per request).")
+        if isinstance(prompt, list):
+            # A prompt of token ids, as the OpenAI API allows and SGLang serves.
+            ids = self._prompt_ids(None, prompt)
+        elif isinstance(prompt, str):
+            ids = encode(prompt, self.server.context.profile.model.vocab_size)
+        else:
+            raise _BadRequest(
+                "'prompt' must be a string or a list of token ids "
+                "(the emulator serves one prompt per request)."
+            )
         if not self._fault_gate():
             return
-        request = self._openai_request(body, prompt, _DEFAULT_OPENAI_MAX_TOKENS)
+        request = self._openai_ids_request(body, ids, _DEFAULT_OPENAI_MAX_TOKENS)
         self._openai_reply(body, request, chat=False)
 
     def _chat_completions(self) -> None:

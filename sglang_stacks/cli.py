@@ -198,6 +198,40 @@ def _run_rollout(args: argparse.Namespace) -> int:
     return orchestrate.rollout(args.stack, db_path=history.default_history_path())
 
 
+def _configure_logs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stack", help="a deployed stack: its host and log paths come from its state")
+    parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C stops)")
+    parser.add_argument("-n", "--lines", type=int, default=40, help="lines of each file to show first")
+
+
+def _run_logs(args: argparse.Namespace) -> int:
+    from sglang_stacks import orchestrate  # the Automation API, only for the commands that drive Pulumi
+    from sglang_stacks.components.benchmark import progress_path
+    from sglang_stacks.hostops import logs
+    from sglang_stacks.hostops.transport import Connection
+
+    outputs = orchestrate.stack_outputs(args.stack)
+    config = orchestrate.stack_config(args.stack)
+    spec = load_spec(config, args.stack)
+    host = spec.host
+    conn = Connection.local()
+    if host.kind == "ssh":
+        conn = Connection(
+            host=host.address or "",
+            port=host.port,
+            user=host.user or "",
+            host_key=host.host_key,
+            private_key=config.get("sglang-stacks:sshPrivateKey"),
+        )
+    paths = [str(outputs["server_log"])] if outputs.get("server_log") else []
+    paths.append(progress_path(host.state_dir, args.stack))
+    if args.follow:
+        logs.follow(conn, paths, lambda line: print(line, flush=True), args.lines)
+    else:
+        print("\n".join(logs.show(conn, paths, args.lines)))
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Command] = {
     "compare": Command(
         name="compare",
@@ -210,6 +244,12 @@ COMMANDS: dict[str, Command] = {
         help="print every recorded benchmark result, and plot tok/s per stack over time",
         configure=_configure_history,
         run=_run_history,
+    ),
+    "logs": Command(
+        name="logs",
+        help="show (-f: follow) a deployed stack's server log and benchmark progress on its host",
+        configure=_configure_logs,
+        run=_run_logs,
     ),
     "promote": Command(
         name="promote",

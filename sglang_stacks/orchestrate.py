@@ -11,6 +11,7 @@ would look for the file beside Pulumi.yaml.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,26 @@ def stack_outputs(stack: str, project_dir: Path | None = None) -> dict[str, Any]
             "secrets need (see README, Secrets) and try again."
         ) from None
     return {key: "[secret]" if output.secret else output.value for key, output in outputs.items()}
+
+
+def stack_config(stack: str, project_dir: Path | None = None) -> dict[str, Any]:
+    """One stack's config by key, secrets decrypted, JSON values parsed: for commands that reach
+    the stack's host. Keep the values in memory; never print the secret ones."""
+    selected = _select(project_dir or find_project_dir(), stack)
+    try:
+        config = selected.get_all_config()
+    except auto.CommandError as error:
+        raise SpecError(
+            f"Pulumi could not read the config of stack {stack!r}: {error}. Set the passphrase its "
+            "secrets need (see README, Secrets) and try again."
+        ) from None
+    values: dict[str, Any] = {}
+    for key, item in config.items():
+        try:
+            values[key] = json.loads(item.value)
+        except ValueError:
+            values[key] = item.value
+    return values
 
 
 def _at_tok_s(done: auto.UpResult) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import io
+import itertools
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +36,7 @@ class Schedule:
     tokens_per_chunk: int = 3
     speculative: bool = True
     fail_every: int = 0  # answer HTTP 500 to every n-th request (0: never)
+    extra_prompt_tokens: int = 0  # a server that adds tokens (a BOS) to what it was sent
 
 
 class FakeSGLang(ThreadingHTTPServer):
@@ -80,7 +83,9 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(max(0.0, due - time.perf_counter()))
             sent = min(wanted, sent + schedule.tokens_per_chunk)
             verify += 1
-            meta: dict[str, object] = {"prompt_tokens": 7, "completion_tokens": sent}
+            # A tokenizer-backed server counts token ids as they are.
+            prompt_tokens = len(body["input_ids"]) + schedule.extra_prompt_tokens
+            meta: dict[str, object] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
             if schedule.speculative:
                 meta["spec_verify_ct"] = verify
             if sent == wanted:
@@ -134,12 +139,14 @@ def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang
     assert level["requests"] == 3 and level["errors"] == 0
     assert level["spec_completion_tokens"] / level["spec_verify_ct"] == 3.0
     assert level["spec_verify_ct"] == 3 * 10
-    assert 100 <= sorted(level["ttft_ms"])[1] < 130  # the whole stream would take 460 ms
-    assert sorted(level["tpot_ms"])[1] == pytest.approx(360 / 29, rel=0.06)
+    ttft_ms = sorted(row[2] for row in level["records"])
+    tpot_ms = sorted(row[3] for row in level["records"])
+    assert 100 <= ttft_ms[1] < 130  # the whole stream would take 460 ms
+    assert tpot_ms[1] == pytest.approx(360 / 29, rel=0.06)
     # nine chunk gaps of 40 ms, each carrying 3 tokens: 27 gaps of 13.3 ms per request
     assert len(level["itl_ms"]) == 3 * 27
     assert sorted(level["itl_ms"])[len(level["itl_ms"]) // 2] == pytest.approx(40 / 3, rel=0.06)
-    assert level["prompt_tokens_mean"] == 7
+    assert level["prompt_tokens_mean"] == 16  # exactly input_len
     # What the stack output will show.
     (result,) = stats.summarize_levels(document)
     assert result.accept_length == 3.0
@@ -175,7 +182,7 @@ def test_failed_requests_are_counted_not_fatal(server: FakeSGLang) -> None:
     assert level["requests"] == 9
     assert level["errors"] == 3
     assert level["error_samples"] == ["HTTP 500: injected failure"]
-    assert len(level["ttft_ms"]) == 6
+    assert len(level["records"]) == 6
 
 
 def test_every_request_failing_is_an_error_that_says_what_failed(server: FakeSGLang) -> None:
@@ -263,13 +270,16 @@ def test_the_package_imports_only_the_standard_library_httpx_and_itself() -> Non
 def test_a_stack_benchmark_section_is_a_workload_and_its_command_line() -> None:
     section = BenchmarkSpec().model_dump(mode="json")
     options = {option.name for option in fields(contract.Workload)}
-    assert set(section) - options == {"timeout_s"}  # the limit of the whole run, kept by the host
+    # The limit of the whole run is kept by the host; the SLO only reads the numbers.
+    assert set(section) - options == {"timeout_s", "slo"}
     # Numbers come back from Pulumi as floats; the command line carries them as the script reads them.
     through_pulumi = {key: float(value) if type(value) is int else value for key, value in section.items()}
     workload = contract.Workload.from_settings("http://127.0.0.1:30000", through_pulumi)
     assert workload == contract.Workload()  # one set of defaults
     assert "--requests-per-repetition=4" in workload.argv()
     assert contract.parse_args(workload.argv()) == workload
+    rates = contract.Workload.from_settings("http://h:1", {"arrival": "gamma", "request_rate": [0.5, 2]})
+    assert "--request-rate=0.5,2" in rates.argv() and contract.parse_args(rates.argv()) == rates
     changed = contract.Workload.from_settings(
         "http://h:1/", {**section, "ignore_eos": False, "concurrency": [1, 8]}
     )
@@ -284,3 +294,56 @@ def test_a_rank_sample_keeps_percentiles_and_bounds_the_size() -> None:
     assert sample[0] == min(gaps) and sample[-1] == max(gaps)
     assert sample[500] == pytest.approx(sorted(gaps)[50_000], abs=2)
     assert client._rank_sample([3.0, 1.0], 1_000) == [3.0, 1.0]
+
+
+def test_a_prompt_the_server_counts_differently_is_an_error(server: FakeSGLang) -> None:
+    server.schedule.extra_prompt_tokens = 1
+    with pytest.raises(
+        contract.LoadgenError, match="the server counted 17 prompt tokens where the workload sent 16"
+    ):
+        client.run(
+            _workload(server, output_len=3, warmup_requests=0, repetitions=1, requests_per_repetition=1)
+        )
+
+
+def _arrival_gaps_s(document: dict[str, Any]) -> list[float]:
+    (level,) = document["levels"]
+    sent = sorted(row[1] for row in level["records"])
+    return [b - a for a, b in itertools.pairwise(sent)]
+
+
+def test_an_open_loop_run_arrives_at_the_declared_rate(server: FakeSGLang) -> None:
+    from scipy import stats as scipy_stats
+
+    server.schedule = Schedule(ttft_s=0.05, interval_s=0.01, tokens_per_chunk=1, speculative=False)
+    rate = 40.0
+    workload = _workload(
+        server, output_len=20, arrival="poisson", request_rate=(rate,), warmup_requests=0,
+        repetitions=1, requests_per_repetition=120,
+    )  # fmt: skip
+    document = client.run(workload)
+    gaps = _arrival_gaps_s(document)
+    (level,) = document["levels"]
+    assert level["request_rate"] == rate and level["concurrency"] is None
+    assert level["errors"] == 0
+    # Requests overlap (each takes about 240 ms, one arrives every 25 ms): nothing waited for a stream.
+    assert level["repetitions"][0]["concurrency_measured"] > 4
+    assert sum(gaps) / len(gaps) == pytest.approx(1 / rate, rel=0.25)
+    # The gaps are exponential with the declared rate (Kolmogorov-Smirnov).
+    assert scipy_stats.kstest(gaps, "expon", args=(0, 1 / rate)).pvalue > 0.01
+    bursty = client.run(contract.Workload(**{**vars(workload), "arrival": "gamma", "burstiness": 0.25}))
+    bursty_gaps = _arrival_gaps_s(bursty)
+    cv = scipy_stats.variation
+    # Gamma with shape 0.25 has a coefficient of variation of 2; Poisson's is 1.
+    assert cv(bursty_gaps) > 1.4 > cv(gaps)
+
+
+def test_a_duration_bounded_run_stops_sending_when_the_time_is_up(server: FakeSGLang) -> None:
+    server.schedule = Schedule(ttft_s=0.02, interval_s=0.01, tokens_per_chunk=1, speculative=False)
+    document = client.run(
+        _workload(server, output_len=5, concurrency=(2,), duration_s=0.5, warmup_requests=0, repetitions=1)
+    )
+    (level,) = document["levels"]
+    # Each request takes about 60 ms: two streams send about 16 in half a second.
+    assert 10 <= level["requests"] <= 18
+    assert max(row[1] for row in level["records"]) < 0.5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 
 import pytest
 
@@ -82,16 +83,27 @@ def test_welch_with_too_few_or_constant_runs() -> None:
     assert stats.welch_t_test([5.0, 5.0], [6.0, 6.0]).p_value == 0.0
 
 
+def _records(ttft_ms: Sequence[float], tpot_ms: Sequence[float | None]) -> list[list[object]]:
+    """One row per request, four per repetition, in the load generator's RECORD_COLUMNS."""
+    assert contract.RECORD_COLUMNS[2:4] == ("ttft_ms", "tpot_ms")
+    rows: list[list[object]] = []
+    for i, (ttft, tpot) in enumerate(zip(ttft_ms, tpot_ms, strict=True)):
+        e2e = ttft + 255 * (tpot or 0.0)
+        rows.append([i // 4, 0.1 * (i % 4), ttft, tpot, e2e, 256])
+    return rows
+
+
 def _document(**level_changes: object) -> dict[str, object]:
     level: dict[str, object] = {
         "concurrency": 1,
         "tok_s_runs": [54.0, 54.2, 54.1, 53.9, 54.3],
+        "repetitions": [{"duration_s": 10.0, "concurrency_measured": 1.0}] * 5,
         "requests": 20,
         "errors": 1,
+        "prompt_tokens_mean": 128.0,
         "spec_completion_tokens": 4864,
         "spec_verify_ct": 2000,
-        "ttft_ms": [float(v) for v in range(10, 30)],
-        "tpot_ms": [18.5] * 19,
+        "records": _records([float(v) for v in range(10, 30)], [18.5] * 19 + [None]),
         "itl_ms": [6.0, 6.0, 30.0] * 100,
     }
     level.update(level_changes)
@@ -113,7 +125,11 @@ def test_summarize_gives_a_flat_json_ready_result() -> None:
     assert (result.requests, result.errors) == (20, 1)
     dumped = json.loads(result.model_dump_json())
     assert dumped["tok_s_runs"] == [54.0, 54.2, 54.1, 53.9, 54.3]
-    assert dumped["ttft_ms"] == {"p50": 19.5, "p90": 27.1, "p99": 28.81}
+    assert dumped["ttft_ms"] == {"p50": 19.5, "p90": 27.1, "p95": 28.05, "p99": 28.81}
+    # 19 requests of TTFT + 255 x 18.5 ms, one of 29 ms: the median is the mean of the 9th and 10th.
+    assert result.e2e_ms is not None and result.e2e_ms.p50 == pytest.approx(18.5 * 255 + 18.5)
+    assert result.concurrency_measured == 1.0
+    assert result.goodput is None and result.cost_per_mtok is None  # no SLO, no price declared
     assert stats.BenchmarkResult.model_validate(dumped) == result
 
 
@@ -124,7 +140,8 @@ def test_summarize_gives_one_result_per_concurrency_level_in_run_order() -> None
 
 
 def test_without_speculation_there_is_no_accept_length() -> None:
-    result, _ = stats.summarize_levels(_document(spec_completion_tokens=0, spec_verify_ct=0, tpot_ms=[]))
+    no_tpot = _records([10.0] * 20, [None] * 20)
+    result, _ = stats.summarize_levels(_document(spec_completion_tokens=0, spec_verify_ct=0, records=no_tpot))
     assert result.accept_length is None
     assert result.tpot_ms is None
 
@@ -138,3 +155,26 @@ def test_a_malformed_document_names_the_key() -> None:
         stats.summarize_levels("Traceback (most recent call last):")
     with pytest.raises(BenchmarkError, match="schema 'other/2'"):
         stats.summarize_levels(dict(_document(), schema="other/2"))
+
+
+def test_goodput_counts_only_the_requests_within_every_limit() -> None:
+    # TTFT 10..29 ms; TPOT 18.5 ms but 40 ms for the last request of each repetition.
+    tpot = [18.5, 18.5, 18.5, 40.0] * 5
+    document = _document(records=_records([float(v) for v in range(10, 30)], tpot))
+    within_ttft = stats.summarize_levels(document, slo=stats.Slo(ttft_ms=19.0))[0].goodput
+    assert within_ttft is not None
+    assert within_ttft.pct == 50.0  # TTFT 10..19 of 20 requests
+    # Repetitions 0 and 1 hold them all (4 each), repetition 2 holds two, over 10 s each.
+    assert within_ttft.req_s == pytest.approx((0.4 + 0.4 + 0.2 + 0 + 0) / 5)
+    assert within_ttft.tok_s == pytest.approx(within_ttft.req_s * 256)
+    both = stats.summarize_levels(document, slo=stats.Slo(ttft_ms=19.0, tpot_ms=20.0))[0].goodput
+    assert both is not None and both.pct == 40.0  # minus the two 40 ms TPOT ones, at TTFT 13 and 17
+    assert both.slo == {"ttft_ms": 19.0, "tpot_ms": 20.0}
+    lenient = stats.summarize_levels(document, slo=stats.Slo(e2e_ms=1e9))[0].goodput
+    assert lenient is not None and lenient.pct == 100.0
+
+
+def test_a_host_price_gives_the_cost_of_a_million_output_tokens() -> None:
+    (result, _) = stats.summarize_levels(_document(), gpu_hour_price=8 * 2.5)
+    # 20 per hour at 54.1 tok/s: 194,760 tokens an hour.
+    assert result.cost_per_mtok == pytest.approx(20 / (54.1 * 3600) * 1e6, rel=1e-4)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -19,32 +20,58 @@ from sglang_stacks.config.spec import GateSpec
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.hostops import claim
 from sglang_stacks.hostops import transport as transport
-from sglang_stacks.hostops.transport import quote
+from sglang_stacks.hostops.transport import quote, quote_path
 from sglang_stacks.results import gate as regression_gate
 from sglang_stacks.results import history, loadgen, stats
 from sglang_stacks.results.loadgen.contract import Workload
 
 # Inputs whose change makes earlier numbers meaningless: the benchmark runs again.
 RERUN_INPUTS = ("server_instance", "workload", "url", "python")
+# Inputs that only change how the numbers are read: applied to the kept result, no GPU time.
+REREAD_INPUTS = ("gate", "gpu_hour_price", "gpu_count")
 # The load generator arrives as a tar stream on stdin and runs from a scratch folder that goes
-# when the script ends.
+# when the script ends; its progress file stays for `sglang-stacks logs`.
 _RUN_LOADGEN = (
     "scratch=$(mktemp -d) && trap 'rm -rf \"$scratch\"' EXIT "
-    '&& tar -x -f - -C "$scratch" --no-same-owner && cd "$scratch" && {python} -m {package} {argv}\n'
+    "&& mkdir -p {progress_dir} && : > {progress} "
+    '&& tar -x -f - -C "$scratch" --no-same-owner && cd "$scratch" '
+    "&& {python} -m {package} {argv} --progress-file={progress}\n"
 )
+# The ShareGPT file travels inside the tar stream under this name.
+_DATASET_NAME = "dataset.json"
+
+
+def progress_path(state_dir: str, stack: str) -> str:
+    """Where the benchmark of ``stack`` writes its progress lines on the host."""
+    return f"{state_dir.rstrip('/')}/benchmarks/{stack}.progress.jsonl"
 
 
 def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
     """Ships the load generator to the host over the session, runs it there, returns its JSON."""
     conn = connect(props)
-    workload = Workload.from_settings(props["url"], props["workload"])
+    settings = dict(props["workload"])
+    extra: dict[str, bytes] = {}
+    if settings.get("dataset_path"):
+        path = Path(settings["dataset_path"]).expanduser()
+        try:
+            extra[_DATASET_NAME] = path.read_bytes()
+        except OSError as exc:
+            raise BenchmarkError(
+                f"sglang-stacks:benchmark.dataset_path {str(path)!r} cannot be read ({exc}); "
+                "point it at a ShareGPT-format JSON file on this machine."
+            ) from exc
+        settings["dataset_path"] = _DATASET_NAME
+    workload = Workload.from_settings(props["url"], settings)
+    progress = progress_path(props["state_dir"], props["stack"])
     script = _RUN_LOADGEN.format(
         python=quote(props["python"]),
         package=loadgen.PACKAGE_NAME,
-        argv=" ".join(quote(arg) for arg in workload.argv()),
+        argv=" ".join(quote(arg) for arg in workload.argv() if not arg.startswith("--progress-file=")),
+        progress=quote_path(progress),
+        progress_dir=quote_path(progress.rsplit("/", 1)[0]),
     )
     result = transport.run(
-        conn, script, timeout_s=float(props["workload"]["timeout_s"]), stdin=loadgen.bundle()
+        conn, script, timeout_s=float(props["workload"]["timeout_s"]), stdin=loadgen.bundle(extra)
     )
     if not result.ok:
         raise BenchmarkError(
@@ -85,7 +112,7 @@ def measure(props: Mapping[str, Any]) -> dict[str, Any]:
     )
     document = run_on_host(props)
     _check_no_errors(props, document)
-    levels = stats.summarize_levels(document)
+    levels = _summarize(props, document)
     headline = levels[0]
     db_path = history.default_history_path()
     history.record(
@@ -99,10 +126,33 @@ def measure(props: Mapping[str, Any]) -> dict[str, Any]:
     if props.get("gate"):
         # Recorded first: a regression stays in the history, where `sglang-stacks rollout` finds it.
         regression_gate.check(props["stack"], headline, GateSpec.model_validate(props["gate"]), db_path)
+    return _outputs(levels)
+
+
+def _summarize(props: Mapping[str, Any], document: Mapping[str, Any]) -> tuple[stats.BenchmarkResult, ...]:
+    """The results of a load generator document, with goodput under the stack's SLO and the cost."""
+    slo_limits = props["workload"].get("slo")
+    slo = stats.Slo(**{k: v for k, v in slo_limits.items() if v is not None}) if slo_limits else None
+    return stats.summarize_levels(document, slo=slo, gpu_hour_price=_host_price(props))
+
+
+def _host_price(props: Mapping[str, Any]) -> float | None:
+    """What the whole host costs per hour: the declared price of one GPU times the GPU count."""
+    price = props.get("gpu_hour_price")
+    return float(price) * int(props.get("gpu_count") or 1) if price else None
+
+
+def _cost(host_price: float | None, level: stats.BenchmarkResult) -> float | None:
+    return stats.cost_per_mtok(host_price, level.tok_s_mean)
+
+
+def _outputs(levels: tuple[stats.BenchmarkResult, ...]) -> dict[str, Any]:
+    headline = levels[0]
     return {
         "result": headline.model_dump(mode="json"),
         "levels": [level.model_dump(mode="json") for level in levels],
         "tok_s": round(headline.tok_s_mean, 2),
+        "goodput": headline.goodput.model_dump(mode="json") if headline.goodput else None,
     }
 
 
@@ -113,14 +163,18 @@ class _BenchmarkProvider(dynamic.ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         rerun = [key for key in RERUN_INPUTS if olds.get(key) != news.get(key)]
-        # A new or changed gate is checked against the result already measured: no GPU time.
-        regated = olds.get("gate") != news.get("gate")
-        return dynamic.DiffResult(changes=bool(rerun) or regated, replaces=rerun, delete_before_replace=True)
+        # A new gate or price is applied to the result already measured: no GPU time.
+        reread = [key for key in REREAD_INPUTS if olds.get(key) != news.get(key)]
+        return dynamic.DiffResult(changes=bool(rerun or reread), replaces=rerun, delete_before_replace=True)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
-        measured = {key: olds[key] for key in ("result", "levels", "tok_s")}
+        levels = tuple(stats.BenchmarkResult.model_validate(level) for level in olds["levels"])
+        price = _host_price(news)
+        measured = _outputs(
+            tuple(level.model_copy(update={"cost_per_mtok": _cost(price, level)}) for level in levels)
+        )
         if news.get("gate"):
-            result = stats.BenchmarkResult.model_validate(olds["result"])
+            result = stats.BenchmarkResult.model_validate(measured["result"])
             gate = GateSpec.model_validate(news["gate"])
             regression_gate.check(news["stack"], result, gate, history.default_history_path())
         return dynamic.UpdateResult({**news, **measured})
@@ -138,7 +192,9 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
     result: pulumi.Output[dict[str, Any]]
     """Every metric at the first concurrency level (see `sglang_stacks.results.stats.BenchmarkResult`)."""
     levels: pulumi.Output[list[dict[str, Any]]]
-    """The metrics at each concurrency level."""
+    """The metrics at each load level."""
+    goodput: pulumi.Output[dict[str, Any] | None]
+    """Requests and tokens per second within the stack's SLO at the first level; None without one."""
 
     def __init__(
         self,
@@ -156,6 +212,8 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
         state_dir: str,
         update_id: str,
         gate: Mapping[str, Any] | None = None,
+        gpu_hour_price: float | None = None,
+        gpu_count: int = 1,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props = {
@@ -171,8 +229,11 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
             "gate": dict(gate) if gate else None,
             "state_dir": state_dir,
             "update_id": update_id,
+            "gpu_hour_price": gpu_hour_price,
+            "gpu_count": gpu_count,
             "result": None,
             "levels": None,
             "tok_s": None,
+            "goodput": None,
         }
         super().__init__(_BenchmarkProvider(), name, props, keep_connection_secret(opts))

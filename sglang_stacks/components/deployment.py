@@ -95,6 +95,7 @@ _OUTPUTS = (
     "tok_s",
     "benchmark",
     "benchmark_levels",
+    "goodput",
     "launch_command",
     "launch_flags",
     "sglang_version",
@@ -138,7 +139,9 @@ class SGLangDeployment(pulumi.ComponentResource):
     benchmark: pulumi.Output[dict[str, Any]]
     """Every metric of the first concurrency level."""
     benchmark_levels: pulumi.Output[list[dict[str, Any]]]
-    """The metrics at each concurrency level."""
+    """The metrics at each load level."""
+    goodput: pulumi.Output[dict[str, Any] | None]
+    """Requests and tokens per second within the benchmark's SLO (first level); None without an SLO."""
     launch_command: pulumi.Output[str]
     """The exact command the server runs."""
     launch_flags: pulumi.Output[dict[str, Any]]
@@ -187,6 +190,8 @@ class SGLangDeployment(pulumi.ComponentResource):
             flags_digest=flags_digest(launch_flags),
             workload=spec.benchmark.model_dump(mode="json"),
             gate=spec.gate.model_dump(mode="json") if spec.gate else None,
+            gpu_hour_price=spec.host.gpu_hour_price,
+            gpu_count=spec.host.gpu_count,
             state_dir=spec.host.state_dir,
             update_id=update_id,
             opts=pulumi.ResourceOptions(parent=self),
@@ -194,6 +199,7 @@ class SGLangDeployment(pulumi.ComponentResource):
         self.tok_s = benchmark.tok_s
         self.benchmark = benchmark.result
         self.benchmark_levels = benchmark.levels
+        self.goodput = benchmark.goodput
         self.launch_command = server.launch_command
         self.launch_flags = pulumi.Output.from_input(dict(launch_flags))
         self.sglang_version = environment.sglang_version

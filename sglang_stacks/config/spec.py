@@ -28,6 +28,7 @@ from sglang_stacks.config.sections import (
     HostSpec,
     LaunchSpec,
     ModelSpec,
+    SloSpec,
 )
 from sglang_stacks.errors import SpecError
 
@@ -42,6 +43,7 @@ __all__ = [
     "HostSpec",
     "LaunchSpec",
     "ModelSpec",
+    "SloSpec",
     "StackSpec",
     "load_spec",
     "spec_json_schema",

@@ -87,8 +87,18 @@ def _metrics(results: Mapping[str, BenchmarkResult]) -> tuple[MetricRow, ...]:
         ("TPOT p50 ms", False, lambda r: r.tpot_ms.p50 if r.tpot_ms else None),
         ("ITL p50 ms", False, lambda r: r.itl_ms.p50 if r.itl_ms else None),
         ("ITL p99 ms", False, lambda r: r.itl_ms.p99 if r.itl_ms else None),
+        ("E2E p99 ms", False, lambda r: r.e2e_ms.p99 if r.e2e_ms else None),
+        ("goodput tok/s", True, lambda r: r.goodput.tok_s if r.goodput else None),
+        ("goodput req/s", True, lambda r: r.goodput.req_s if r.goodput else None),
+        ("cost per 1M tok", False, lambda r: r.cost_per_mtok),
         ("accept length", True, lambda r: r.accept_length),
         ("errors", False, lambda r: float(r.errors)),
+    ]
+    # Goodput, cost and E2E need an SLO, a price or a newer result; when no stack has them their
+    # rows are left out rather than shown empty.
+    optional = {"E2E p99 ms", "goodput tok/s", "goodput req/s", "cost per 1M tok"}
+    extractors = [
+        e for e in extractors if e[0] not in optional or any(e[2](r) is not None for r in results.values())
     ]
     reference = next(iter(results.values()))
     rows = []
@@ -109,7 +119,7 @@ def _workload_notes(results: Mapping[str, BenchmarkResult]) -> tuple[str, ...]:
     (first, base), *others = results.items()
     notes = []
     for stack, result in others:
-        for field in ("input_len", "output_len", "concurrency"):
+        for field in ("input_len", "output_len", "concurrency", "request_rate"):
             mine, theirs = getattr(result, field), getattr(base, field)
             if mine != theirs:
                 notes.append(

@@ -1,9 +1,10 @@
 """Benchmark statistics: mean, spread, t-distribution confidence intervals, percentiles, Welch's t-test
 (the t quantiles and the test from ``scipy.stats``).
 
-``summarize_levels`` turns the load generator's JSON into a ``BenchmarkResult`` per concurrency
-level: the flat, JSON-ready record that becomes the stack's ``benchmark`` output (the first
-level's) and a row of the results history.
+``summarize_levels`` turns the load generator's JSON into a ``BenchmarkResult`` per load
+level (a concurrency, or a request rate), with goodput under a declared ``Slo``: the flat,
+JSON-ready record that becomes the stack's ``benchmark`` output (the first level's) and a row of
+the results history.
 """
 
 from __future__ import annotations
@@ -22,9 +23,13 @@ from sglang_stacks.results.loadgen.contract import SCHEMA as LOADGEN_SCHEMA
 __all__ = [
     "ALPHA",
     "BenchmarkResult",
+    "Goodput",
     "Percentiles",
+    "Slo",
     "WelchTest",
     "ci95",
+    "cost_per_mtok",
+    "goodput",
     "mean",
     "percentile",
     "stdev",
@@ -109,23 +114,52 @@ def welch_t_test(a: Sequence[float], b: Sequence[float]) -> WelchTest:
 
 
 class Percentiles(BaseModel):
-    """p50/p90/p99 of one latency, in milliseconds."""
+    """p50/p90/p95/p99 of one latency, in milliseconds (p95 is None in results recorded before it)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     p50: float
     p90: float
+    p95: float | None = None
     p99: float
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Percentiles | None:
         if not values:
             return None
-        return cls(**{f"p{q}": round(percentile(values, q), 3) for q in (50, 90, 99)})
+        return cls(**{f"p{q}": round(percentile(values, q), 3) for q in (50, 90, 95, 99)})
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Per-request limits a request must meet to count towards goodput; None is no limit."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    def met(self, ttft_ms: float, tpot_ms: float | None, e2e_ms: float) -> bool:
+        """Whether one request stayed within every declared limit."""
+        return (
+            (self.ttft_ms is None or ttft_ms <= self.ttft_ms)
+            and (self.tpot_ms is None or tpot_ms is None or tpot_ms <= self.tpot_ms)
+            and (self.e2e_ms is None or e2e_ms <= self.e2e_ms)
+        )
+
+
+class Goodput(BaseModel):
+    """Requests (and their tokens) per second that met the stack's SLO, mean over repetitions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    req_s: float = Field(description="requests per second within every limit")
+    tok_s: float = Field(description="output tokens per second of those requests")
+    pct: float = Field(description="share of measured requests within every limit, in percent")
+    slo: dict[str, float] = Field(description="the limits: ttft_ms, tpot_ms, e2e_ms as declared")
 
 
 class BenchmarkResult(BaseModel):
-    """One benchmark at one concurrency level: a stack output and a history row.
+    """One benchmark at one load level: a stack output and a history row.
 
     Fields that may be None default to it: Pulumi drops null values from output maps, so a result
     read back from a stack lacks them.
@@ -133,8 +167,9 @@ class BenchmarkResult(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    concurrency: int = Field(ge=1, description="concurrent streams")
-    input_len: int = Field(ge=1, description="prompt length asked for, in (about) tokens")
+    concurrency: int = Field(ge=1, description="concurrent streams (open loop: the most requests in flight)")
+    request_rate: float | None = Field(default=None, description="open loop: requests per second sent")
+    input_len: int = Field(ge=1, description="prompt tokens per request as the server counted them")
     output_len: int = Field(ge=1, description="tokens generated per request")
     repetitions: int = Field(ge=1, description="measured runs behind tok_s_runs")
     tok_s_mean: float = Field(description="output tokens per second, mean over runs")
@@ -144,6 +179,12 @@ class BenchmarkResult(BaseModel):
     ttft_ms: Percentiles | None = Field(default=None, description="time to first token")
     tpot_ms: Percentiles | None = Field(default=None, description="time per output token after the first")
     itl_ms: Percentiles | None = Field(default=None, description="inter-token latency")
+    e2e_ms: Percentiles | None = Field(default=None, description="end-to-end latency of a request")
+    concurrency_measured: float | None = Field(default=None, description="mean requests in flight")
+    goodput: Goodput | None = Field(default=None, description="throughput within the declared SLO")
+    cost_per_mtok: float | None = Field(
+        default=None, description="price of a million output tokens at tok_s_mean, from the host's price"
+    )
     accept_length: float | None = Field(
         default=None, description="tokens per verify step; None without speculation"
     )
@@ -154,14 +195,16 @@ class BenchmarkResult(BaseModel):
 class _LoadgenLevel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    concurrency: int
+    concurrency: int | None
+    request_rate: float | None = None
     tok_s_runs: list[float] = Field(min_length=1)
+    repetitions: list[dict[str, Any]]
     requests: int
     errors: int
+    prompt_tokens_mean: float
     spec_completion_tokens: int = 0
     spec_verify_ct: int = 0
-    ttft_ms: list[float]
-    tpot_ms: list[float]
+    records: list[tuple[int, float, float, float | None, float, int]]
     itl_ms: list[float]
 
 
@@ -200,30 +243,90 @@ def _parse(loadgen_json: Mapping[str, Any] | str) -> _LoadgenDocument:
     return document
 
 
-def _result(level: _LoadgenLevel, workload: _LoadgenWorkload) -> BenchmarkResult:
+def goodput(level: _LoadgenLevel, slo: Slo) -> Goodput:
+    """Per repetition, the requests within ``slo`` over its duration; the mean over repetitions."""
+    req_s, tok_s = [], []
+    met = 0
+    for rep, totals in enumerate(level.repetitions):
+        duration_s = float(totals["duration_s"]) or math.inf
+        within = [r for r in level.records if r[0] == rep and slo.met(r[2], r[3], r[4])]
+        met += len(within)
+        req_s.append(len(within) / duration_s)
+        tok_s.append(sum(r[5] for r in within) / duration_s)
+    limits = {k: v for k, v in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms), ("e2e_ms", slo.e2e_ms))}
+    return Goodput(
+        req_s=round(mean(req_s), 4),
+        tok_s=round(mean(tok_s), 3),
+        pct=round(100.0 * met / level.requests, 2) if level.requests else 0.0,
+        slo={k: v for k, v in limits.items() if v is not None},
+    )
+
+
+def cost_per_mtok(host_price_per_hour: float | None, tok_s: float) -> float | None:
+    """What a million output tokens cost at ``tok_s`` on a host of that hourly price; None without one."""
+    if not host_price_per_hour or tok_s <= 0:
+        return None
+    return round(host_price_per_hour / 3600.0 / tok_s * 1e6, 4)
+
+
+def _most_in_flight(level: _LoadgenLevel) -> int:
+    """The most requests in flight at once in any repetition (open loop's concurrency)."""
+    most = 1
+    for rep in range(len(level.repetitions)):
+        events = sorted(
+            (t, step)
+            for r in level.records
+            if r[0] == rep
+            for t, step in ((r[1], 1), (r[1] + r[4] / 1000.0, -1))
+        )
+        running = 0
+        for _, step in events:
+            running += step
+            most = max(most, running)
+    return most
+
+
+def _result(
+    level: _LoadgenLevel, workload: _LoadgenWorkload, slo: Slo | None, gpu_hour_price: float | None
+) -> BenchmarkResult:
     low, high = ci95(level.tok_s_runs)
     accept = None
     if level.spec_verify_ct > 0:
         accept = round(level.spec_completion_tokens / level.spec_verify_ct, 4)
+    tok_s = mean(level.tok_s_runs)
+    measured = [float(r.get("concurrency_measured", 0.0)) for r in level.repetitions]
     return BenchmarkResult(
-        concurrency=level.concurrency,
-        input_len=workload.input_len,
+        concurrency=level.concurrency or _most_in_flight(level),
+        request_rate=level.request_rate,
+        input_len=max(1, round(level.prompt_tokens_mean)) if level.prompt_tokens_mean else workload.input_len,
         output_len=workload.output_len,
         repetitions=len(level.tok_s_runs),
-        tok_s_mean=round(mean(level.tok_s_runs), 3),
+        tok_s_mean=round(tok_s, 3),
         tok_s_stdev=round(stdev(level.tok_s_runs), 3),
         tok_s_ci95=(round(low, 3), round(high, 3)),
         tok_s_runs=tuple(level.tok_s_runs),
-        ttft_ms=Percentiles.of(level.ttft_ms),
-        tpot_ms=Percentiles.of(level.tpot_ms),
+        ttft_ms=Percentiles.of([r[2] for r in level.records]),
+        tpot_ms=Percentiles.of([r[3] for r in level.records if r[3] is not None]),
         itl_ms=Percentiles.of(level.itl_ms),
+        e2e_ms=Percentiles.of([r[4] for r in level.records]),
+        concurrency_measured=round(mean(measured), 3) if measured else None,
+        goodput=goodput(level, slo) if slo is not None else None,
+        cost_per_mtok=cost_per_mtok(gpu_hour_price, tok_s),
         accept_length=accept,
         requests=level.requests,
         errors=level.errors,
     )
 
 
-def summarize_levels(loadgen_json: Mapping[str, Any] | str) -> tuple[BenchmarkResult, ...]:
-    """One ``BenchmarkResult`` per concurrency level of a load generator run, in run order."""
+def summarize_levels(
+    loadgen_json: Mapping[str, Any] | str,
+    slo: Slo | None = None,
+    gpu_hour_price: float | None = None,
+) -> tuple[BenchmarkResult, ...]:
+    """One ``BenchmarkResult`` per load level of a load generator run, in run order.
+
+    ``slo`` adds goodput; ``gpu_hour_price`` (what the whole host costs per hour) adds the cost
+    of a million output tokens.
+    """
     document = _parse(loadgen_json)
-    return tuple(_result(level, document.workload) for level in document.levels)
+    return tuple(_result(level, document.workload, slo, gpu_hour_price) for level in document.levels)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["PACKAGE_NAME", "bundle"]
@@ -18,8 +19,9 @@ PACKAGE_NAME = "loadgen"
 """The package's name on the host: ``python -m loadgen`` in the folder it is unpacked into."""
 
 
-def bundle() -> bytes:
-    """The package's source files as an uncompressed tar stream, under ``loadgen/``."""
+def bundle(extra: Mapping[str, bytes] | None = None) -> bytes:
+    """The package's source files as an uncompressed tar stream, under ``loadgen/``; ``extra``
+    files (a dataset) beside the package folder, by name."""
     stream = io.BytesIO()
     with tarfile.open(fileobj=stream, mode="w") as archive:
         for source in sorted(Path(__file__).parent.glob("*.py")):
@@ -28,4 +30,9 @@ def bundle() -> bytes:
             info.uname = info.gname = ""
             with source.open("rb") as handle:
                 archive.addfile(info, handle)
+        for name, data in sorted((extra or {}).items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            archive.addfile(info, io.BytesIO(data))
     return stream.getvalue()
