@@ -16,19 +16,17 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec, SloSpec
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.sections import (
     CONFIG_NAMESPACE,
     EMULATOR_HOST_FACTS,
     SECRET_KEYS,
-    BenchmarkSpec,
     DraftModelSpec,
     EnvironmentSpec,
-    GateSpec,
     HostSpec,
     LaunchSpec,
     ModelSpec,
-    SloSpec,
 )
 from sglang_stacks.errors import SpecError
 
