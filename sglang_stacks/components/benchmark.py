@@ -8,15 +8,25 @@ not otherwise: an `up` with nothing changed spends no GPU time.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pulumi
 import pulumi.dynamic as dynamic
 
-from sglang_stacks.components._resource import connect, keep_connection_secret, plain_errors
-from sglang_stacks.config.spec import GateSpec
+from sglang_stacks.components._provider import (
+    LABEL,
+    REPLACES,
+    REPLACES_IF_KNOWN,
+    ConnectionInput,
+    HostInputs,
+    Props,
+    TypedProvider,
+    keep_connection_secret,
+    resource_props,
+)
+from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.hostops import claim
 from sglang_stacks.hostops import transport as transport
@@ -25,10 +35,6 @@ from sglang_stacks.results import gate as regression_gate
 from sglang_stacks.results import history, loadgen, stats
 from sglang_stacks.results.loadgen.contract import Workload
 
-# Inputs whose change makes earlier numbers meaningless: the benchmark runs again.
-RERUN_INPUTS = ("server_instance", "workload", "url", "python")
-# Inputs that only change how the numbers are read: applied to the kept result, no GPU time.
-REREAD_INPUTS = ("gate", "gpu_hour_price", "gpu_count")
 # The load generator arrives as a tar stream on stdin and runs from a scratch folder that goes
 # when the script ends; its progress file stays for `sglang-stacks logs`.
 _RUN_LOADGEN = (
@@ -46,10 +52,54 @@ def progress_path(state_dir: str, stack: str) -> str:
     return f"{state_dir.rstrip('/')}/benchmarks/{stack}.progress.jsonl"
 
 
-def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
+class BenchmarkInputs(HostInputs):
+    """What a benchmark measures; a change of a ``REPLACES`` field means a new measurement."""
+
+    stack: Annotated[str, LABEL]
+    """The stack measured (it must hold the host's claim)."""
+    python: Annotated[str, REPLACES_IF_KNOWN]
+    """The host's Python that runs the load generator."""
+    url: Annotated[str, REPLACES]
+    """The server's base URL as seen from the host."""
+    server_instance: Annotated[str, REPLACES]
+    """The server launch measured: a new server means new numbers."""
+    workload: Annotated[BenchmarkSpec, REPLACES]
+    """The stack's benchmark section."""
+    launch_command: Annotated[str, LABEL]
+    """Recorded in the history beside the numbers."""
+    sglang_version: Annotated[str, LABEL]
+    """Recorded in the history beside the numbers."""
+    flags_digest: Annotated[str, LABEL]
+    """Recorded in the history beside the numbers."""
+    gate: GateSpec | None = None
+    """The regression gate, judged on the kept result when only it changes (no GPU time)."""
+    gpu_hour_price: float | None = None
+    """What one GPU costs per hour; a change re-prices the kept result."""
+    gpu_count: int = 1
+    """GPUs of the host, for the cost per million tokens."""
+    state_dir: Annotated[str, LABEL]
+    """The host's folder of sglang-stacks state (claim, progress file)."""
+    update_id: Annotated[str, LABEL]
+    """The running update, for the claim."""
+
+
+class BenchmarkOutputs(Props):
+    """The measurement."""
+
+    result: stats.BenchmarkResult
+    """Every metric at the first load level."""
+    levels: list[stats.BenchmarkResult]
+    """The metrics at each load level."""
+    tok_s: float
+    """Output tokens per second at the first level, mean over repetitions, rounded."""
+    goodput: stats.Goodput | None = None
+    """Throughput within the stack's SLO at the first level."""
+
+
+def run_on_host(inputs: BenchmarkInputs) -> dict[str, Any]:
     """Ships the load generator to the host over the session, runs it there, returns its JSON."""
-    conn = connect(props)
-    settings = dict(props["workload"])
+    conn = inputs.connection
+    settings = inputs.workload.model_dump(mode="json")
     extra: dict[str, bytes] = {}
     if settings.get("dataset_path"):
         path = Path(settings["dataset_path"]).expanduser()
@@ -61,18 +111,16 @@ def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
                 "point it at a ShareGPT-format JSON file on this machine."
             ) from exc
         settings["dataset_path"] = _DATASET_NAME
-    workload = Workload.from_settings(props["url"], settings)
-    progress = progress_path(props["state_dir"], props["stack"])
+    workload = Workload.from_settings(inputs.url, settings)
+    progress = progress_path(inputs.state_dir, inputs.stack)
     script = _RUN_LOADGEN.format(
-        python=quote(props["python"]),
+        python=quote(inputs.python),
         package=loadgen.PACKAGE_NAME,
         argv=" ".join(quote(arg) for arg in workload.argv() if not arg.startswith("--progress-file=")),
         progress=quote_path(progress),
         progress_dir=quote_path(progress.rsplit("/", 1)[0]),
     )
-    result = transport.run(
-        conn, script, timeout_s=float(props["workload"]["timeout_s"]), stdin=loadgen.bundle(extra)
-    )
+    result = transport.run(conn, script, timeout_s=inputs.workload.timeout_s, stdin=loadgen.bundle(extra))
     if not result.ok:
         raise BenchmarkError(
             f"The benchmark on {conn.label} failed (exit {result.exit_code}): "
@@ -83,7 +131,7 @@ def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
     return document
 
 
-def _check_no_errors(props: Mapping[str, Any], document: Mapping[str, Any]) -> None:
+def _check_no_errors(inputs: BenchmarkInputs, document: Mapping[str, Any]) -> None:
     """BenchmarkError when measured requests failed: tok/s would count them as no tokens."""
     failed = [level for level in document["levels"] if level["errors"]]
     if not failed:
@@ -93,95 +141,77 @@ def _check_no_errors(props: Mapping[str, Any], document: Mapping[str, Any]) -> N
         f"{level['concurrency']} (first: {level['error_samples'][0]})"
         for level in failed
     )
+    stack = inputs.stack
     raise BenchmarkError(
-        f"The benchmark of stack {props['stack']!r} on {connect(props).label} is not a measure of the "
-        f"server: {counts}. Nothing was recorded. If the server died, `pulumi refresh -s {props['stack']}` "
-        f"shows it gone and its log tells why; fix that and run `pulumi up -s {props['stack']}` again."
+        f"The benchmark of stack {stack!r} on {inputs.connection.label} is not a measure of the "
+        f"server: {counts}. Nothing was recorded. If the server died, `pulumi refresh -s {stack}` "
+        f"shows it gone and its log tells why; fix that and run `pulumi up -s {stack}` again."
     )
 
 
-def measure(props: Mapping[str, Any]) -> dict[str, Any]:
-    """Runs the benchmark, records it in the history, and returns the outputs."""
+def measure(inputs: BenchmarkInputs) -> BenchmarkOutputs:
+    """Runs the benchmark, records it in the history, judges the gate, and returns the outputs."""
     # GPU time belongs to the stack that holds the claim; a lost claim stops here.
     claim.acquire(
-        connect(props),
-        props["stack"],
+        inputs.connection,
+        inputs.stack,
         takeover=False,
-        update_id=props["update_id"],
-        state_dir=props["state_dir"],
+        update_id=inputs.update_id,
+        state_dir=inputs.state_dir,
     )
-    document = run_on_host(props)
-    _check_no_errors(props, document)
-    levels = _summarize(props, document)
-    headline = levels[0]
+    document = run_on_host(inputs)
+    _check_no_errors(inputs, document)
+    slo_limits = inputs.workload.slo
+    slo = stats.Slo(**slo_limits.model_dump(exclude_none=True)) if slo_limits else None
+    levels = stats.summarize_levels(document, slo=slo, gpu_hour_price=_host_price(inputs))
     db_path = history.default_history_path()
     history.record(
-        db_path,
-        props["stack"],
-        props["flags_digest"],
-        props["sglang_version"],
-        props["launch_command"],
-        headline,
+        db_path, inputs.stack, inputs.flags_digest, inputs.sglang_version, inputs.launch_command, levels[0]
     )
-    if props.get("gate"):
+    if inputs.gate:
         # Recorded first: a regression stays in the history, where `sglang-stacks rollout` finds it.
-        regression_gate.check(props["stack"], headline, GateSpec.model_validate(props["gate"]), db_path)
+        regression_gate.check(inputs.stack, levels[0], inputs.gate, db_path)
     return _outputs(levels)
 
 
-def _summarize(props: Mapping[str, Any], document: Mapping[str, Any]) -> tuple[stats.BenchmarkResult, ...]:
-    """The results of a load generator document, with goodput under the stack's SLO and the cost."""
-    slo_limits = props["workload"].get("slo")
-    slo = stats.Slo(**{k: v for k, v in slo_limits.items() if v is not None}) if slo_limits else None
-    return stats.summarize_levels(document, slo=slo, gpu_hour_price=_host_price(props))
-
-
-def _host_price(props: Mapping[str, Any]) -> float | None:
+def _host_price(inputs: BenchmarkInputs) -> float | None:
     """What the whole host costs per hour: the declared price of one GPU times the GPU count."""
-    price = props.get("gpu_hour_price")
-    return float(price) * int(props.get("gpu_count") or 1) if price else None
+    price = inputs.gpu_hour_price
+    return price * inputs.gpu_count if price else None
 
 
-def _cost(host_price: float | None, level: stats.BenchmarkResult) -> float | None:
-    return stats.cost_per_mtok(host_price, level.tok_s_mean)
-
-
-def _outputs(levels: tuple[stats.BenchmarkResult, ...]) -> dict[str, Any]:
+def _outputs(levels: Sequence[stats.BenchmarkResult]) -> BenchmarkOutputs:
     headline = levels[0]
-    return {
-        "result": headline.model_dump(mode="json"),
-        "levels": [level.model_dump(mode="json") for level in levels],
-        "tok_s": round(headline.tok_s_mean, 2),
-        "goodput": headline.goodput.model_dump(mode="json") if headline.goodput else None,
-    }
+    return BenchmarkOutputs(
+        result=headline, levels=list(levels), tok_s=round(headline.tok_s_mean, 2), goodput=headline.goodput
+    )
 
 
-@plain_errors
-class _BenchmarkProvider(dynamic.ResourceProvider):
-    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
-        return dynamic.CreateResult(str(props["server_instance"]), {**props, **measure(props)})
+class BenchmarkProvider(TypedProvider[BenchmarkInputs, BenchmarkOutputs]):
+    """Measures once per server instance and workload; re-reads the kept result for the rest."""
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
-        rerun = [key for key in RERUN_INPUTS if olds.get(key) != news.get(key)]
+    inputs = BenchmarkInputs
+    outputs = BenchmarkOutputs
+
+    def resource_id(self, inputs: BenchmarkInputs, outputs: BenchmarkOutputs) -> str:
+        return inputs.server_instance
+
+    def create_typed(self, inputs: BenchmarkInputs) -> BenchmarkOutputs:
+        return measure(inputs)
+
+    def update_typed(
+        self, olds: BenchmarkOutputs, old_inputs: BenchmarkInputs, news: BenchmarkInputs
+    ) -> BenchmarkOutputs:
         # A new gate or price is applied to the result already measured: no GPU time.
-        reread = [key for key in REREAD_INPUTS if olds.get(key) != news.get(key)]
-        return dynamic.DiffResult(changes=bool(rerun or reread), replaces=rerun, delete_before_replace=True)
-
-    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
-        levels = tuple(stats.BenchmarkResult.model_validate(level) for level in olds["levels"])
         price = _host_price(news)
-        measured = _outputs(
-            tuple(level.model_copy(update={"cost_per_mtok": _cost(price, level)}) for level in levels)
-        )
-        if news.get("gate"):
-            result = stats.BenchmarkResult.model_validate(measured["result"])
-            gate = GateSpec.model_validate(news["gate"])
-            regression_gate.check(news["stack"], result, gate, history.default_history_path())
-        return dynamic.UpdateResult({**news, **measured})
-
-    def delete(self, _id: str, props: dict[str, Any]) -> None:
-        # Results stay in the history; there is nothing on the host to remove.
-        return None
+        levels = [
+            level.model_copy(update={"cost_per_mtok": stats.cost_per_mtok(price, level.tok_s_mean)})
+            for level in olds.levels
+        ]
+        measured = _outputs(levels)
+        if news.gate:
+            regression_gate.check(news.stack, measured.result, news.gate, history.default_history_path())
+        return measured
 
 
 class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
@@ -200,7 +230,7 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
         self,
         name: str,
         *,
-        connection: pulumi.Input[Mapping[str, Any]],
+        connection: ConnectionInput,
         stack: str,
         python: pulumi.Input[str],
         url: pulumi.Input[str],
@@ -208,15 +238,15 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
         launch_command: pulumi.Input[str],
         sglang_version: pulumi.Input[str],
         flags_digest: pulumi.Input[str],
-        workload: Mapping[str, Any],
+        workload: BenchmarkSpec,
         state_dir: str,
         update_id: str,
-        gate: Mapping[str, Any] | None = None,
+        gate: GateSpec | None = None,
         gpu_hour_price: float | None = None,
         gpu_count: int = 1,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        props = {
+        inputs = {
             "connection": connection,
             "stack": stack,
             "python": python,
@@ -225,15 +255,13 @@ class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
             "launch_command": launch_command,
             "sglang_version": sglang_version,
             "flags_digest": flags_digest,
-            "workload": dict(workload),
-            "gate": dict(gate) if gate else None,
+            "workload": workload.model_dump(mode="json"),
+            "gate": gate.model_dump(mode="json") if gate else None,
             "state_dir": state_dir,
             "update_id": update_id,
             "gpu_hour_price": gpu_hour_price,
             "gpu_count": gpu_count,
-            "result": None,
-            "levels": None,
-            "tok_s": None,
-            "goodput": None,
         }
-        super().__init__(_BenchmarkProvider(), name, props, keep_connection_secret(opts))
+        super().__init__(
+            BenchmarkProvider(), name, resource_props(inputs, BenchmarkOutputs), keep_connection_secret(opts)
+        )

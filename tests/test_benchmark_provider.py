@@ -1,0 +1,80 @@
+"""The Benchmark resource's provider: what re-measures (GPU time) and what only re-reads the kept
+result, and state written by earlier versions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pulumi.runtime import rpc
+
+from sglang_stacks.components.benchmark import BenchmarkInputs, BenchmarkProvider
+from sglang_stacks.config.benchmark_spec import BenchmarkSpec
+
+# The workload as the version before the package stored it: its keys, numbers as floats.
+OLD_WORKLOAD = {
+    "input_len": 32.0,
+    "output_len": 48.0,
+    "ignore_eos": True,
+    "concurrency": [1.0],
+    "warmup_requests": 1.0,
+    "repetitions": 3.0,
+    "requests_per_repetition": 1.0,
+    "request_timeout_s": 600.0,
+    "timeout_s": 3600.0,
+}
+
+
+def state(**changes: Any) -> dict[str, Any]:
+    props = {
+        "connection": {"kind": "local"},
+        "stack": "baseline",
+        "python": "/v/bin/python",
+        "url": "http://127.0.0.1:30000",
+        "server_instance": "abc",
+        "launch_command": "python -m sglang.launch_server",
+        "sglang_version": "0.5.8",
+        "flags_digest": "0123",
+        "workload": OLD_WORKLOAD,
+        "gate": None,
+        "state_dir": "/s",
+        "update_id": "u1",
+    }
+    return {**props, **changes}
+
+
+def test_state_of_the_version_before_the_package_validates_with_todays_defaults() -> None:
+    inputs = BenchmarkInputs.model_validate(state())
+
+    assert inputs.workload == BenchmarkSpec(
+        input_len=32, output_len=48, warmup_requests=1, repetitions=3, requests_per_repetition=1
+    )
+    assert inputs.gpu_count == 1 and inputs.gpu_hour_price is None
+
+
+def test_an_unchanged_workload_from_an_earlier_version_does_not_measure_again() -> None:
+    news = state(workload=BenchmarkSpec.model_validate(OLD_WORKLOAD).model_dump(mode="json"), update_id="u2")
+
+    diff = BenchmarkProvider().diff("abc", state(), news)
+
+    assert not diff.changes
+
+
+def test_a_new_server_or_workload_measures_again_and_a_gate_or_price_only_rereads() -> None:
+    provider = BenchmarkProvider()
+    olds = state(gpu_hour_price=None, gpu_count=8)  # as today's code stores it
+
+    new_server = provider.diff("abc", olds, state(server_instance="def"))
+    new_workload = provider.diff("abc", olds, state(workload={**OLD_WORKLOAD, "output_len": 64}))
+    new_gate = provider.diff("abc", olds, state(gate={"baseline_stack": "baseline-bs128"}))
+    new_price = provider.diff("abc", olds, state(gpu_hour_price=2.5, gpu_count=8))
+
+    assert new_server.replaces == ["server_instance"]
+    assert new_workload.replaces == ["workload"]
+    assert new_gate.changes and new_gate.replaces == []
+    assert new_price.changes and new_price.replaces == []
+
+
+def test_a_python_a_preview_cannot_know_yet_does_not_announce_a_new_measurement() -> None:
+    diff = BenchmarkProvider().diff("abc", state(), state(python=rpc.UNKNOWN))
+
+    assert diff.changes and diff.replaces == []
