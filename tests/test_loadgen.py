@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from sglang_stacks.config.spec import BenchmarkSpec
-from sglang_stacks.results import loadgen, stats
+from sglang_stacks.results import loadgen, summary
 from sglang_stacks.results.loadgen import client, contract
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,7 +148,7 @@ def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang
     assert sorted(level["itl_ms"])[len(level["itl_ms"]) // 2] == pytest.approx(40 / 3, rel=0.06)
     assert level["prompt_tokens_mean"] == 16  # exactly input_len
     # What the stack output will show.
-    (result,) = stats.summarize_levels(document)
+    (result,) = summary.summarize_levels(document)
     assert result.accept_length == 3.0
     assert expected_tok_s * 0.92 < result.tok_s_mean < expected_tok_s * 1.01
     assert result.tok_s_ci95[0] <= result.tok_s_mean <= result.tok_s_ci95[1]

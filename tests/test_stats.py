@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from sglang_stacks.errors import BenchmarkError
-from sglang_stacks.results import stats
+from sglang_stacks.results import stats, summary
 from sglang_stacks.results.loadgen import contract
 
 
@@ -115,7 +115,7 @@ def _document(**level_changes: object) -> dict[str, object]:
 
 
 def test_summarize_gives_a_flat_json_ready_result() -> None:
-    result, _ = stats.summarize_levels(_document())
+    result, _ = summary.summarize_levels(_document())
     assert result.concurrency == 1 and result.repetitions == 5
     assert result.tok_s_mean == pytest.approx(54.1)
     assert result.tok_s_ci95[0] < 54.1 < result.tok_s_ci95[1]
@@ -134,14 +134,16 @@ def test_summarize_gives_a_flat_json_ready_result() -> None:
 
 
 def test_summarize_gives_one_result_per_concurrency_level_in_run_order() -> None:
-    one, eight = stats.summarize_levels(json.dumps(_document()))
+    one, eight = summary.summarize_levels(json.dumps(_document()))
     assert (one.concurrency, eight.concurrency) == (1, 8)
     assert eight.tok_s_mean == 305.0 and eight.repetitions == 2
 
 
 def test_without_speculation_there_is_no_accept_length() -> None:
     no_tpot = _records([10.0] * 20, [None] * 20)
-    result, _ = stats.summarize_levels(_document(spec_completion_tokens=0, spec_verify_ct=0, records=no_tpot))
+    result, _ = summary.summarize_levels(
+        _document(spec_completion_tokens=0, spec_verify_ct=0, records=no_tpot)
+    )
     assert result.accept_length is None
     assert result.tpot_ms is None
 
@@ -150,31 +152,31 @@ def test_a_malformed_document_names_the_key() -> None:
     document = _document()
     del document["levels"][0]["tok_s_runs"]  # type: ignore[index]
     with pytest.raises(BenchmarkError, match=r"at 'levels\.0\.tok_s_runs': Field required"):
-        stats.summarize_levels(document)
+        summary.summarize_levels(document)
     with pytest.raises(BenchmarkError, match="printed no JSON document"):
-        stats.summarize_levels("Traceback (most recent call last):")
+        summary.summarize_levels("Traceback (most recent call last):")
     with pytest.raises(BenchmarkError, match="schema 'other/2'"):
-        stats.summarize_levels(dict(_document(), schema="other/2"))
+        summary.summarize_levels(dict(_document(), schema="other/2"))
 
 
 def test_goodput_counts_only_the_requests_within_every_limit() -> None:
     # TTFT 10..29 ms; TPOT 18.5 ms but 40 ms for the last request of each repetition.
     tpot = [18.5, 18.5, 18.5, 40.0] * 5
     document = _document(records=_records([float(v) for v in range(10, 30)], tpot))
-    within_ttft = stats.summarize_levels(document, slo=stats.Slo(ttft_ms=19.0))[0].goodput
+    within_ttft = summary.summarize_levels(document, slo=stats.Slo(ttft_ms=19.0))[0].goodput
     assert within_ttft is not None
     assert within_ttft.pct == 50.0  # TTFT 10..19 of 20 requests
     # Repetitions 0 and 1 hold them all (4 each), repetition 2 holds two, over 10 s each.
     assert within_ttft.req_s == pytest.approx((0.4 + 0.4 + 0.2 + 0 + 0) / 5)
     assert within_ttft.tok_s == pytest.approx(within_ttft.req_s * 256)
-    both = stats.summarize_levels(document, slo=stats.Slo(ttft_ms=19.0, tpot_ms=20.0))[0].goodput
+    both = summary.summarize_levels(document, slo=stats.Slo(ttft_ms=19.0, tpot_ms=20.0))[0].goodput
     assert both is not None and both.pct == 40.0  # minus the two 40 ms TPOT ones, at TTFT 13 and 17
     assert both.slo == {"ttft_ms": 19.0, "tpot_ms": 20.0}
-    lenient = stats.summarize_levels(document, slo=stats.Slo(e2e_ms=1e9))[0].goodput
+    lenient = summary.summarize_levels(document, slo=stats.Slo(e2e_ms=1e9))[0].goodput
     assert lenient is not None and lenient.pct == 100.0
 
 
 def test_a_host_price_gives_the_cost_of_a_million_output_tokens() -> None:
-    (result, _) = stats.summarize_levels(_document(), gpu_hour_price=8 * 2.5)
+    (result, _) = summary.summarize_levels(_document(), gpu_hour_price=8 * 2.5)
     # 20 per hour at 54.1 tok/s: 194,760 tokens an hour.
     assert result.cost_per_mtok == pytest.approx(20 / (54.1 * 3600) * 1e6, rel=1e-4)

@@ -32,7 +32,7 @@ from sglang_stacks.hostops import claim
 from sglang_stacks.hostops import transport as transport
 from sglang_stacks.hostops.transport import quote, quote_path
 from sglang_stacks.results import gate as regression_gate
-from sglang_stacks.results import history, loadgen, stats
+from sglang_stacks.results import history, loadgen, stats, summary
 from sglang_stacks.results.loadgen.contract import Workload
 
 # The load generator arrives as a tar stream on stdin and runs from a scratch folder that goes
@@ -163,7 +163,7 @@ def measure(inputs: BenchmarkInputs) -> BenchmarkOutputs:
     _check_no_errors(inputs, document)
     slo_limits = inputs.workload.slo
     slo = stats.Slo(**slo_limits.model_dump(exclude_none=True)) if slo_limits else None
-    levels = stats.summarize_levels(document, slo=slo, gpu_hour_price=_host_price(inputs))
+    levels = summary.summarize_levels(document, slo=slo, gpu_hour_price=_host_price(inputs))
     db_path = history.default_history_path()
     history.record(
         db_path, inputs.stack, inputs.flags_digest, inputs.sglang_version, inputs.launch_command, levels[0]
@@ -205,7 +205,7 @@ class BenchmarkProvider(TypedProvider[BenchmarkInputs, BenchmarkOutputs]):
         # A new gate or price is applied to the result already measured: no GPU time.
         price = _host_price(news)
         levels = [
-            level.model_copy(update={"cost_per_mtok": stats.cost_per_mtok(price, level.tok_s_mean)})
+            level.model_copy(update={"cost_per_mtok": summary.cost_per_mtok(price, level.tok_s_mean)})
             for level in olds.levels
         ]
         measured = _outputs(levels)

@@ -1,24 +1,19 @@
 """Benchmark statistics: mean, spread, t-distribution confidence intervals, percentiles, Welch's t-test
 (the t quantiles and the test from ``scipy.stats``).
 
-``summarize_levels`` turns the load generator's JSON into a ``BenchmarkResult`` per load
-level (a concurrency, or a request rate), with goodput under a declared ``Slo``: the flat,
-JSON-ready record that becomes the stack's ``benchmark`` output (the first level's) and a row of
-the results history.
+``BenchmarkResult`` is the flat, JSON-ready record of one load level that becomes the stack's
+``benchmark`` output and a row of the results history; ``summary`` builds it from the load
+generator's document.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from sglang_stacks.errors import BenchmarkError
-from sglang_stacks.results.loadgen.contract import SCHEMA as LOADGEN_SCHEMA
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "ALPHA",
@@ -28,12 +23,9 @@ __all__ = [
     "Slo",
     "WelchTest",
     "ci95",
-    "cost_per_mtok",
-    "goodput",
     "mean",
     "percentile",
     "stdev",
-    "summarize_levels",
     "welch_t_test",
 ]
 
@@ -190,143 +182,3 @@ class BenchmarkResult(BaseModel):
     )
     requests: int = Field(ge=0, description="measured requests")
     errors: int = Field(ge=0, description="measured requests that failed")
-
-
-class _LoadgenLevel(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    concurrency: int | None
-    request_rate: float | None = None
-    tok_s_runs: list[float] = Field(min_length=1)
-    repetitions: list[dict[str, Any]]
-    requests: int
-    errors: int
-    prompt_tokens_mean: float
-    spec_completion_tokens: int = 0
-    spec_verify_ct: int = 0
-    records: list[tuple[int, float, float, float | None, float, int]]
-    itl_ms: list[float]
-
-
-class _LoadgenWorkload(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    input_len: int
-    output_len: int
-
-
-class _LoadgenDocument(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    schema_: str = Field(alias="schema")
-    workload: _LoadgenWorkload
-    levels: list[_LoadgenLevel] = Field(min_length=1)
-
-
-def _parse(loadgen_json: Mapping[str, Any] | str) -> _LoadgenDocument:
-    fix = "Re-run the benchmark with the load generator shipped with this version of sglang-stacks."
-    try:
-        raw = json.loads(loadgen_json) if isinstance(loadgen_json, str) else dict(loadgen_json)
-        document = _LoadgenDocument.model_validate(raw)
-    except json.JSONDecodeError as exc:
-        raise BenchmarkError(f"The load generator printed no JSON document ({exc}). {fix}") from exc
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise BenchmarkError(
-            f"The load generator's output is not usable at {where!r}: {first['msg']}. {fix}"
-        ) from exc
-    if document.schema_ != LOADGEN_SCHEMA:
-        raise BenchmarkError(
-            f"The load generator's output has schema {document.schema_!r}, expected {LOADGEN_SCHEMA!r}. {fix}"
-        )
-    return document
-
-
-def goodput(level: _LoadgenLevel, slo: Slo) -> Goodput:
-    """Per repetition, the requests within ``slo`` over its duration; the mean over repetitions."""
-    req_s, tok_s = [], []
-    met = 0
-    for rep, totals in enumerate(level.repetitions):
-        duration_s = float(totals["duration_s"]) or math.inf
-        within = [r for r in level.records if r[0] == rep and slo.met(r[2], r[3], r[4])]
-        met += len(within)
-        req_s.append(len(within) / duration_s)
-        tok_s.append(sum(r[5] for r in within) / duration_s)
-    limits = {k: v for k, v in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms), ("e2e_ms", slo.e2e_ms))}
-    return Goodput(
-        req_s=round(mean(req_s), 4),
-        tok_s=round(mean(tok_s), 3),
-        pct=round(100.0 * met / level.requests, 2) if level.requests else 0.0,
-        slo={k: v for k, v in limits.items() if v is not None},
-    )
-
-
-def cost_per_mtok(host_price_per_hour: float | None, tok_s: float) -> float | None:
-    """What a million output tokens cost at ``tok_s`` on a host of that hourly price; None without one."""
-    if not host_price_per_hour or tok_s <= 0:
-        return None
-    return round(host_price_per_hour / 3600.0 / tok_s * 1e6, 4)
-
-
-def _most_in_flight(level: _LoadgenLevel) -> int:
-    """The most requests in flight at once in any repetition (open loop's concurrency)."""
-    most = 1
-    for rep in range(len(level.repetitions)):
-        events = sorted(
-            (t, step)
-            for r in level.records
-            if r[0] == rep
-            for t, step in ((r[1], 1), (r[1] + r[4] / 1000.0, -1))
-        )
-        running = 0
-        for _, step in events:
-            running += step
-            most = max(most, running)
-    return most
-
-
-def _result(
-    level: _LoadgenLevel, workload: _LoadgenWorkload, slo: Slo | None, gpu_hour_price: float | None
-) -> BenchmarkResult:
-    low, high = ci95(level.tok_s_runs)
-    accept = None
-    if level.spec_verify_ct > 0:
-        accept = round(level.spec_completion_tokens / level.spec_verify_ct, 4)
-    tok_s = mean(level.tok_s_runs)
-    measured = [float(r.get("concurrency_measured", 0.0)) for r in level.repetitions]
-    return BenchmarkResult(
-        concurrency=level.concurrency or _most_in_flight(level),
-        request_rate=level.request_rate,
-        input_len=max(1, round(level.prompt_tokens_mean)) if level.prompt_tokens_mean else workload.input_len,
-        output_len=workload.output_len,
-        repetitions=len(level.tok_s_runs),
-        tok_s_mean=round(tok_s, 3),
-        tok_s_stdev=round(stdev(level.tok_s_runs), 3),
-        tok_s_ci95=(round(low, 3), round(high, 3)),
-        tok_s_runs=tuple(level.tok_s_runs),
-        ttft_ms=Percentiles.of([r[2] for r in level.records]),
-        tpot_ms=Percentiles.of([r[3] for r in level.records if r[3] is not None]),
-        itl_ms=Percentiles.of(level.itl_ms),
-        e2e_ms=Percentiles.of([r[4] for r in level.records]),
-        concurrency_measured=round(mean(measured), 3) if measured else None,
-        goodput=goodput(level, slo) if slo is not None else None,
-        cost_per_mtok=cost_per_mtok(gpu_hour_price, tok_s),
-        accept_length=accept,
-        requests=level.requests,
-        errors=level.errors,
-    )
-
-
-def summarize_levels(
-    loadgen_json: Mapping[str, Any] | str,
-    slo: Slo | None = None,
-    gpu_hour_price: float | None = None,
-) -> tuple[BenchmarkResult, ...]:
-    """One ``BenchmarkResult`` per load level of a load generator run, in run order.
-
-    ``slo`` adds goodput; ``gpu_hour_price`` (what the whole host costs per hour) adds the cost
-    of a million output tokens.
-    """
-    document = _parse(loadgen_json)
-    return tuple(_result(level, document.workload, slo, gpu_hour_price) for level in document.levels)
