@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulumi.runtime import rpc
+from pulumi.output import Unknown
 
 from sglang_stacks.components.benchmark import BenchmarkInputs, BenchmarkProvider
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
@@ -75,6 +75,6 @@ def test_a_new_server_or_workload_measures_again_and_a_gate_or_price_only_reread
 
 
 def test_a_python_a_preview_cannot_know_yet_does_not_announce_a_new_measurement() -> None:
-    diff = BenchmarkProvider().diff("abc", state(), state(python=rpc.UNKNOWN))
+    diff = BenchmarkProvider().diff("abc", state(), state(python=Unknown()))  # type: ignore[no-untyped-call]
 
     assert diff.changes and diff.replaces == []

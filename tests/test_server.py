@@ -433,11 +433,11 @@ def test_a_pid_reused_by_another_process_is_never_stopped(tmp_path: Path) -> Non
 def test_a_preview_that_cannot_know_the_python_yet_does_not_announce_a_replacement() -> None:
     # An in-place update of the environment (new emulator code) leaves its outputs unknown in a
     # preview; only a declared change (release, runtime, pins, flags) predicts a new server.
-    from pulumi.runtime import rpc
+    from pulumi.output import Unknown
 
     provider = server.ServerProvider()
     olds = {"python": "/v/bin/python", "installed_version": "0.5.8", "runtime": "emulator", "flags": {}}
-    unknown = {**olds, "python": rpc.UNKNOWN, "installed_version": rpc.UNKNOWN}
+    unknown = {**olds, "python": Unknown(), "installed_version": Unknown()}  # type: ignore[no-untyped-call]
 
     env_only = provider.diff("id", olds, unknown)
     new_pins = provider.diff("id", {**olds, "extra_pins": []}, {**unknown, "extra_pins": ["x==1"]})

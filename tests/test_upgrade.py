@@ -77,8 +77,15 @@ def test_a_stack_deployed_by_the_version_before_the_package_is_kept_by_this_one(
 
     preview = new.json("preview", "--json", "-s", "kept")
 
-    replaced = [step["urn"] for step in preview["steps"] if step["op"] in ("replace", "create-replacement")]
-    assert replaced == [], "today's code would replace what the earlier version deployed"
+    replaced = {
+        step["urn"].rsplit("::", 1)[1]: {
+            reason: (step["oldState"]["inputs"].get(reason), step["newState"]["inputs"].get(reason))
+            for reason in step.get("replaceReasons") or ()
+        }
+        for step in preview["steps"]
+        if step["op"] in ("replace", "create-replacement")
+    }
+    assert replaced == {}, "today's code would replace what the earlier version deployed"
     assert preview["changeSummary"].get("create", 0) == 0
     new.run("refresh", "--yes", "-s", "kept")
     new.run("up", "--yes", "--skip-preview", "-s", "kept")

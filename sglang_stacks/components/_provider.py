@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, Literal, Ty
 
 import pulumi
 import pulumi.dynamic as dynamic
+from pulumi.output import Unknown
 from pulumi.runtime import rpc
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -82,6 +83,10 @@ OutputsT = TypeVar("OutputsT", bound=Props)
 
 def _is_unknown(value: Any) -> bool:
     """Whether a preview value is (or holds) one Pulumi does not know yet."""
+    # The provider host hands a preview's unknowns over as `Unknown` objects; the wire form is a
+    # sentinel string.
+    if isinstance(value, Unknown):
+        return True
     if isinstance(value, str):
         return value == rpc.UNKNOWN
     if isinstance(value, Mapping):
