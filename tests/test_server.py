@@ -442,5 +442,5 @@ def test_a_preview_that_cannot_know_the_python_yet_does_not_announce_a_replaceme
     env_only = provider.diff("id", olds, unknown)
     new_pins = provider.diff("id", {**olds, "extra_pins": []}, {**unknown, "extra_pins": ["x==1"]})
 
-    assert env_only.changes and env_only.replaces == []
+    assert not env_only.changes, "the server's outputs stay known, so the benchmark is not re-run"
     assert new_pins.replaces == ["extra_pins"]

@@ -42,9 +42,10 @@ class DiffRule:
 
 REPLACES = DiffRule("replace")
 REPLACES_IF_KNOWN = DiffRule("replace", unknown_replaces=False)
-"""For an input that another resource's update may leave unchanged (the environment's Python
-after an in-place update): a preview does not announce a replacement it cannot know; the update
-itself, which knows the value, replaces only if it really changed."""
+"""For an input that another resource's in-place update leaves as it was (the environment's Python
+after new emulator code): while a preview cannot know the value it announces no change, since the
+declared inputs that would change it (release, runtime, pins) are compared on their own; the
+update itself, which knows the value, replaces only if it really changed."""
 UPDATES = DiffRule("update")
 LABEL = DiffRule("label")
 
@@ -123,8 +124,10 @@ def diff_inputs(model: type[Props], olds: Mapping[str, Any], news: Mapping[str, 
             continue
         new_raw, old_raw = news.get(name), olds.get(name)
         if _is_unknown(new_raw):
+            if rule.kind == "replace" and not rule.unknown_replaces:
+                continue  # decided by the update itself, which knows the value
             changed = True
-            if rule.kind == "replace" and rule.unknown_replaces:
+            if rule.kind == "replace":
                 replaces.append(name)
             continue
         adapter = _adapter(model, name)
