@@ -1,4 +1,5 @@
-"""What spans stacks, driven through Pulumi's Automation API: reading a stack's outputs, and
+"""What spans stacks, driven through Pulumi's Automation API: selecting a stack, writing a new
+stack's file and creating it (``write_stack``, for campaign trials), reading a stack's outputs, and
 ``rollout``, which deploys a stack and, when its regression gate fails and its stack file says
 ``on_regression: hand_back``, deploys the baseline stack again so the host serves it.
 

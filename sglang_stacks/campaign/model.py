@@ -22,7 +22,6 @@ __all__ = [
     "Axis",
     "BudgetSpec",
     "CampaignSpec",
-    "EarlyStopSpec",
     "ObjectiveSpec",
     "PoolHost",
     "RangeSpec",
@@ -159,13 +158,6 @@ class BudgetSpec(_Section):
     """No new trial starts after this many hours of sweeping (resumed sweeps count their earlier time)."""
 
 
-class EarlyStopSpec(_Section):
-    """Give fewer repetitions to a candidate clearly worse than the best so far."""
-
-    after_repetitions: int = Field(default=2, ge=2)
-    """Repetitions measured first; the rest only when its 95 % interval reaches the best's."""
-
-
 class CampaignSpec(_Section):
     """A whole campaign file."""
 
@@ -183,8 +175,6 @@ class CampaignSpec(_Section):
     """What the ranking maximizes."""
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     """Limits on trials and hours."""
-    early_stop: EarlyStopSpec | None = None
-    """Optional early stop of clearly worse candidates."""
 
     @model_validator(mode="after")
     def _pool_is_consistent(self) -> CampaignSpec:

@@ -43,8 +43,7 @@ class TrialRecord(BaseModel):
     """A failed trial's class: ``out_of_memory``, ``nccl``, ``bad_flag``, ``claim``, ``preflight``,
     ``other``."""
     message: str | None = None
-    """A failed trial's explanation, or how early stop decided."""
-    stopped_early: bool = False
+    """A failed trial's explanation."""
 
 
 class _Document(BaseModel):
