@@ -8,7 +8,9 @@ The package has four rooms:
 - ``sglang_stacks.components``: the Pulumi resources, built on the three rooms above.
 
 Beside them, ``sglang_stacks.orchestrate`` drives Pulumi across stacks (``rollout``) through its
-Automation API, and ``sglang_stacks.cli`` is the ``sglang-stacks`` command.
+Automation API; ``sglang_stacks.campaign`` sweeps a search space of stacks over a pool of hosts
+through it (``sweep``); ``sglang_stacks.project`` finds the project's folders; and
+``sglang_stacks.cli`` is the ``sglang-stacks`` command.
 
 Importing the package has no side effects and imports none of its rooms: another Pulumi program
 imports what it uses, e.g. ``from sglang_stacks.components import SGLangDeployment``.

@@ -4,7 +4,8 @@ Each subcommand is a ``Command`` in ``COMMANDS``: a name, a one-line help, a fun
 its arguments and a function that runs it and returns the exit code. Exit codes: 0 fine; 1 the
 answer is no (render: the configuration has errors; compare: a stack is significantly slower than
 the first beyond the tolerance; rollout: the stack regressed past its gate; promote: nothing was
-written); 2 bad input; 3 (rollout) the update failed for another reason than its gate.
+written); 2 bad input; 3 (rollout) the update failed for another reason than its gate; 130
+(sweep run) interrupted: the same command resumes it.
 """
 
 from __future__ import annotations
@@ -232,6 +233,18 @@ def _run_logs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _configure_sweep(parser: argparse.ArgumentParser) -> None:
+    from sglang_stacks.campaign import cli as sweep_cli
+
+    sweep_cli.configure(parser)
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    from sglang_stacks.campaign import cli as sweep_cli
+
+    return sweep_cli.run(args)
+
+
 COMMANDS: dict[str, Command] = {
     "compare": Command(
         name="compare",
@@ -277,6 +290,12 @@ COMMANDS: dict[str, Command] = {
         help="print the JSON Schema of a stack's sections (stacks/schema.json)",
         configure=_configure_schema,
         run=_run_schema,
+    ),
+    "sweep": Command(
+        name="sweep",
+        help="campaigns: plan a search space, run it on a pool of hosts, rank, report, promote the winner",
+        configure=_configure_sweep,
+        run=_run_sweep,
     ),
 }
 """Every subcommand by name; add a Command here to add a subcommand."""

@@ -1,4 +1,5 @@
-"""What spans stacks, driven through Pulumi's Automation API: reading a stack's outputs, and
+"""What spans stacks, driven through Pulumi's Automation API: selecting a stack, writing a new
+stack's file and creating it (``write_stack``, for campaign trials), reading a stack's outputs, and
 ``rollout``, which deploys a stack and, when its regression gate fails and its stack file says
 ``on_regression: hand_back``, deploys the baseline stack again so the host serves it.
 
@@ -20,9 +21,10 @@ from typing import Any, TextIO
 import yaml
 from pulumi import automation as auto
 
-from sglang_stacks.config.spec import GateSpec
-from sglang_stacks.config.stackfile import load_stack_spec
+from sglang_stacks.config.spec import CONFIG_NAMESPACE, GateSpec
+from sglang_stacks.config.stackfile import load_stack_spec, stack_path
 from sglang_stacks.errors import BenchmarkError, SpecError
+from sglang_stacks.project import find_project_dir, stacks_dir
 from sglang_stacks.results import gate, history
 from sglang_stacks.results.stats import BenchmarkResult
 
@@ -33,34 +35,16 @@ __all__ = [
     "EXIT_UPDATE_FAILED",
     "find_project_dir",
     "rollout",
+    "select_stack",
     "stack_outputs",
+    "stacks_dir",
+    "write_stack",
 ]
 
 EXIT_PASSED, EXIT_REGRESSION, EXIT_BAD_INPUT, EXIT_UPDATE_FAILED = 0, 1, 2, 3
-_PROJECT_FILES = ("Pulumi.yaml", "Pulumi.yml")
 
 
-def find_project_dir(start: Path | None = None) -> Path:
-    """The nearest folder from ``start`` (default: the current one) upward that holds the Pulumi
-    project file, as the Pulumi CLI finds it."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if any((folder / name).is_file() for name in _PROJECT_FILES):
-            return folder
-    raise SpecError(
-        f"No Pulumi.yaml in {here} or any folder above it. Run this from the sglang-stacks project "
-        "folder (the one with Pulumi.yaml and stacks/)."
-    )
-
-
-def _stacks_dir(project_dir: Path) -> Path:
-    """Where the project keeps its stack files: ``stackConfigDir`` of Pulumi.yaml, else beside it."""
-    project_file = next(project_dir / name for name in _PROJECT_FILES if (project_dir / name).is_file())
-    settings = yaml.safe_load(project_file.read_text(encoding="utf-8")) or {}
-    return project_dir / str(settings.get("stackConfigDir", "."))
-
-
-def _select(project_dir: Path, stack: str) -> auto.Stack:
+def select_stack(project_dir: Path, stack: str) -> auto.Stack:
     try:
         return auto.select_stack(stack, work_dir=str(project_dir))
     except auto.StackNotFoundError:
@@ -75,9 +59,30 @@ def _select(project_dir: Path, stack: str) -> auto.Stack:
         ) from None
 
 
+def write_stack(project_dir: Path, stack: str, sections: dict[str, Any], header: str) -> auto.Stack:
+    """Create (or select) ``stack`` in the backend and write its stack file in ``stackConfigDir``:
+    ``header`` as comment lines, the secrets settings Pulumi wrote (``encryptionsalt``) kept, and
+    ``sections`` under ``config:`` as ``sglang-stacks:<section>``. The Automation API's own stack
+    settings are not used: they would write the file beside Pulumi.yaml."""
+    try:
+        selected = auto.create_or_select_stack(stack, work_dir=str(project_dir))
+    except (auto.CommandError, OSError) as error:
+        raise SpecError(
+            f"Pulumi could not create stack {stack!r}: {error}. Put the project's Pulumi CLI on PATH "
+            "and select its backend with `. scripts/env.sh`."
+        ) from None
+    path = stack_path(stack, stacks_dir(project_dir))
+    existing = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
+    document = {k: v for k, v in (existing or {}).items() if k != "config"}
+    document["config"] = {f"{CONFIG_NAMESPACE}:{key}": value for key, value in sections.items()}
+    comments = "".join(f"# {line}\n" for line in header.splitlines())
+    path.write_text(comments + yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return selected
+
+
 def stack_outputs(stack: str, project_dir: Path | None = None) -> dict[str, Any]:
     """One stack's outputs as ``pulumi stack output --json`` prints them: secrets read ``[secret]``."""
-    selected = _select(project_dir or find_project_dir(), stack)
+    selected = select_stack(project_dir or find_project_dir(), stack)
     try:
         outputs = selected.outputs()
     except auto.CommandError as error:
@@ -178,7 +183,7 @@ class _Rollout:
         if spec_gate.on_regression != "hand_back":
             self.say(f"{name}'s gate says on_regression: fail, so the host stays with it.")
             return EXIT_REGRESSION
-        baseline = _select(self.project, spec_gate.baseline_stack)
+        baseline = select_stack(self.project, spec_gate.baseline_stack)
         self.say(f"handing the host back to {baseline.name} (on_regression: hand_back)")
         done = self.up(baseline)
         if done is None:
@@ -210,8 +215,10 @@ def rollout(
     before anything is deployed.
     """
     project = project_dir or find_project_dir()
-    spec_gate = load_stack_spec(stack, _stacks_dir(project)).gate
-    target = _select(project, stack)
+    spec_gate = load_stack_spec(stack, stacks_dir(project)).gate
+    target = select_stack(project, stack)
     if spec_gate is not None and spec_gate.on_regression == "hand_back":
-        _select(project, spec_gate.baseline_stack)  # a baseline the backend lacks is bad input, found now
+        select_stack(
+            project, spec_gate.baseline_stack
+        )  # a baseline the backend lacks is bad input, found now
     return _Rollout(project, target, spec_gate, db_path, out, err).run()

@@ -81,15 +81,21 @@ def promote(
     stacks_dir: Path = STACKS_DIR,
     confirm: Callable[[str], str] = input,
     out: TextIO,
+    winner_text: str | None = None,
 ) -> int:
-    """Shows the diff of `target`'s file and writes it after confirmation; the exit code."""
+    """Shows the diff of `target`'s file and writes it after confirmation; the exit code.
+
+    ``winner_text`` is the winner's stack file when it is not a file in ``stacks_dir`` (a sweep's
+    winner, rebuilt from its campaign without the pool host's port)."""
     if winner == target:
         raise SpecError(f"Promote copies one stack into another; {winner!r} was named twice.")
     winner_path, target_path = stack_path(winner, stacks_dir), stack_path(target, stacks_dir)
-    read_stack_file(winner, stacks_dir)
+    if winner_text is None:
+        read_stack_file(winner, stacks_dir)
+        winner_text = winner_path.read_text()
     read_stack_file(target, stacks_dir)
     before = target_path.read_text()
-    after = promoted_text(winner_path.read_text(), before)
+    after = promoted_text(winner_text, before)
     if after == before:
         print(f"{target} already has {winner}'s server configuration; nothing to promote.", file=out)
         return 0

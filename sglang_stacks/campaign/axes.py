@@ -1,0 +1,95 @@
+"""Expanding a campaign's axes into candidates, and a candidate into a stack's sections.
+
+A candidate is one point of every axis. Its identity is a digest of the sections it gives the
+stack, without the host (which the pool decides), so the same configuration keeps its name
+(``<campaign>-<digest>``) whichever host runs it and however often the sweep resumes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sglang_stacks.campaign.model import CampaignSpec, PoolHost
+
+__all__ = ["Candidate", "apply", "bind_host", "expand", "trial_stack_name"]
+
+_UNSET = (None, "auto")
+DIGEST_CHARS = 8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One combination of axis points: its labels per axis and the stack sections it makes."""
+
+    labels: dict[str, str]
+    """Axis title -> the point's label (``server.cuda_graph_max_bs`` -> ``128``)."""
+    assignments: dict[str, Any]
+    """Every key the axes set, to its value (``auto``/None: unset)."""
+    sections: dict[str, Any]
+    """The base stack's sections with the assignments applied and the campaign's workload."""
+    digest: str
+    """Short digest of ``sections``: the candidate's identity."""
+
+
+def apply(base: Mapping[str, Any], assignments: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` (stack sections) with each ``section.field`` key set, or removed for auto/None."""
+    sections = copy.deepcopy(dict(base))
+    for key, value in assignments.items():
+        *parents, leaf = key.split(".")
+        node = sections
+        for part in parents:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        if value in _UNSET and not isinstance(value, bool):
+            node.pop(leaf, None)
+        else:
+            node[leaf] = copy.deepcopy(value)
+    return sections
+
+
+def _digest(sections: Mapping[str, Any]) -> str:
+    text = json.dumps(sections, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def expand(campaign: CampaignSpec, base: Mapping[str, Any]) -> list[Candidate]:
+    """Every combination of the axes' points, in file order (the first axis varies slowest)."""
+    base = {k: v for k, v in base.items() if k not in ("host", "gate")}
+    if campaign.workload is not None:
+        base["benchmark"] = campaign.workload.model_dump(mode="json", exclude_unset=True)
+    candidates: list[Candidate] = []
+    seen: set[str] = set()
+    for combination in itertools.product(*(axis.points() for axis in campaign.axes)):
+        labels = {axis.title: label for axis, (label, _) in zip(campaign.axes, combination, strict=True)}
+        assignments = {k: v for _, point in combination for k, v in point.items()}
+        sections = apply(base, assignments)
+        digest = _digest(sections)
+        if digest in seen:
+            continue  # two combinations that make the same stack run once
+        seen.add(digest)
+        candidates.append(Candidate(labels, assignments, sections, digest))
+    return candidates
+
+
+def trial_stack_name(campaign_name: str, candidate: Candidate) -> str:
+    """The trial's stack: ``<campaign>-<digest>``."""
+    return f"{campaign_name}-{candidate.digest}"
+
+
+def bind_host(sections: Mapping[str, Any], pool_host: PoolHost) -> dict[str, Any]:
+    """A candidate's sections deployed to ``pool_host``: its host section, port and emulator state."""
+    bound = copy.deepcopy(dict(sections))
+    bound["host"] = pool_host.host.model_dump(mode="json", exclude_unset=True) | {"kind": pool_host.host.kind}
+    bound.setdefault("server", {})["port"] = pool_host.port
+    if pool_host.emulator_state_dir is not None:
+        environment = bound.setdefault("environment", {})
+        environment.setdefault("emulator", {})["state_dir"] = pool_host.emulator_state_dir
+    return bound

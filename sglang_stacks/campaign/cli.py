@@ -1,0 +1,79 @@
+"""``sglang-stacks sweep plan|run|report|promote <campaign>``: the campaign commands of the CLI.
+
+Exit codes: 0 fine; 1 (promote) nothing was written; 2 bad input; 130 (run) interrupted, resume
+with the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sglang_stacks.campaign.plan import Plan, format_plan, plan_campaign
+from sglang_stacks.project import campaign_file, find_project_dir, reports_dir, stacks_dir
+
+__all__ = ["configure", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The ``sweep`` subcommands and their arguments."""
+    actions = parser.add_subparsers(dest="sweep_action", required=True, metavar="<action>")
+    helps = {
+        "plan": "expand the axes and keep or discard each candidate with preflight (no host touched)",
+        "run": "run the kept candidates as trial stacks on the pool; resumes where a killed sweep stopped",
+        "report": "write reports/<campaign>/report.md with the ranking and its figures",
+        "promote": "write the winner's server (and draft model) into a stack file, after showing the diff",
+    }
+    for action, text in helps.items():
+        sub = actions.add_parser(action, help=text, description=text)
+        sub.add_argument("campaign", help="a campaign in campaigns/ (seeds) or the path of a campaign file")
+        if action == "promote":
+            sub.add_argument("--to", default="baseline", help="the stack file to write (default: baseline)")
+            sub.add_argument(
+                "--trial", help="promote this trial instead of the best (one within noise of it)"
+            )
+            sub.add_argument("--yes", action="store_true", help="write without asking")
+
+
+def _plan(args: argparse.Namespace, project: Path) -> Plan:
+    return plan_campaign(campaign_file(args.campaign, project), stacks_dir(project))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``sweep`` action; its exit code."""
+    project = find_project_dir()
+    plan = _plan(args, project)
+    if args.sweep_action == "plan":
+        print(format_plan(plan))
+        return 0
+    if args.sweep_action == "run":
+        from sglang_stacks.campaign.runner import run_sweep  # the Automation API, only to run
+        from sglang_stacks.results import history
+
+        print(format_plan(plan).rsplit("\n", 1)[-1], flush=True)
+        return run_sweep(
+            plan,
+            project=project,
+            reports=reports_dir(project),
+            db_path=history.default_history_path(),
+            out=sys.stdout,
+        )
+    if args.sweep_action == "report":
+        from sglang_stacks.campaign.report import write_report
+
+        path = write_report(plan, reports_dir(project))
+        print(f"Wrote {path} and its figures.")
+        print(path.read_text(encoding="utf-8").split("## Verdict", 1)[-1].split("## Ranking", 1)[0].strip())
+        return 0
+    from sglang_stacks.campaign.promote import promote_winner
+
+    return promote_winner(
+        plan,
+        reports=reports_dir(project),
+        stacks_dir=stacks_dir(project),
+        target=args.to,
+        yes=args.yes,
+        out=sys.stdout,
+        trial=args.trial,
+    )

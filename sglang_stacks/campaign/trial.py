@@ -1,0 +1,144 @@
+"""One trial on one host: its stack file written, ``up`` (deploy and benchmark), then ``destroy``,
+through the Automation API, with Pulumi's output kept in ``reports/<campaign>/logs/<stack>.log``.
+
+Every trial's stack is destroyed after its benchmark, whether it won, lost or failed: a sweep
+leaves no server running and no host claimed. Its stack file stays in ``stacks/`` (and the stack,
+empty, in the backend), so ``pulumi up -s <stack>`` deploys that configuration again.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pulumi import automation as auto
+
+from sglang_stacks import orchestrate
+from sglang_stacks.campaign.axes import bind_host
+from sglang_stacks.campaign.model import PoolHost
+from sglang_stacks.campaign.plan import PlanRow
+
+__all__ = ["TrialFailure", "TrialRunner", "classify"]
+
+_SERVER = re.compile(r"(exited before it became ready|was not ready within [^(]*) \((\w+)\)")
+_CAUSES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"Preflight found"), "preflight"),
+    (re.compile(r"GPUs of|claim lock|claim file"), "claim"),
+    (re.compile(r"regress|gate", re.IGNORECASE), "gate"),
+    (re.compile(r"[Bb]enchmark"), "benchmark"),
+)
+
+
+@dataclass(frozen=True)
+class TrialFailure:
+    """Why an update failed: a class and the line that says so."""
+
+    cause: str
+    message: str
+
+
+def _sentence(line: str) -> str:
+    """The error's own words: after Pulumi's prefix and the exception's name, before the log dump."""
+    text = line.rsplit("error: ", 1)[-1]
+    text = re.sub(r"^[\w.]+Error: ", "", text)
+    return text.split(" Last log lines", 1)[0]
+
+
+def classify(output: str) -> TrialFailure:
+    """The cause of a failed ``pulumi up`` from its output: the server's class (``out_of_memory``,
+    ``nccl``, ``bad_flag``, ``other``) when it did not start, else preflight, claim, gate, benchmark."""
+    errors = [line.strip() for line in output.splitlines() if "error" in line.lower()]
+    found = _SERVER.search(output)
+    if found:
+        line = next((e for e in errors if found.group(0) in e), found.group(0))
+        return TrialFailure(found.group(2), _sentence(line))
+    text = "\n".join(errors) or output
+    for pattern, cause in _CAUSES:
+        if pattern.search(text):
+            return TrialFailure(
+                cause, next((e for e in errors if pattern.search(e)), errors[0] if errors else "")
+            )
+    return TrialFailure("other", errors[-1] if errors else "pulumi up failed; see the trial's log")
+
+
+class TrialRunner:
+    """Deploys, measures and destroys trial stacks of one campaign in one project."""
+
+    def __init__(self, project: Path, logs: Path, campaign: str) -> None:
+        self.project = project
+        self.logs = logs
+        self.campaign = campaign
+        self._write_lock = threading.Lock()  # stack creation touches the workspace's settings
+
+    def log_path(self, stack: str) -> Path:
+        """Where a trial's Pulumi output goes."""
+        return self.logs / f"{stack}.log"
+
+    def _stream(self, stack: str, step: str) -> tuple[Any, list[str]]:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        handle = self.log_path(stack).open("a", encoding="utf-8")
+        handle.write(f"=== pulumi {step} -s {stack}\n")
+        lines: list[str] = []
+
+        def write(line: str) -> None:
+            lines.append(line)
+            handle.write(line if line.endswith("\n") else line + "\n")
+            handle.flush()
+
+        return (handle, write), lines
+
+    def deploy(
+        self, row: PlanRow, host: PoolHost, overrides: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Write the trial's stack file for ``host`` and ``pulumi up`` it; its benchmark levels.
+        Raises TrialFailure-carrying ``auto.CommandError`` (see ``failure``) when the update fails."""
+        sections = bind_host(row.candidate.sections, host)
+        for key, value in (overrides or {}).items():
+            section, field = key.split(".", 1)
+            sections.setdefault(section, {})[field] = value
+        labels = ", ".join(f"{k}={v}" for k, v in row.candidate.labels.items())
+        header = (
+            f"Campaign {self.campaign}, trial {row.stack} on pool host {host.name}: {labels}.\n"
+            "Written by `sglang-stacks sweep run`; `pulumi up -s <this stack>` deploys it again."
+        )
+        with self._write_lock:
+            stack = orchestrate.write_stack(self.project, row.stack, sections, header)
+        (handle, write), _ = self._stream(row.stack, "up")
+        try:
+            done = stack.up(on_output=write, on_error=write, color="never")
+        finally:
+            handle.close()
+        levels = done.outputs.get("benchmark_levels")
+        return list(levels.value) if levels is not None else []
+
+    def failure(self, stack: str, error: Exception) -> TrialFailure:
+        """The classified cause of the last failed update, from the trial's log (or the error, when
+        the update never started)."""
+        if not isinstance(error, auto.CommandError):
+            return TrialFailure("other", (str(error).splitlines() or [type(error).__name__])[0])
+        text = self.log_path(stack).read_text(encoding="utf-8") if self.log_path(stack).exists() else ""
+        return classify(text.rsplit("=== pulumi up", 1)[-1])
+
+    def destroy(self, stack: str, *, clear_pending: bool = False) -> None:
+        """Stop the trial's server and release its host: ``pulumi destroy`` of its stack, until the
+        state holds no resource (a destroy cut short by Ctrl-C still exits 0, with the claim left).
+        ``clear_pending`` first refreshes away creates a killed update left pending."""
+        selected = orchestrate.select_stack(self.project, stack)
+        for _ in range(3):
+            (handle, write), _ = self._stream(stack, "destroy")
+            try:
+                if clear_pending:
+                    selected.refresh(
+                        clear_pending_creates=True, on_output=write, on_error=write, color="never"
+                    )
+                selected.destroy(on_output=write, on_error=write, color="never")
+            finally:
+                handle.close()
+            if not (selected.export_stack().deployment or {}).get("resources"):
+                return
+        raise auto.CommandError(
+            auto.CommandResult(stdout="", stderr=f"resources of {stack} survived three destroys", code=1)
+        )

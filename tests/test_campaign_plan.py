@@ -1,0 +1,130 @@
+"""Campaign files and plans without any host: the shipped campaign's plan through the real CLI,
+errors that name the key, axes expansion, and the ranking's honesty about noise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_stacks.campaign.axes import apply
+from sglang_stacks.campaign.model import ObjectiveSpec, campaign_json_schema, load_campaign
+from sglang_stacks.campaign.rank import rank
+from sglang_stacks.campaign.state import TrialRecord
+from sglang_stacks.errors import SpecError
+
+ROOT = Path(__file__).resolve().parent.parent
+POOL = """
+pool:
+  - {name: a, host: {kind: emulator, state_dir: /tmp/a}, port: 30001}
+"""
+
+
+def _plan_output() -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "sglang_stacks.cli", "sweep", "plan", "seeds"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return result.stdout
+
+
+def test_the_shipped_campaign_plan_discards_eagle3_at_the_automatic_fraction_and_keeps_the_rest() -> None:
+    lines = _plan_output().splitlines()
+
+    rows = [line.split() for line in lines if line.startswith("seeds-")]
+    assert len(rows) == 72
+    discarded = [row for row in rows if row[5] == "discarded"]
+    assert len(discarded) == 18
+    assert all(row[2] == "auto" and row[3].startswith("eagle3") for row in discarded)
+    assert all(row[6] == "memory-does-not-fit:" for row in discarded)
+    kept_with_kernel = [row for row in rows if row[5] == "kept" and row[4] == "false"]
+    assert all("pcie-custom-all-reduce" in row for row in kept_with_kernel)
+    assert "72 candidates: 54 kept, 18 discarded by preflight. Nothing was launched" in lines[-1]
+    assert not (ROOT / "reports" / "seeds" / "sweep.json").exists()
+
+
+def test_an_unknown_key_is_named_with_the_nearest_allowed_one(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("base: baseline\naxes:\n  - {key: server.cuda_graph_max_bs, valuse: [1]}\n" + POOL)
+
+    with pytest.raises(
+        SpecError, match=r"axes\.0\.valuse: unknown key\. Remove it or rename it: did you mean values\?"
+    ):
+        load_campaign(path)
+
+
+def test_a_zip_of_unequal_lists_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "base: baseline\naxes:\n  - name: spec\n    zip: {server.speculative_num_steps: [1, 2], "
+        "server.speculative_eagle_topk: [1]}\n" + POOL
+    )
+
+    with pytest.raises(SpecError, match=r"axes\.0: zip needs .* every list of the same, non-zero length"):
+        load_campaign(path)
+
+
+def test_two_hosts_on_one_port_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "base: baseline\naxes:\n  - {key: server.cuda_graph_max_bs, values: [128]}\n"
+        + POOL
+        + "  - {name: b, host: {kind: emulator, state_dir: /tmp/b}, port: 30001}\n"
+    )
+
+    with pytest.raises(SpecError, match="two pool hosts share a host and port; give each its own port"):
+        load_campaign(path)
+
+
+def test_auto_removes_a_key_and_values_set_nested_keys() -> None:
+    base = {"server": {"mem_fraction_static": 0.8, "tp_size": 8}}
+
+    applied = apply(base, {"server.mem_fraction_static": "auto", "environment.env.NCCL_ALGO": "Ring"})
+
+    assert applied == {"server": {"tp_size": 8}, "environment": {"env": {"NCCL_ALGO": "Ring"}}}
+    assert base["server"]["mem_fraction_static"] == 0.8
+
+
+def test_the_shipped_schema_is_the_models() -> None:
+    assert json.loads((ROOT / "campaigns" / "schema.json").read_text()) == campaign_json_schema()
+
+
+def _trial(stack: str, runs: list[float]) -> TrialRecord:
+    level = {
+        "concurrency": 1,
+        "input_len": 32,
+        "output_len": 48,
+        "repetitions": len(runs),
+        "tok_s_mean": 0.0,
+        "tok_s_stdev": 0.0,
+        "tok_s_ci95": [0.0, 0.0],
+        "tok_s_runs": runs,
+        "requests": len(runs),
+        "errors": 0,
+    }
+    return TrialRecord(stack=stack, labels={"x": stack}, status="done", levels=[level])
+
+
+def test_a_winner_within_noise_of_the_runner_up_is_called_so() -> None:
+    ranking = rank(
+        ObjectiveSpec(),
+        [_trial("a", [89.0, 90.0, 88.0]), _trial("b", [89.5, 88.5, 89.0]), _trial("c", [82.0, 81.5, 82.5])],
+    )
+
+    assert [t.stack for t in ranking.trials] == ["a", "b", "c"]
+    assert [t.stack for t in ranking.within_noise_of_best()] == ["a", "b"]
+    assert "within noise of b" in ranking.verdict()
+    assert not ranking.trials[2].within_noise
+
+
+def test_a_clear_winner_is_called_clear() -> None:
+    ranking = rank(ObjectiveSpec(), [_trial("a", [89.0, 90.0, 88.0]), _trial("c", [82.0, 81.5, 82.5])])
+
+    assert "significantly ahead of the runner-up c" in ranking.verdict()
