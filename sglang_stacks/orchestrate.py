@@ -96,7 +96,7 @@ def stack_outputs(stack: str, project_dir: Path | None = None) -> dict[str, Any]
 def stack_config(stack: str, project_dir: Path | None = None) -> dict[str, Any]:
     """One stack's config by key, secrets decrypted, JSON values parsed: for commands that reach
     the stack's host. Keep the values in memory; never print the secret ones."""
-    selected = _select(project_dir or find_project_dir(), stack)
+    selected = select_stack(project_dir or find_project_dir(), stack)
     try:
         config = selected.get_all_config()
     except auto.CommandError as error:
