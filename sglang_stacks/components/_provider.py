@@ -21,6 +21,7 @@ from pulumi.runtime import rpc
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from sglang_stacks.errors import StacksError
+from sglang_stacks.hostops import lifetime
 from sglang_stacks.hostops.transport import Connection
 from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
 
@@ -237,7 +238,8 @@ class _sentences_only:
     `sys.tracebacklimit`. The process serves one update, which fails here anyway."""
 
     def __enter__(self) -> None:
-        return None
+        # Whatever a provider does on a host ends with the update that asked for it.
+        lifetime.watch_engine()
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         if kind is not None and issubclass(kind, StacksError):

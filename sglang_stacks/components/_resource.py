@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import pulumi
 
 from sglang_stacks.errors import StacksError
+from sglang_stacks.hostops import lifetime
 from sglang_stacks.hostops.transport import Connection
 
 # Fields that decide which machine (and which home folder) a resource lives on: changing one
@@ -82,6 +83,8 @@ def plain_errors(provider: _ProviderT) -> _ProviderT:
 def _sentence_only(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
+        # Whatever a provider does on a host ends with the update that asked for it.
+        lifetime.watch_engine()
         try:
             return method(*args, **kwargs)
         except StacksError:

@@ -8,16 +8,19 @@ not otherwise: an `up` with nothing changed spends no GPU time.
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import pulumi
 import pulumi.dynamic as dynamic
+from pulumi.runtime import rpc
 
 from sglang_stacks.components._resource import connect, keep_connection_secret, plain_errors
 from sglang_stacks.config.spec import GateSpec
-from sglang_stacks.errors import BenchmarkError
-from sglang_stacks.hostops import claim
+from sglang_stacks.errors import BenchmarkError, HostError, StacksError
+from sglang_stacks.hostops import claim, programs
 from sglang_stacks.hostops import transport as transport
 from sglang_stacks.hostops.transport import quote
 from sglang_stacks.results import gate as regression_gate
@@ -27,25 +30,39 @@ from sglang_stacks.results.loadgen.contract import Workload
 # Inputs whose change makes earlier numbers meaningless: the benchmark runs again.
 RERUN_INPUTS = ("server_instance", "workload", "url", "python")
 # The load generator arrives as a tar stream on stdin and runs from a scratch folder that goes
-# when the script ends.
+# when the script ends, under programs/bound.py: it stops when the session that started it dies
+# (a killed update, a dropped connection), and a load generator an earlier session left behind is
+# stopped before this one starts, so a benchmark always measures alone.
 _RUN_LOADGEN = (
     "scratch=$(mktemp -d) && trap 'rm -rf \"$scratch\"' EXIT "
-    '&& tar -x -f - -C "$scratch" --no-same-owner && cd "$scratch" && {python} -m {package} {argv}\n'
+    '&& tar -x -f - -C "$scratch" --no-same-owner && cd "$scratch" '
+    '&& {python} -c "$SGLANG_STACKS_BOUND" {runfile} {label} -- {python} -m {package} {argv}\n'
 )
+
+
+def loadgen_script(props: Mapping[str, Any], workload: Workload) -> tuple[str, dict[str, str]]:
+    """The bash that runs the load generator on the host, and the variables it needs."""
+    script = _RUN_LOADGEN.format(
+        python=quote(props["python"]),
+        runfile=quote(f"{str(props['state_dir']).rstrip('/')}/loadgen.json"),
+        label=quote(f"stack {props['stack']} (update {props.get('update_id') or 'unnamed'})"),
+        package=loadgen.PACKAGE_NAME,
+        argv=" ".join(quote(arg) for arg in workload.argv()),
+    )
+    return script, {"SGLANG_STACKS_BOUND": programs.source("bound.py")}
 
 
 def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
     """Ships the load generator to the host over the session, runs it there, returns its JSON."""
     conn = connect(props)
     workload = Workload.from_settings(props["url"], props["workload"])
-    script = _RUN_LOADGEN.format(
-        python=quote(props["python"]),
-        package=loadgen.PACKAGE_NAME,
-        argv=" ".join(quote(arg) for arg in workload.argv()),
-    )
-    result = transport.run(
-        conn, script, timeout_s=float(props["workload"]["timeout_s"]), stdin=loadgen.bundle()
-    )
+    script, env = loadgen_script(props, workload)
+    timeout_s = float(props["workload"]["timeout_s"])
+    started = time.monotonic()
+    try:
+        result = transport.run(conn, script, timeout_s=timeout_s, stdin=loadgen.bundle(), env=env)
+    except HostError as error:
+        raise _dropped(props, conn.label, time.monotonic() - started, timeout_s, error) from None
     if not result.ok:
         raise BenchmarkError(
             f"The benchmark on {conn.label} failed (exit {result.exit_code}): "
@@ -54,6 +71,24 @@ def run_on_host(props: Mapping[str, Any]) -> dict[str, Any]:
         )
     document: dict[str, Any] = json.loads(result.stdout)
     return document
+
+
+def _dropped(
+    props: Mapping[str, Any], label: str, elapsed_s: float, timeout_s: float, error: HostError
+) -> StacksError:
+    """The error of a benchmark whose session failed: the host answered the claim just before,
+    so the connection settings are right and the connection dropped."""
+    if elapsed_s >= timeout_s:
+        return error  # the workload's own time limit: the message says so
+    said = re.search(r"Last output: (.*?)\.? (Check|Raise|Start)", str(error))
+    cause = f" (the SSH client said: {said.group(1)})" if said else ""
+    stack = props["stack"]
+    return BenchmarkError(
+        f"The connection to {label} dropped after {elapsed_s:.0f} s of the benchmark{cause}; nothing "
+        "was recorded. The load generator on the host stops with its session, and the next update "
+        f"stops any that is left, so it measures alone: once the host answers again, run "
+        f"`pulumi up -s {stack}`."
+    )
 
 
 def _check_no_errors(props: Mapping[str, Any], document: Mapping[str, Any]) -> None:
@@ -112,10 +147,19 @@ class _BenchmarkProvider(dynamic.ResourceProvider):
         return dynamic.CreateResult(str(props["server_instance"]), {**props, **measure(props)})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
-        rerun = [key for key in RERUN_INPUTS if olds.get(key) != news.get(key)]
+        # The environment's python is unknown in a preview after an in-place update of the
+        # environment (new emulator code), which mostly leaves it as it was: a preview does not
+        # announce a new benchmark it cannot know; the update, which knows, reruns if it changed.
+        python_unknown = news.get("python") == rpc.UNKNOWN
+        rerun = [
+            key
+            for key in RERUN_INPUTS
+            if olds.get(key) != news.get(key) and not (key == "python" and python_unknown)
+        ]
         # A new or changed gate is checked against the result already measured: no GPU time.
         regated = olds.get("gate") != news.get("gate")
-        return dynamic.DiffResult(changes=bool(rerun) or regated, replaces=rerun, delete_before_replace=True)
+        changes = bool(rerun) or regated or python_unknown
+        return dynamic.DiffResult(changes=changes, replaces=rerun, delete_before_replace=True)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
         measured = {key: olds[key] for key in ("result", "levels", "tok_s")}
