@@ -30,11 +30,17 @@ LONG_BENCHMARK = (
 
 
 def stack_config(
-    port: int, state: Path, *, host: str | None = None, benchmark: str = "", faults: str = "", extra: str = ""
+    port: int,
+    state: Path,
+    *,
+    host: str | None = None,
+    benchmark: str = "",
+    faults: str = "",
+    **more: str,
 ) -> str:
     """A stack file's ``config:`` on the drill's host, its benchmark replaced by ``benchmark``, with
     the emulator's ``faults`` (YAML lines under ``faults:``)."""
-    text = emulator_stack(port=port, state_dir=state, extra=extra, **({"host": host} if host else {}))
+    text = emulator_stack(port=port, state_dir=state, **more, **({"host": host} if host else {}))
     if faults:
         scale = "      time_scale: 0.002\n"
         text = text.replace(scale, f"{scale}      faults:\n{faults}")
@@ -57,11 +63,12 @@ class Drill:
         return str(self.state / "host")
 
     def add_stack(
-        self, stack: str, *, benchmark: str = "", faults: str = "", host: str | None = None, extra: str = ""
+        self, stack: str, *, benchmark: str = "", faults: str = "", host: str | None = None, **more: str
     ) -> int:
-        """Creates ``stack`` serving on a port of its own; returns the port."""
+        """Creates ``stack`` serving on a port of its own; returns the port. ``more``: the other
+        sections of `tests._pulumi.emulator_stack` (``server``, ``draft``, ``extra``)."""
         port = free_port()
-        config = stack_config(port, self.state, host=host, benchmark=benchmark, faults=faults, extra=extra)
+        config = stack_config(port, self.state, host=host, benchmark=benchmark, faults=faults, **more)
         self.workspace.init_stack(stack, config)
         return port
 
