@@ -3,8 +3,11 @@ has to, says so when it did, and two updates racing for the host end with one se
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
+from tests._pulumi import ROOT
 from tests.faults.drill import Drill, finish, healthy, servers
 
 pytestmark = pytest.mark.integration
@@ -12,9 +15,9 @@ pytestmark = pytest.mark.integration
 EAGLE3 = (
     "  sglang-stacks:draftModel:\n"
     "    source: local\n"
-    "    local_path: artifacts/eagle3-standin\n"
+    "    local_path: {local}\n"
     "    path_on_host: {state}/draft/eagle3\n"
-    "    sha256: \"{sha256}\"\n"
+    '    sha256: "{sha256}"\n'
     "    weights_gb: 2.4\n"
 )
 EAGLE3_SERVER = (
@@ -47,7 +50,13 @@ def assert_serves(drill: Drill, stack: str, port: int) -> None:
 def test_a_wrong_draft_model_fails_before_the_other_stacks_server_is_stopped(
     drill: Drill, serving: int
 ) -> None:
-    draft = EAGLE3.format(state=drill.state, sha256="0" * 64)
+    # A draft model as big as a small real one: checking it takes long enough that a takeover
+    # running beside the check (as it did) stops the other stack's server before it fails.
+    local = drill.state / "big-draft"
+    shutil.copytree(ROOT / "artifacts" / "eagle3-standin", local)
+    with (local / "model.safetensors").open("wb") as weights:
+        weights.truncate(768 * 2**20)
+    draft = EAGLE3.format(state=drill.state, local=local, sha256="0" * 64)
     drill.add_stack("wrong-draft", draft=draft, server=EAGLE3_SERVER)
 
     failed = drill.up("wrong-draft", check=False)
