@@ -267,7 +267,8 @@ def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
     object Pulumi users already write for remote commands), or the local host for ``None``.
 
     Always a secret: it may hold the SSH key. Of ConnectionArgs, ``host``, ``port``, ``user``,
-    ``private_key`` and ``host_key`` are used; passwords, agents and proxies are not supported.
+    ``private_key``, ``host_key`` and ``per_dial_timeout`` (the connect timeout, seconds) are
+    used; passwords, agents and proxies are not supported.
     """
     if args is None:
         return pulumi.Output.secret(LOCAL_HOST)
@@ -284,6 +285,9 @@ def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
 
     def fields(values: dict[str, Any]) -> dict[str, Any]:
         found = {name: value for name, value in values.items() if value is not None}
+        timeout_s = found.pop("per_dial_timeout", None)
+        if timeout_s is not None:
+            found["connect_timeout_s"] = float(timeout_s)
         return {"kind": "ssh", **found, "port": int(found.get("port", 22))}
 
     return pulumi.Output.secret(
@@ -293,5 +297,6 @@ def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
             user=pulumi.get(args, "user"),
             private_key=pulumi.get(args, "private_key"),
             host_key=pulumi.get(args, "host_key"),
+            per_dial_timeout=pulumi.get(args, "per_dial_timeout"),
         ).apply(fields)
     )

@@ -71,6 +71,7 @@ def connection_args(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None)
         user=host.user,
         host_key=host.host_key,
         private_key=ssh_private_key,
+        per_dial_timeout=host.connect_timeout_s,
     )
 
 
