@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HANG_PHASES", "FaultError", "Faults", "load_faults"]
+__all__ = ["HANG_PHASES", "FaultError", "Faults", "load_faults", "parse_faults"]
 
 HANG_PHASES = ("init", "weights", "kv_cache", "cuda_graph", "warmup")
 
@@ -78,6 +78,13 @@ def load_faults(profile_faults: dict[str, Any]) -> Faults:
         if not isinstance(env, dict):
             raise FaultError(f"SGLANG_EMULATOR_FAULTS must be a JSON object, got {raw_env!r}.")
         spec.update(env)
+    return parse_faults(spec)
+
+
+def parse_faults(spec: dict[str, Any]) -> Faults:
+    """Checks a fault specification (a stack file's ``emulator.faults``) and returns its faults."""
+    if not isinstance(spec, dict):
+        raise FaultError(f"Faults must be an object of fault names and values, got {spec!r}.")
     allowed = {
         "crash_after_s",
         "crash_after_requests",

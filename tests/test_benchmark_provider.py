@@ -78,3 +78,11 @@ def test_a_python_a_preview_cannot_know_yet_does_not_announce_a_new_measurement(
     diff = BenchmarkProvider().diff("abc", state(), state(python=Unknown()))  # type: ignore[no-untyped-call]
 
     assert not diff.changes
+
+
+def test_a_new_python_or_a_server_a_preview_cannot_know_yet_measures_again() -> None:
+    provider = BenchmarkProvider()
+
+    assert provider.diff("abc", state(), state(python="/w/bin/python")).replaces == ["python"]
+    unknown_server = state(server_instance=Unknown())  # type: ignore[no-untyped-call]
+    assert provider.diff("abc", state(), unknown_server).replaces == ["server_instance"]

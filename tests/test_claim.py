@@ -338,7 +338,7 @@ def test_pulumi_updates_hold_the_host_while_they_run_and_a_failed_one_frees_it(t
             doomed.kill()
     rollback = pulumi_cli("up", "--yes", "--skip-preview", "-s", "baseline")
 
-    assert racing.returncode != 0
+    assert racing.returncode != 0, racing.stdout + "\n----\n" + doomed_output
     assert "Stack 'eagle3-bs128'" in racing.stdout and "launches nothing" in racing.stdout
     assert doomed.returncode != 0 and "CUDA out of memory" in doomed_output
     assert rollback.returncode == 0, rollback.stdout + rollback.stderr

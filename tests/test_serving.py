@@ -31,10 +31,12 @@ def test_flag_changes_lists_changed_added_and_removed_flags() -> None:
 def test_describe_names_the_serving_stack_and_each_change() -> None:
     note = {"stack": "baseline", "flags": BASELINE}
     text = serving.describe(note, "eagle3-bs128", EAGLE3, "root@gpu-box:22")
-    assert text.startswith("Root@gpu-box:22 now serves baseline; deploying eagle3-bs128 changes")
+    # The SSH user is spelled as the host knows it, not capitalised.
+    assert text.startswith("root@gpu-box:22 now serves baseline; deploying eagle3-bs128 changes")
     assert "~ --cuda-graph-max-bs 512 => 128" in text
     assert "same launch flags" in serving.describe(note, "baseline", BASELINE, "the local host")
-    assert "would start one" in serving.describe(None, "baseline", BASELINE, "the local host")
+    idle = serving.describe(None, "baseline", BASELINE, "the local host")
+    assert idle.startswith("The local host serves no")
 
 
 def test_record_read_and_forget_on_the_host(tmp_path: Path) -> None:

@@ -233,3 +233,23 @@ def test_every_shipped_stack_loads(path):
     assert isinstance(spec, StackSpec)
     assert spec.host.kind == "emulator"
     assert spec.model.weights_per_gpu_gb == 72.33
+
+
+def test_emulator_faults_are_checked_by_the_spec_before_anything_runs() -> None:
+    # A wrong fault used to surface only at the server's start, after another stack's server
+    # had been stopped for it.
+    problems = _problems(_with("environment.emulator", {"faults": {"crash_after_request": 3}}))
+    assert "environment.emulator.faults" in problems and "crash_after_request" in problems
+    assert "crash_after_requests" in problems
+    hang = _problems(_with("environment.emulator", {"faults": {"hang_at_phase": "loading"}}))
+    assert "'loading'" in hang and "weights" in hang
+    good = load_spec(_with("environment.emulator", {"faults": {"slow_readiness_s": 2}}), "test")
+    assert good.environment.emulator.faults == {"slow_readiness_s": 2}
+
+
+def test_the_ssh_connect_timeout_is_a_host_setting() -> None:
+    spec = load_spec({**SECTIONS, "host": {**SSH_HOST, "connect_timeout_s": 45}}, "test")
+    assert spec.host.connect_timeout_s == 45
+    assert load_spec({**SECTIONS, "host": SSH_HOST}, "test").host.connect_timeout_s == 10
+    problems = _problems({**SECTIONS, "host": {**SSH_HOST, "connect_timeout_s": 0}})
+    assert "host.connect_timeout_s" in problems

@@ -18,8 +18,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,8 @@ from pulumi.runtime.proto import language_pb2, language_pb2_grpc, plugin_pb2
 HOST_VERSION = "0.1.0"
 # Exit code of pulumi-language-python-exec after it has already shown the user an error.
 EXIT_ERROR_ALREADY_SHOWN = 32
+# How often the host asks whether its engine still listens (see `watch_engine`).
+ENGINE_POLL_S = 2.0
 
 
 def _options(info: language_pb2.ProgramInfo) -> dict[str, Any]:
@@ -66,6 +70,7 @@ class LanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
 
     def __init__(self, engine_address: str) -> None:
         self.engine_address = engine_address
+        self.programs: list[subprocess.Popen[bytes]] = []
 
     # Method names are the gRPC service's.
     def Handshake(self, request: Any, context: Any) -> Any:
@@ -109,7 +114,10 @@ class LanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
         env["PULUMI_CONFIG_SECRET_KEYS"] = json.dumps(list(request.configSecretKeys))
         env.pop("PYTHONHOME", None)
         # Program output goes to this process's stdout/stderr, which the engine shows the user.
-        code = subprocess.run(argv, env=env, cwd=request.pwd or None, check=False).returncode
+        program = subprocess.Popen(argv, env=env, cwd=request.pwd or None)
+        self.programs.append(program)
+        code = program.wait()
+        self.programs.remove(program)
         if code == 0:
             return language_pb2.RunResponse()
         if code == EXIT_ERROR_ALREADY_SHOWN:
@@ -135,13 +143,39 @@ class LanguageHost(language_pb2_grpc.LanguageRuntimeServicer):
         return [*flags, program, *request.args]
 
 
+def engine_gone(address: str) -> bool:
+    """Whether the engine at ``host:port`` refuses connections: its CLI has ended."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def watch_engine(host: LanguageHost, server: grpc.Server) -> None:
+    """Ends the program and this host once the engine is gone. A CLI killed with SIGKILL (or a
+    second Ctrl-C) does not stop its plugins: without this, the program and this host would wait
+    for it forever."""
+    while host.engine_address and not engine_gone(host.engine_address):
+        threading.Event().wait(ENGINE_POLL_S)
+    if not host.engine_address:
+        return
+    for program in list(host.programs):
+        program.terminate()
+    server.stop(grace=1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="pulumi-language-python")
     parser.add_argument("engine_address", nargs="?", default="")
     # The engine may pass flags of Pulumi's own host (tracing, root); they change nothing here.
     args, _ = parser.parse_known_args()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    language_pb2_grpc.add_LanguageRuntimeServicer_to_server(LanguageHost(args.engine_address), server)
+    host = LanguageHost(args.engine_address)
+    language_pb2_grpc.add_LanguageRuntimeServicer_to_server(host, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     # The engine reads the port from the first line of stdout.
@@ -149,6 +183,7 @@ def main() -> int:
     # The engine stops its plugins with SIGINT once it is done with them; that is a normal exit.
     signal.signal(signal.SIGINT, lambda *_: server.stop(grace=1))
     signal.signal(signal.SIGTERM, lambda *_: server.stop(grace=1))
+    threading.Thread(target=watch_engine, args=(host, server), daemon=True).start()
     server.wait_for_termination()
     return 0
 

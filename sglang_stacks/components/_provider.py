@@ -22,6 +22,7 @@ from pulumi.runtime import rpc
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from sglang_stacks.errors import StacksError
+from sglang_stacks.hostops import lifetime
 from sglang_stacks.hostops.transport import Connection
 from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
 
@@ -245,7 +246,8 @@ class _sentences_only:
     `sys.tracebacklimit`. The process serves one update, which fails here anyway."""
 
     def __enter__(self) -> None:
-        return None
+        # Whatever a provider does on a host ends with the update that asked for it.
+        lifetime.watch_engine()
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         if kind is not None and issubclass(kind, StacksError):
@@ -273,7 +275,8 @@ def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
     object Pulumi users already write for remote commands), or the local host for ``None``.
 
     Always a secret: it may hold the SSH key. Of ConnectionArgs, ``host``, ``port``, ``user``,
-    ``private_key`` and ``host_key`` are used; passwords, agents and proxies are not supported.
+    ``private_key``, ``host_key`` and ``per_dial_timeout`` (the connect timeout, seconds) are
+    used; passwords, agents and proxies are not supported.
     """
     if args is None:
         return pulumi.Output.secret(LOCAL_HOST)
@@ -290,6 +293,9 @@ def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
 
     def fields(values: dict[str, Any]) -> dict[str, Any]:
         found = {name: value for name, value in values.items() if value is not None}
+        timeout_s = found.pop("per_dial_timeout", None)
+        if timeout_s is not None:
+            found["connect_timeout_s"] = float(timeout_s)
         return {"kind": "ssh", **found, "port": int(found.get("port", 22))}
 
     return pulumi.Output.secret(
@@ -299,5 +305,6 @@ def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
             user=pulumi.get(args, "user"),
             private_key=pulumi.get(args, "private_key"),
             host_key=pulumi.get(args, "host_key"),
+            per_dial_timeout=pulumi.get(args, "per_dial_timeout"),
         ).apply(fields)
     )

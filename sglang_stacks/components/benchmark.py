@@ -8,6 +8,8 @@ not otherwise: an `up` with nothing changed spends no GPU time.
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,8 +29,8 @@ from sglang_stacks.components._provider import (
     resource_props,
 )
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
-from sglang_stacks.errors import BenchmarkError
-from sglang_stacks.hostops import claim
+from sglang_stacks.errors import BenchmarkError, HostError, StacksError
+from sglang_stacks.hostops import claim, programs
 from sglang_stacks.hostops import transport as transport
 from sglang_stacks.hostops.transport import quote, quote_path
 from sglang_stacks.results import gate as regression_gate
@@ -36,12 +38,16 @@ from sglang_stacks.results import history, loadgen, stats, summary
 from sglang_stacks.results.loadgen.contract import Workload
 
 # The load generator arrives as a tar stream on stdin and runs from a scratch folder that goes
-# when the script ends; its progress file stays for `sglang-stacks logs`.
+# when the script ends; its progress file stays for `sglang-stacks logs`. It runs under
+# programs/bound.py: it stops when the session that started it dies (a killed update, a dropped
+# connection), and one an earlier session left behind is stopped before this one starts, so a
+# benchmark always measures alone.
 _RUN_LOADGEN = (
     "scratch=$(mktemp -d) && trap 'rm -rf \"$scratch\"' EXIT "
     "&& mkdir -p {progress_dir} && : > {progress} "
     '&& tar -x -f - -C "$scratch" --no-same-owner && cd "$scratch" '
-    "&& {python} -m {package} {argv} --progress-file={progress}\n"
+    '&& {python} -c "$SGLANG_STACKS_BOUND" {runfile} {label} '
+    "-- {python} -m {package} {argv} --progress-file={progress}\n"
 )
 # The ShareGPT file travels inside the tar stream under this name.
 _DATASET_NAME = "dataset.json"
@@ -115,12 +121,25 @@ def run_on_host(inputs: BenchmarkInputs) -> dict[str, Any]:
     progress = progress_path(inputs.state_dir, inputs.stack)
     script = _RUN_LOADGEN.format(
         python=quote(inputs.python),
+        runfile=quote_path(f"{inputs.state_dir.rstrip('/')}/loadgen.json"),
+        label=quote(f"stack {inputs.stack} (update {inputs.update_id or 'unnamed'})"),
         package=loadgen.PACKAGE_NAME,
         argv=" ".join(quote(arg) for arg in workload.argv() if not arg.startswith("--progress-file=")),
         progress=quote_path(progress),
         progress_dir=quote_path(progress.rsplit("/", 1)[0]),
     )
-    result = transport.run(conn, script, timeout_s=inputs.workload.timeout_s, stdin=loadgen.bundle(extra))
+    timeout_s = inputs.workload.timeout_s
+    started = time.monotonic()
+    try:
+        result = transport.run(
+            conn,
+            script,
+            timeout_s=timeout_s,
+            stdin=loadgen.bundle(extra),
+            env={"SGLANG_STACKS_BOUND": programs.source("bound.py")},
+        )
+    except HostError as error:
+        raise _dropped(inputs, time.monotonic() - started, timeout_s, error) from None
     if not result.ok:
         raise BenchmarkError(
             f"The benchmark on {conn.label} failed (exit {result.exit_code}): "
@@ -129,6 +148,21 @@ def run_on_host(inputs: BenchmarkInputs) -> dict[str, Any]:
         )
     document: dict[str, Any] = json.loads(result.stdout)
     return document
+
+
+def _dropped(inputs: BenchmarkInputs, elapsed_s: float, timeout_s: float, error: HostError) -> StacksError:
+    """The error of a benchmark whose session failed: the host answered the claim just before,
+    so the connection settings are right and the connection dropped."""
+    if elapsed_s >= timeout_s:
+        return error  # the workload's own time limit: the message says so
+    said = re.search(r"Last output: (.*?)\.? (Check|Raise|Start)", str(error))
+    cause = f" (the SSH client said: {said.group(1)})" if said else ""
+    return BenchmarkError(
+        f"The connection to {inputs.connection.label} dropped after {elapsed_s:.0f} s of the benchmark"
+        f"{cause}; nothing was recorded. The load generator on the host stops with its session, and "
+        "the next update stops any that is left, so it measures alone: once the host answers again, "
+        f"run `pulumi up -s {inputs.stack}`."
+    )
 
 
 def _check_no_errors(inputs: BenchmarkInputs, document: Mapping[str, Any]) -> None:

@@ -1,7 +1,9 @@
 """One stack's deployment: the GPU host, its Python environment, the draft model, the SGLang server
 and its benchmark, built from the stack spec in the order the GPUs require.
 
-Nothing touches the GPUs before the host is probed and claimed; the server waits for all three.
+Nothing touches the GPUs before the host is probed and claimed, and the claim (which may stop
+another stack's server) waits for everything that can fail without the GPUs; the server waits
+for all of them.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ def connection_args(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None)
         user=host.user,
         host_key=host.host_key,
         private_key=ssh_private_key,
+        per_dial_timeout=host.connect_timeout_s,
     )
 
 
@@ -235,7 +238,12 @@ class SGLangDeployment(pulumi.ComponentResource):
         update_id: str,
         environment: PythonEnvironment,
     ) -> list[pulumi.Resource]:
-        """The probe, the claim and the draft model: what must be in place before the server."""
+        """The probe, the draft model and the claim: what must be in place before the server.
+
+        The claim comes last: taking the host over stops another stack's server, so everything
+        that can fail without the GPUs (probe, environment, draft model, the installed release)
+        has succeeded first, and a failing update of this stack leaves the other one serving.
+        """
         probe = HostProbe(
             f"{name}-probe",
             connection=connection,
@@ -243,18 +251,7 @@ class SGLangDeployment(pulumi.ComponentResource):
             nvidia_smi=nvidia_smi,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        claim = GpuClaim(
-            f"{name}-claim",
-            connection=connection,
-            stack=stack,
-            update_id=update_id,
-            nvidia_smi=nvidia_smi,
-            state_dir=spec.host.state_dir,
-            takeover=spec.launch.takeover,
-            stop_timeout_s=spec.launch.stop_timeout_s,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[probe]),
-        )
-        ready: list[pulumi.Resource] = [probe, claim, environment]
+        ready: list[pulumi.Resource] = [probe, environment]
         if spec.draft_model is not None:
             ready.append(
                 DraftModel(
@@ -268,7 +265,20 @@ class SGLangDeployment(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self),
                 )
             )
-        return ready
+        claim = GpuClaim(
+            f"{name}-claim",
+            connection=connection,
+            stack=stack,
+            update_id=update_id,
+            nvidia_smi=nvidia_smi,
+            state_dir=spec.host.state_dir,
+            takeover=spec.launch.takeover,
+            stop_timeout_s=spec.launch.stop_timeout_s,
+            release=spec.environment.sglang_release,
+            installed_version=environment.sglang_version,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(ready)),
+        )
+        return [probe, claim, *ready[1:]]
 
     def _server(
         self,
@@ -287,6 +297,7 @@ class SGLangDeployment(pulumi.ComponentResource):
                 lambda fields: self._announce(fields, stack, spec.host.state_dir, launch_flags, release)
             )
         drafts = [resource for resource in gpu_ready if isinstance(resource, DraftModel)]
+        claims = [resource for resource in gpu_ready if isinstance(resource, GpuClaim)]
         hub_token = args.hub_token
         return SGLangServer(
             f"{name}-server",
@@ -309,6 +320,8 @@ class SGLangDeployment(pulumi.ComponentResource):
             log_dir=spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs",
             ready_timeout_s=spec.launch.ready_timeout_s,
             stop_timeout_s=spec.launch.stop_timeout_s,
+            taken_from=claims[0].taken_from,
+            taken_in_update=claims[0].taken_in_update,
             opts=pulumi.ResourceOptions(parent=self, depends_on=gpu_ready),
         )
 

@@ -20,7 +20,7 @@ from sglang_stacks.components._provider import (
     keep_connection_secret,
     resource_props,
 )
-from sglang_stacks.errors import HostError
+from sglang_stacks.errors import HostError, ServerError
 from sglang_stacks.hostops import claim, probe
 from sglang_stacks.hostops.process import stop_recorded
 
@@ -36,6 +36,7 @@ __all__ = [
     "ProbeInputs",
     "ProbeOutputs",
     "ProbeProvider",
+    "check_installed_release",
 ]
 
 
@@ -150,6 +151,10 @@ class ClaimInputs(HostInputs):
     """How to see GPU memory free after stopping a previous owner's server."""
     stop_timeout_s: Annotated[float, LABEL] = 120.0
     """How long a previous owner's server may take to stop and free its GPU memory."""
+    release: Annotated[str, LABEL] = ""
+    """The SGLang release the stack's flags are rendered for."""
+    installed_version: Annotated[str, LABEL] = ""
+    """The release the environment installed: a mismatch stops the update before the takeover."""
 
 
 class ClaimOutputs(Props):
@@ -160,17 +165,28 @@ class ClaimOutputs(Props):
     the host handed over, empty when no stack does."""
     taken_from: str
     """The stack whose server was stopped when this stack took the host, if any."""
+    taken_in_update: str = ""
+    """The update that took the host from ``taken_from``."""
 
 
 def take_claim(inputs: ClaimInputs) -> ClaimOutputs:
-    """Claims the GPUs for this stack; a previous owner's server is stopped first."""
+    """Claims the GPUs for this stack; a previous owner's server is stopped first.
+
+    Runs after everything that can fail without the GPUs (probe, environment, draft model), and
+    checks the installed release first: another stack's server is stopped only for a launch that
+    has nothing left to fail on but the launch itself.
+    """
     conn = inputs.connection
+    if inputs.installed_version:
+        check_installed_release(conn.label, inputs.release, inputs.installed_version)
     previous = claim.acquire(
         conn, inputs.stack, takeover=inputs.takeover, update_id=inputs.update_id, state_dir=inputs.state_dir
     )
     if previous is not None:
         stop_recorded(conn, previous, inputs.nvidia_smi, inputs.stop_timeout_s, inputs.state_dir)
-    return ClaimOutputs(owner=inputs.stack, taken_from=previous.stack if previous else "")
+    if previous is None:
+        return ClaimOutputs(owner=inputs.stack, taken_from="")
+    return ClaimOutputs(owner=inputs.stack, taken_from=previous.stack, taken_in_update=inputs.update_id)
 
 
 class ClaimProvider(TypedProvider[ClaimInputs, ClaimOutputs]):
@@ -200,6 +216,15 @@ class ClaimProvider(TypedProvider[ClaimInputs, ClaimOutputs]):
         claim.release(inputs.connection, inputs.stack, state_dir=inputs.state_dir)
 
 
+def check_installed_release(label: str, release: str, installed: str) -> None:
+    """ServerError when the flags were rendered for another release than the host has."""
+    if installed != release:
+        raise ServerError(
+            f"The flags were rendered for SGLang {release}, but {label} has {installed} installed. "
+            f"Set environment.sglang_release to {installed!r}, or let the environment install {release}."
+        )
+
+
 class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
     """This stack's exclusive claim of the host's GPUs, recorded on the host."""
 
@@ -208,6 +233,8 @@ class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
     a refresh that found the host handed over."""
     taken_from: pulumi.Output[str]
     """The stack whose server was stopped when this stack took the host, if any."""
+    taken_in_update: pulumi.Output[str]
+    """The update that took the host from ``taken_from``."""
 
     def __init__(
         self,
@@ -220,6 +247,8 @@ class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
         state_dir: str,
         takeover: bool = True,
         stop_timeout_s: float = 120.0,
+        release: str = "",
+        installed_version: pulumi.Input[str] = "",
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         inputs = {
@@ -230,6 +259,8 @@ class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
             "state_dir": state_dir,
             "takeover": takeover,
             "stop_timeout_s": stop_timeout_s,
+            "release": release,
+            "installed_version": installed_version,
         }
         super().__init__(
             ClaimProvider(), name, resource_props(inputs, ClaimOutputs), keep_connection_secret(opts)

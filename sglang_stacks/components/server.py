@@ -26,9 +26,10 @@ from sglang_stacks.components._provider import (
     keep_connection_secret,
     resource_props,
 )
+from sglang_stacks.components.host import check_installed_release
 from sglang_stacks.config.flags import FlagValue
 from sglang_stacks.config.render import flags_from_values, render_command, values_from_argv
-from sglang_stacks.errors import ServerError
+from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import claim, process, serving
 from sglang_stacks.hostops.transport import Connection
 
@@ -70,6 +71,10 @@ class ServerInputs(HostInputs):
     """Folder on the host for the server logs, one file per launch."""
     ready_timeout_s: float = 1800.0
     stop_timeout_s: float = 120.0
+    taken_from: Annotated[str, LABEL] = ""
+    """The stack whose server the claim stopped to make room for this one, if any."""
+    taken_in_update: Annotated[str, LABEL] = ""
+    """The update in which the claim did so: only a failure in that update has undone it."""
 
     def command(self) -> str:
         """The exact command line the server runs: variables, Python, launcher, argv."""
@@ -115,12 +120,23 @@ def start(inputs: ServerInputs) -> ServerOutputs:
     the fix.
     """
     conn = inputs.connection
-    if inputs.installed_version != inputs.release:
-        raise ServerError(
-            f"The flags were rendered for SGLang {inputs.release}, but {conn.label} has "
-            f"{inputs.installed_version} installed. Set environment.sglang_release to "
-            f"{inputs.installed_version!r}, or let the environment install {inputs.release}."
-        )
+    check_installed_release(conn.label, inputs.release, inputs.installed_version)
+    try:
+        return _start(inputs)
+    except StacksError as error:
+        if not inputs.taken_from or inputs.taken_in_update != inputs.update_id:
+            raise
+        # This update stopped another stack's server to launch this one, which failed: the host
+        # serves nothing now, and one command brings the other stack back.
+        raise type(error)(
+            f"{error} {conn.label} no longer serves stack {inputs.taken_from!r}: its server was "
+            f"stopped when this update took the host over. `pulumi up -s {inputs.taken_from}` "
+            "restores it."
+        ) from None
+
+
+def _start(inputs: ServerInputs) -> ServerOutputs:
+    conn = inputs.connection
     # Holding the claim for this update keeps a racing update of another stack from launching too.
     claim.acquire(conn, inputs.stack, takeover=False, update_id=inputs.update_id, state_dir=inputs.state_dir)
     _stop_untracked(conn, inputs)
@@ -247,6 +263,8 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
         log_dir: str,
         ready_timeout_s: float = 1800.0,
         stop_timeout_s: float = 120.0,
+        taken_from: pulumi.Input[str] = "",
+        taken_in_update: pulumi.Input[str] = "",
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         inputs = {
@@ -269,6 +287,8 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
             "log_dir": log_dir,
             "ready_timeout_s": ready_timeout_s,
             "stop_timeout_s": stop_timeout_s,
+            "taken_from": taken_from,
+            "taken_in_update": taken_in_update,
         }
         super().__init__(
             ServerProvider(),

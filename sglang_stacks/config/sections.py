@@ -72,6 +72,9 @@ class HostSpec(_Section):
     """How the GPUs talk to each other: ``pcie`` only, or ``nvlink``."""
     state_dir: str = Field(default="~/.sglang-stacks", pattern=r"^[A-Za-z0-9_./~-]+$")
     """Folder on the host for sglang-stacks' own files: the GPU claim, server logs."""
+    connect_timeout_s: int = Field(default=10, ge=1, le=300)
+    """Seconds to wait for the SSH host to answer a connection (ssh only); raise it for slow
+    networks."""
     gpu_hour_price: float | None = Field(default=None, gt=0)
     """What one GPU of this host costs per hour (any currency); adds the benchmark's cost per
     million output tokens."""
@@ -122,9 +125,22 @@ class EmulatorSpec(_Section):
     """Factor on startup durations (weight loading, graph capture): 1.0 takes as long as the real
     server; decode speed is never scaled."""
     faults: dict[str, Any] | None = None
-    """Faults to inject (crash, hang, slow readiness, 5xx bursts, port in use); see docs/emulator.md."""
+    """Faults to inject (crash, hang, slow readiness, 5xx bursts, port in use); see docs/emulator.md.
+    Checked here, before any server (another stack's included) is stopped."""
     state_dir: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_./~-]+$")
     """Where the emulated GPUs record their memory use on the host; default ``~/.sglang-emulator``."""
+
+    @field_validator("faults")
+    @classmethod
+    def _faults_are_known(cls, faults: dict[str, Any] | None) -> dict[str, Any] | None:
+        from sglang_emulator.faults import FaultError, parse_faults
+
+        if faults:
+            try:
+                parse_faults(faults)
+            except FaultError as error:
+                raise ValueError(str(error)) from None
+        return faults
 
     def variables(self, release: str) -> dict[str, str]:
         """The emulator's environment variables for its server and its nvidia-smi."""

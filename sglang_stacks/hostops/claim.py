@@ -12,12 +12,12 @@ before it launches anything.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from sglang_stacks.errors import ClaimError, HostError
+from sglang_stacks.hostops import lifetime
 from sglang_stacks.hostops.programs import open_python, run_python
 from sglang_stacks.hostops.transport import Connection, Session
 
@@ -84,14 +84,16 @@ class _Lease:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._stopped = threading.Event()
-        # The provider process outlives a Pulumi CLI that was killed (it is then reparented):
-        # the update is over then, and so is the hold on the host.
-        self._engine_pid = os.getppid()
+        # The provider process outlives a Pulumi CLI that was killed (its parent is a shell
+        # wrapper that survives too): the engine's address tells when the update is over, and
+        # with it the hold on the host; the watch then ends the whole process.
+        lifetime.on_engine_gone(finish_all)
+        lifetime.watch_engine()
         threading.Thread(target=self._beat, daemon=True).start()
 
     def _beat(self) -> None:
         while not self._stopped.wait(_HEARTBEAT_S):
-            if os.getppid() != self._engine_pid or not self.session.send(b"\n"):
+            if not lifetime.update_alive() or not self.session.send(b"\n"):
                 self.end()
                 return
 

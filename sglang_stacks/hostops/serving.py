@@ -67,7 +67,10 @@ def flag_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 def describe(current: Mapping[str, Any] | None, stack: str, flags: Mapping[str, Any], label: str) -> str:
     """A sentence for the preview: what deploying `stack` changes on the host."""
-    label = label[:1].upper() + label[1:]
+    # Only a label that is words ("the local host") starts the sentence capitalised: an SSH
+    # user's name is spelled as the host knows it.
+    if label.startswith("the "):
+        label = "T" + label[1:]
     if current is None:
         return f"{label} serves no SGLang server of sglang-stacks now; {stack} would start one."
     owner = current.get("stack", "?")

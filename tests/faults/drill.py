@@ -1,0 +1,163 @@
+"""What the fault drills share: a workspace on the emulator host (or a test sshd), updates started in
+the background to be interrupted, and the checks every drill ends with: the servers on the port,
+the tool's processes left on this side, the host's claim.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_stacks.hostops import claim
+from sglang_stacks.hostops.transport import Connection
+from tests._pulumi import Workspace, emulator_stack, free_port, pulumi_binary
+
+# A benchmark long enough to be interrupted (about 2 s per request on the emulator).
+LONG_BENCHMARK = (
+    "  sglang-stacks:benchmark:\n"
+    "    input_len: 32\n"
+    "    output_len: 160\n"
+    "    warmup_requests: 1\n"
+    "    repetitions: 3\n"
+    "    requests_per_repetition: 1\n"
+)
+
+
+def stack_config(
+    port: int,
+    state: Path,
+    *,
+    host: str | None = None,
+    benchmark: str = "",
+    faults: str = "",
+    **more: str,
+) -> str:
+    """A stack file's ``config:`` on the drill's host, its benchmark replaced by ``benchmark``, with
+    the emulator's ``faults`` (YAML lines under ``faults:``)."""
+    text = emulator_stack(port=port, state_dir=state, **more, **({"host": host} if host else {}))
+    if faults:
+        scale = "      time_scale: 0.002\n"
+        text = text.replace(scale, f"{scale}      faults:\n{faults}")
+    if benchmark:
+        start = text.index("  sglang-stacks:benchmark:\n")
+        end = text.index("  sglang-stacks:launch:\n")
+        text = text[:start] + benchmark + text[end:]
+    return text
+
+
+@dataclass
+class Drill:
+    """A workspace whose stacks share one host state folder."""
+
+    workspace: Workspace
+    state: Path
+
+    @property
+    def host_state(self) -> str:
+        return str(self.state / "host")
+
+    def add_stack(
+        self, stack: str, *, benchmark: str = "", faults: str = "", host: str | None = None, **more: str
+    ) -> int:
+        """Creates ``stack`` serving on a port of its own; returns the port. ``more``: the other
+        sections of `tests._pulumi.emulator_stack` (``server``, ``draft``, ``extra``)."""
+        port = free_port()
+        config = stack_config(port, self.state, host=host, benchmark=benchmark, faults=faults, **more)
+        self.workspace.init_stack(stack, config)
+        return port
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """``pulumi <args>`` in the background, its output kept for the assertion messages."""
+        return subprocess.Popen(
+            [pulumi_binary(), *args, "--non-interactive"],
+            cwd=self.workspace.path,
+            env=self.workspace.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def up(self, stack: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.workspace.run("up", "--yes", "--skip-preview", "-s", stack, check=check)
+
+    def claim(self, conn: Connection | None = None) -> claim.Claim | None:
+        return claim.read(conn or Connection.local(), state_dir=self.host_state)
+
+    def tool_processes(self) -> list[str]:
+        """Processes of this workspace's updates on this machine (the CLI, language host, program,
+        provider and its wrapper, SSH clients, a local load generator), servers excepted."""
+        marker = f"PULUMI_BACKEND_URL=file://{self.workspace.backend}".encode()
+        found = []
+        for pid in _pids():
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+                args = _cmdline(pid)
+            except OSError:
+                continue
+            if marker in environ.split(b"\0") and "sglang_emulator" not in args:
+                found.append(f"{pid}: {args}")
+        return found
+
+
+def _pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and int(entry) != os.getpid()]
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def processes(*needles: str) -> list[int]:
+    """Pids of processes whose command line holds every one of ``needles``."""
+    found = []
+    for pid in _pids():
+        try:
+            args = _cmdline(pid)
+        except OSError:
+            continue
+        if args and all(needle in args for needle in needles):
+            found.append(pid)
+    return found
+
+
+def servers(port: int) -> list[int]:
+    """The emulated SGLang servers listening on ``port``."""
+    return processes("sglang_emulator", f"--port {port}")
+
+
+def loadgens(port: int) -> list[int]:
+    """The load generators aimed at the server on ``port``."""
+    return processes("-m loadgen", f"--url=http://127.0.0.1:{port}")
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s:g} s for {what}")
+        time.sleep(0.2)
+
+
+def interrupt(update: subprocess.Popen[str], sig: signal.Signals) -> None:
+    """Sends ``sig`` to the ``pulumi`` CLI alone (its plugins are not told)."""
+    os.kill(update.pid, sig)
+
+
+def finish(update: subprocess.Popen[str], timeout_s: float = 120) -> str:
+    """The update's output once it has ended."""
+    output, _ = update.communicate(timeout=timeout_s)
+    return output

@@ -1,0 +1,106 @@
+"""Stacks sharing one host: a failing update of one never costs the other its server unless it
+has to, says so when it did, and two updates racing for the host end with one server."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests._pulumi import ROOT
+from tests.faults.drill import Drill, finish, healthy, servers
+
+pytestmark = pytest.mark.integration
+
+EAGLE3 = (
+    "  sglang-stacks:draftModel:\n"
+    "    source: local\n"
+    "    local_path: {local}\n"
+    "    path_on_host: {state}/draft/eagle3\n"
+    '    sha256: "{sha256}"\n'
+    "    weights_gb: 2.4\n"
+)
+EAGLE3_SERVER = (
+    "    cuda_graph_max_bs: 128\n"
+    "    mem_fraction_static: 0.88\n"
+    "    speculative_algorithm: EAGLE\n"
+    "    speculative_num_steps: 2\n"
+    "    speculative_eagle_topk: 4\n"
+    "    speculative_num_draft_tokens: 4\n"
+)
+
+
+@pytest.fixture(scope="module")
+def serving(drill: Drill) -> int:
+    """Stack ``serving`` deployed: the host serves it."""
+    port = drill.add_stack("serving")
+    drill.up("serving")
+    return port
+
+
+def assert_serves(drill: Drill, stack: str, port: int) -> None:
+    """The host serves ``stack`` with exactly one healthy server, recorded in a settled claim."""
+    assert len(servers(port)) == 1 and healthy(port)
+    holder = drill.claim()
+    assert holder is not None and (holder.stack, holder.updating) == (stack, False)
+    assert holder.server_pid == servers(port)[0]
+    assert drill.tool_processes() == []
+
+
+def test_a_wrong_draft_model_fails_before_the_other_stacks_server_is_stopped(
+    drill: Drill, serving: int
+) -> None:
+    # A draft model as big as a small real one: checking it takes long enough that a takeover
+    # running beside the check (as it did) stops the other stack's server before it fails.
+    local = drill.state / "big-draft"
+    shutil.copytree(ROOT / "artifacts" / "eagle3-standin", local)
+    with (local / "model.safetensors").open("wb") as weights:
+        weights.truncate(768 * 2**20)
+    draft = EAGLE3.format(state=drill.state, local=local, sha256="0" * 64)
+    drill.add_stack("wrong-draft", draft=draft, server=EAGLE3_SERVER)
+
+    failed = drill.up("wrong-draft", check=False)
+
+    assert failed.returncode != 0
+    assert "ArtifactError" in failed.stdout + failed.stderr, failed.stdout
+    assert_serves(drill, "serving", serving)
+
+
+def test_a_launch_that_fails_after_the_takeover_names_the_command_that_restores_the_host(
+    drill: Drill, serving: int
+) -> None:
+    port = drill.add_stack("port-taken", faults="        port_in_use: true\n")
+
+    failed = drill.up("port-taken", check=False)
+    output = failed.stdout + failed.stderr
+
+    assert failed.returncode != 0 and servers(port) == [] and servers(serving) == []
+    assert "no longer serves stack 'serving'" in output, output
+    assert "`pulumi up -s serving` restores it" in output, output
+    drill.up("serving")
+    assert_serves(drill, "serving", serving)
+
+
+def test_two_stacks_racing_for_one_host_end_with_one_server(drill: Drill, serving: int) -> None:
+    ports = {stack: drill.add_stack(stack) for stack in ("racer-a", "racer-b")}
+
+    updates = {stack: drill.start("up", "--yes", "--skip-preview", "-s", stack) for stack in ports}
+    outputs = {stack: finish(update, timeout_s=300) for stack, update in updates.items()}
+    codes = {stack: updates[stack].returncode for stack in ports}
+
+    # Either one won and the other stopped at the claim, launching nothing, or the second came
+    # after the first had finished and took the host over: one server either way.
+    assert 0 in codes.values(), outputs
+    for stack, code in codes.items():
+        if code != 0:
+            assert "is updating" in outputs[stack] and "launches nothing" in outputs[stack], outputs[stack]
+    running = {stack: servers(port) for stack, port in ports.items()}
+    assert servers(serving) == [] and sum(len(pids) for pids in running.values()) == 1, running
+    holder = drill.claim()
+    assert holder is not None
+    assert_serves(drill, holder.stack, ports[holder.stack])
+    # The loser's next `up` converges with no manual step.
+    for stack, code in codes.items():
+        if code != 0:
+            drill.up(stack)
+            assert_serves(drill, stack, ports[stack])
