@@ -8,8 +8,6 @@ for all of them.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,12 +16,20 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 
 from sglang_stacks.components._provider import host_connection
+from sglang_stacks.components._wiring import (
+    connection_args,
+    emulator_env,
+    flags_digest,
+    nvidia_smi_command,
+    options_of,
+    render_flags,
+)
 from sglang_stacks.components.benchmark import Benchmark
 from sglang_stacks.components.draft_model import DraftModel
 from sglang_stacks.components.environment import PythonEnvironment
 from sglang_stacks.components.host import FACT_KEYS, GpuClaim, HostProbe
-from sglang_stacks.components.server import SGLangServer, upgrade_flags
-from sglang_stacks.config import preflight, render
+from sglang_stacks.components.server import SGLangServer
+from sglang_stacks.config import preflight
 from sglang_stacks.config.flags import FlagValue
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec
@@ -33,6 +39,8 @@ from sglang_stacks.hostops.transport import Connection
 
 if TYPE_CHECKING:
     from pulumi_command.remote import ConnectionArgs
+
+__all__ = ["DEFAULT_PORT", "DeploymentArgs", "SGLangDeployment", "connection_args", "render_flags"]
 
 DEFAULT_PORT = 30000
 
@@ -52,48 +60,6 @@ class DeploymentArgs:
     """A Hugging Face token for gated models, a Pulumi secret; the server gets it as HF_TOKEN."""
 
 
-def connection_args(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None) -> ConnectionArgs | None:
-    """The stack file's host section as pulumi-command's ``ConnectionArgs`` (``None`` for the
-    emulator host); SpecError when an SSH host has no key."""
-    host = spec.host
-    if host.kind == "emulator":
-        return None
-    if ssh_private_key is None:
-        raise SpecError(
-            "This stack deploys over SSH but has no key. Set it with "
-            "`pulumi config set --secret sshPrivateKey < ~/.ssh/id_ed25519`."
-        )
-    from pulumi_command.remote import ConnectionArgs  # only SSH stacks pay for the import
-
-    return ConnectionArgs(
-        host=host.address or "",
-        port=host.port,
-        user=host.user,
-        host_key=host.host_key,
-        private_key=ssh_private_key,
-        per_dial_timeout=host.connect_timeout_s,
-    )
-
-
-def render_flags(spec: StackSpec) -> dict[str, FlagValue]:
-    """The stack's launch flags as the server records them (canonical name -> value); errors name
-    the flag. Rendered for the declared release, so a preview shows every flag; the server checks
-    at launch that the host really has that release."""
-    return render.launch_values(spec.launch_flags(), spec.environment.sglang_release)
-
-
-def _as_options(flags: Mapping[str, Any], release: str) -> dict[str, Any]:
-    """Launch values keyed by the release's option spelling, as a person reads them."""
-    values = upgrade_flags({"flags": flags, "release": release})["flags"]
-    shown: dict[str, Any] = {}
-    for name, value in values.items():
-        try:
-            shown[render.resolve_flag(name, release).long_name] = value
-        except StacksError:
-            shown[name] = value
-    return shown
-
-
 _OUTPUTS = (
     "tok_s",
     "benchmark",
@@ -107,27 +73,6 @@ _OUTPUTS = (
     "memory_plan",
     "server_log",
 )
-
-
-def _emulator_env(spec: StackSpec) -> dict[str, str]:
-    """The emulator's settings as its variables; none for a real SGLang host."""
-    release = spec.environment.sglang_release
-    return spec.environment.emulator.variables(release) if spec.runtime == "emulator" else {}
-
-
-def _nvidia_smi(spec: StackSpec, environment: PythonEnvironment) -> pulumi.Input[Sequence[str]]:
-    """How nvidia-smi runs on the host: the real one, or the emulator's stand-in in its venv."""
-    if spec.runtime != "emulator":
-        return ["nvidia-smi"]
-    variables = [f"{key}={value}" for key, value in sorted(_emulator_env(spec).items())]
-    return environment.python.apply(
-        lambda python: ["env", *variables, python, "-m", "sglang_emulator.nvidia_smi"]
-    )
-
-
-def flags_digest(flag_values: Mapping[str, Any]) -> str:
-    """A short digest of the launch flags: equal digests, equal configurations."""
-    return hashlib.sha256(json.dumps(flag_values, sort_keys=True).encode()).hexdigest()[:16]
 
 
 class SGLangDeployment(pulumi.ComponentResource):
@@ -175,7 +120,7 @@ class SGLangDeployment(pulumi.ComponentResource):
             extra_pins=spec.environment.extra_pins,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        nvidia_smi = _nvidia_smi(spec, environment)
+        nvidia_smi = nvidia_smi_command(spec, environment)
         gpu_ready = self._host(name, spec, stack, connection, nvidia_smi, update_id, environment)
         launch_flags = render_flags(spec)
         server = self._server(
@@ -310,7 +255,7 @@ class SGLangDeployment(pulumi.ComponentResource):
             flags=launch_flags,
             release=release,
             installed_version=environment.sglang_version,
-            env={**spec.environment.env, **_emulator_env(spec)},
+            env={**spec.environment.env, **emulator_env(spec)},
             secret_env=hub_token.apply(lambda token: {"HF_TOKEN": token}) if hub_token else None,
             port=spec.server.port or DEFAULT_PORT,
             nvidia_smi=nvidia_smi,
@@ -334,8 +279,8 @@ class SGLangDeployment(pulumi.ComponentResource):
             current = serving.read(conn, state_dir)
             if current is not None:
                 theirs = str(current.get("release", release))
-                current = {**current, "flags": _as_options(current.get("flags", {}), theirs)}
-            note = serving.describe(current, stack, _as_options(flags, release), conn.label)
+                current = {**current, "flags": options_of(current.get("flags", {}), theirs)}
+            note = serving.describe(current, stack, options_of(flags, release), conn.label)
         except StacksError:
             return  # an unreachable host fails the probe, with its own message
         pulumi.log.info(note, self)
