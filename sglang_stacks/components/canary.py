@@ -50,7 +50,7 @@ class CanaryOutputs(Props):
     """Both measurements and the verdict."""
 
     canary_tok_s: float
-    reference_tok_s: float | None
+    reference_tok_s: float | None = None
     """None when no replica answered on the current configuration (the fleet's first deploy)."""
     verdict: str
 

@@ -95,6 +95,7 @@ class Fleet(pulumi.ComponentResource):
             release=fleet.router.release,
             host=fleet.router.host,
             port=fleet.router.port,
+            metrics_port=fleet.router.metrics_port,
             policy=fleet.router.policy,
             health_check_interval_s=fleet.router.health_check_interval_s,
             log_path=f"{fleet.router.state_dir.rstrip('/')}/{args.stack}-router.log",
@@ -168,15 +169,19 @@ class Fleet(pulumi.ComponentResource):
         entry = args.spec.fleet.hosts[index]
         connection = host_connection(connection_args(spec, args.ssh_private_key))
         child = pulumi.ResourceOptions(parent=self)
-        # Hosts may share one machine and its default venv: one environment installs at a time.
+        # Emulator hosts often share one machine: each gets its own (small) venv in its state folder,
+        # so no host's install swaps a venv another host's server runs from. Real hosts share the
+        # default one, installed one host at a time.
+        emulated = spec.runtime == "emulator"
         environment = PythonEnvironment(
             f"{name}-environment",
             connection=connection,
             runtime=spec.runtime,
             release=spec.environment.sglang_release,
             extra_pins=spec.environment.extra_pins,
+            venv_path=f"{spec.host.state_dir.rstrip('/')}/venv" if emulated else None,
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[environment_before] if environment_before else []
+                parent=self, depends_on=[environment_before] if environment_before and not emulated else []
             ),
         )
         nvidia_smi = _nvidia_smi(spec, environment)

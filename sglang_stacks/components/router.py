@@ -42,6 +42,7 @@ class RouterInputs(HostInputs):
     """The sglang-router release it must be."""
     host: Annotated[str, REPLACES]
     port: Annotated[int, REPLACES]
+    metrics_port: Annotated[int, REPLACES]
     policy: Annotated[str, REPLACES]
     health_check_interval_s: Annotated[int, REPLACES]
     log_path: Annotated[str, REPLACES]
@@ -77,6 +78,7 @@ def start_router(inputs: RouterInputs) -> RouterOutputs:
         release=inputs.release,
         host=inputs.host,
         port=inputs.port,
+        metrics_port=inputs.metrics_port,
         policy=inputs.policy,
         health_interval_s=inputs.health_check_interval_s,
         log=inputs.log_path,
@@ -140,6 +142,7 @@ class SGLangRouter(dynamic.Resource, module="sglang", name="Router"):
         release: str,
         host: str,
         port: int,
+        metrics_port: int,
         policy: str,
         health_check_interval_s: int,
         log_path: str,
@@ -151,6 +154,7 @@ class SGLangRouter(dynamic.Resource, module="sglang", name="Router"):
             "release": release,
             "host": host,
             "port": port,
+            "metrics_port": metrics_port,
             "policy": policy,
             "health_check_interval_s": health_check_interval_s,
             "log_path": log_path,

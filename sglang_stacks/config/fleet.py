@@ -41,6 +41,8 @@ class RouterSpec(_Section):
     """The address the router listens on."""
     port: int = Field(default=30100, ge=1, le=65535)
     """The router's HTTP port: clients send their requests here."""
+    metrics_port: int = Field(default=29000, ge=1, le=65535)
+    """The router's Prometheus metrics port (``--prometheus-port``); one per router on a machine."""
     policy: Literal["random", "round_robin", "cache_aware", "power_of_two"] = "cache_aware"
     """sglang-router's load-balancing policy (``--policy``)."""
     release: str = Field(default=ROUTER_RELEASE, pattern=r"^[0-9][A-Za-z0-9.+-]*$")

@@ -1,6 +1,7 @@
 # SGLang's router (the sglang-router package) on the machine that fronts the fleet. MODE selects:
 #   start  check that PYTHON has sglang-router RELEASE (prints "wrong-release FOUND" otherwise),
-#          start it detached on HOST:PORT with POLICY and HEALTH_INTERVAL_S, logging to LOG, and
+#          start it detached on HOST:PORT (its metrics on METRICS_PORT) with POLICY and
+#          HEALTH_INTERVAL_S, logging to LOG, and
 #          wait up to TIMEOUT_S for its /liveness: prints "ready PID START_TICKS", or "exited"/"timeout"
 #          then ---log--- and the log's last lines; "port-taken" when PORT already answers
 #   alive  exit 0 while PID runs (and is the process started at START_TICKS)
@@ -32,6 +33,7 @@ start() {
     mkdir -p "$(dirname "$LOG")"
     setsid nohup "$PYTHON" -m sglang_router.launch_router --host "$HOST" --port "$PORT" \
         --policy "$POLICY" --health-check-interval-secs "$HEALTH_INTERVAL_S" --log-level warn \
+        --prometheus-host "$HOST" --prometheus-port "$METRICS_PORT" \
         >"$LOG" 2>&1 </dev/null &
     pid=$!
     ticks=$(stat_field "$pid" 20)
