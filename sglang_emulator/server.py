@@ -52,6 +52,13 @@ class ServerContext:
     started_s: float = field(default_factory=time.time)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _generation_requests: int = 0
+    in_flight: int = 0
+    """Generation requests received and not yet answered in full (``/get_load``'s ``num_reqs``)."""
+
+    def track(self, delta: int) -> None:
+        """Counts a generation request in (+1) or out (-1)."""
+        with self._lock:
+            self.in_flight += delta
 
     def next_generation_number(self) -> int:
         with self._lock:
@@ -193,6 +200,7 @@ class _Handler(BaseHTTPRequestHandler):
             "/get_server_info": self._server_info,
             "/flush_cache": self._flush_cache,
             "/metrics": self._metrics,
+            "/get_load": self._get_load,
             "/v1/models": self._models,
             "/generate": self._generate,
             "/v1/completions": self._completions,
@@ -219,7 +227,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._body()
                 self._json(401, {"error": "Unauthorized"})
                 return
-            handler()
+            if path in posts:
+                self._tracked(handler)
+            else:
+                handler()
         except _BadRequest as exc:
             self._error(400, str(exc))
         except (BrokenPipeError, ConnectionResetError):
@@ -253,6 +264,31 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _server_info(self) -> None:
         self._json(200, self.server.context.server_info())
+
+    def _tracked(self, handler: Callable[[], None]) -> None:
+        # From the request's arrival to its last byte: what a router drain must wait for.
+        context = self.server.context
+        context.track(+1)
+        try:
+            handler()
+        finally:
+            context.track(-1)
+
+    def _get_load(self) -> None:
+        # SGLang's /get_load: one entry per data-parallel rank (the emulator has one).
+        context = self.server.context
+        stats = context.engine.stats
+        self._json(
+            200,
+            [
+                {
+                    "dp_rank": 0,
+                    "num_reqs": context.in_flight,
+                    "num_waiting_reqs": stats.queued,
+                    "num_tokens": int(context.engine.token_usage() * context.plan.max_total_num_tokens),
+                }
+            ],
+        )
 
     def _flush_cache(self) -> None:
         self._body()

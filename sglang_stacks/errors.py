@@ -8,6 +8,7 @@ StacksError                  base: a sentence saying what went wrong and how to 
 │   └── ClaimError           another stack holds, or is taking, this host's GPUs
 ├── ArtifactError            the draft model is missing or does not match its manifest
 ├── ServerError              SGLang did not become ready (classified: oom, bad_flag, nccl, other)
+├── RouterError              SGLang's router did not start, or would not add or drain a worker
 └── BenchmarkError           the post-deploy benchmark failed or regressed
 """
 
@@ -44,6 +45,10 @@ class ArtifactError(StacksError):
 
 class ServerError(StacksError):
     """The SGLang server failed to start or to become ready."""
+
+
+class RouterError(StacksError):
+    """SGLang's router (sglang-router) failed to start, or to add, list or drain a worker."""
 
 
 class BenchmarkError(StacksError):

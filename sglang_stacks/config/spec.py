@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec, SloSpec
 from sglang_stacks.config.flags import ServerFlags
+from sglang_stacks.config.fleet import FleetSpec
 from sglang_stacks.config.sections import (
     CONFIG_NAMESPACE,
     EMULATOR_HOST_FACTS,
@@ -37,6 +38,7 @@ __all__ = [
     "BenchmarkSpec",
     "DraftModelSpec",
     "EnvironmentSpec",
+    "FleetSpec",
     "GateSpec",
     "HostSpec",
     "LaunchSpec",
@@ -71,6 +73,39 @@ class StackSpec(BaseModel):
     """``sglang-stacks:gate``: the regression gate, when there is one."""
     launch: LaunchSpec = Field(default_factory=LaunchSpec)
     """``sglang-stacks:launch``: supervision of the server process."""
+    fleet: FleetSpec | None = None
+    """``sglang-stacks:fleet``: several hosts, one replica each, behind SGLang's router; replaces
+    ``sglang-stacks:host``."""
+
+    @model_validator(mode="after")
+    def _one_place(self) -> StackSpec:
+        if self.fleet is not None and "host" in self.model_fields_set:
+            raise ValueError(
+                "a stack with a fleet lists its hosts in fleet.hosts; move the sglang-stacks:host section "
+                "into fleet.hosts (one entry per host)"
+            )
+        if self.fleet is not None and self.gate is not None:
+            raise ValueError(
+                "a fleet is gated by fleet.rollout (its canary against the current replicas); remove "
+                "sglang-stacks:gate"
+            )
+        return self
+
+    def for_host(self, index: int) -> StackSpec:
+        """The spec of fleet host ``index`` as a single-host stack: its host section, its server port,
+        and on the emulator its own GPU state (hosts may share one machine)."""
+        assert self.fleet is not None  # only fleets have hosts by index
+        entry = self.fleet.hosts[index]
+        host = HostSpec.model_validate(entry.model_dump(exclude={"server_port"}, exclude_unset=True))
+        server = self.server
+        if entry.server_port is not None:
+            server = server.model_copy(update={"port": entry.server_port})
+        emulator = self.environment.emulator.model_copy(
+            update={"state_dir": f"{host.state_dir.rstrip('/')}/gpus"}
+        )
+        environment = self.environment.model_copy(update={"emulator": emulator})
+        update = {"host": host, "server": server, "environment": environment, "fleet": None}
+        return self.model_copy(update=update)
 
     @model_validator(mode="after")
     def _paths_agree(self) -> StackSpec:

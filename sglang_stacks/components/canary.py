@@ -1,0 +1,180 @@
+"""The canary gate of a fleet's rolling update: before the rest of the fleet changes, the first
+replaced replica is benchmarked beside a replica still on the current configuration, from the
+router's machine, and must not be slower (tok/s, TTFT) beyond the rollout's tolerances.
+
+The gate runs once per canary launch. A regressed canary fails the update: the replicas after it
+are never touched, the canary stays out of the router, and the router keeps serving from the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import pulumi
+import pulumi.dynamic as dynamic
+
+from sglang_stacks.components._provider import (
+    LABEL,
+    REPLACES,
+    HostInputs,
+    Props,
+    TypedProvider,
+    keep_connection_secret,
+    resource_props,
+)
+from sglang_stacks.components.benchmark import BenchmarkInputs, run_on_host
+from sglang_stacks.config.benchmark_spec import BenchmarkSpec
+from sglang_stacks.config.fleet import RolloutSpec
+from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.results import stats, summary
+
+
+class CanaryInputs(HostInputs):
+    """The canary, the replica it is judged against, and the gate."""
+
+    stack: Annotated[str, LABEL]
+    python: Annotated[str, LABEL]
+    """The Python on the router's machine that runs the load generator."""
+    canary_url: Annotated[str, REPLACES]
+    canary_instance: Annotated[str, REPLACES]
+    """The canary launch judged: a new launch is judged anew."""
+    reference_url: Annotated[str, LABEL]
+    """A replica still on the current configuration (the next batch's first host)."""
+    workload: Annotated[BenchmarkSpec, LABEL]
+    rollout: Annotated[RolloutSpec, LABEL]
+    state_dir: Annotated[str, LABEL]
+
+
+class CanaryOutputs(Props):
+    """Both measurements and the verdict."""
+
+    canary_tok_s: float
+    reference_tok_s: float | None = None
+    """None when no replica answered on the current configuration (the fleet's first deploy)."""
+    verdict: str
+
+
+def _measure(inputs: CanaryInputs, url: str, instance: str) -> stats.BenchmarkResult:
+    document = run_on_host(
+        BenchmarkInputs(
+            connection=inputs.connection,
+            stack=inputs.stack,
+            python=inputs.python,
+            url=url,
+            server_instance=instance,
+            workload=inputs.workload,
+            launch_command="",
+            sglang_version="",
+            flags_digest="",
+            state_dir=inputs.state_dir,
+            update_id="",
+        )
+    )
+    return summary.summarize_levels(document)[0]
+
+
+def _reachable(url: str) -> bool:
+    import httpx  # the provider's own process: imported where it is used
+
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def judge(canary: stats.BenchmarkResult, reference: stats.BenchmarkResult, rollout: RolloutSpec) -> list[str]:
+    """The ways the canary regressed against the reference, as sentences (none: it passed)."""
+    problems: list[str] = []
+    if rollout.tok_s_tolerance_pct is not None:
+        floor = reference.tok_s_mean * (1 - rollout.tok_s_tolerance_pct / 100)
+        if canary.tok_s_mean < floor:
+            change = 100 * (canary.tok_s_mean / reference.tok_s_mean - 1)
+            problems.append(
+                f"tok/s {canary.tok_s_mean:.1f} against {reference.tok_s_mean:.1f} ({change:+.1f} %, "
+                f"tolerance {rollout.tok_s_tolerance_pct:g} %)"
+            )
+    if rollout.ttft_tolerance_pct is not None and canary.ttft_ms and reference.ttft_ms:
+        ceiling = reference.ttft_ms.p50 * (1 + rollout.ttft_tolerance_pct / 100)
+        if canary.ttft_ms.p50 > ceiling:
+            problems.append(
+                f"median TTFT {canary.ttft_ms.p50:.1f} ms against {reference.ttft_ms.p50:.1f} ms "
+                f"(tolerance {rollout.ttft_tolerance_pct:g} %)"
+            )
+    return problems
+
+
+def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
+    """Measures the canary and the reference; BenchmarkError when the canary regressed."""
+    canary = _measure(inputs, inputs.canary_url, inputs.canary_instance)
+    if not _reachable(inputs.reference_url):
+        return CanaryOutputs(
+            canary_tok_s=round(canary.tok_s_mean, 2),
+            reference_tok_s=None,
+            verdict="no replica on the current configuration answered: nothing to compare with",
+        )
+    reference = _measure(inputs, inputs.reference_url, "reference")
+    problems = judge(canary, reference, inputs.rollout)
+    if problems:
+        raise BenchmarkError(
+            f"The canary of fleet {inputs.stack} regressed: {'; '.join(problems)}. The roll stopped "
+            "before the other hosts; the canary stays out of the router and the other replicas serve. "
+            f"Restore the previous stack file and run `pulumi up -s {inputs.stack}`, which relaunches "
+            "the canary on it, or loosen fleet.rollout's tolerances."
+        )
+    return CanaryOutputs(
+        canary_tok_s=round(canary.tok_s_mean, 2),
+        reference_tok_s=round(reference.tok_s_mean, 2),
+        verdict="passed",
+    )
+
+
+class CanaryProvider(TypedProvider[CanaryInputs, CanaryOutputs]):
+    """Judges each canary launch once."""
+
+    inputs = CanaryInputs
+    outputs = CanaryOutputs
+
+    def resource_id(self, inputs: CanaryInputs, outputs: CanaryOutputs) -> str:
+        return inputs.canary_instance
+
+    def create_typed(self, inputs: CanaryInputs) -> CanaryOutputs:
+        return run_gate(inputs)
+
+
+class CanaryGate(dynamic.Resource, module="sglang", name="CanaryGate"):
+    """The canary replica judged against a replica on the current configuration."""
+
+    canary_tok_s: pulumi.Output[float]
+    reference_tok_s: pulumi.Output[float | None]
+    verdict: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        connection: pulumi.Input[Mapping[str, Any]],
+        stack: str,
+        python: str,
+        canary_url: str,
+        canary_instance: pulumi.Input[str],
+        reference_url: str,
+        workload: BenchmarkSpec,
+        rollout: RolloutSpec,
+        state_dir: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        inputs = {
+            "connection": connection,
+            "stack": stack,
+            "python": python,
+            "canary_url": canary_url,
+            "canary_instance": canary_instance,
+            "reference_url": reference_url,
+            "workload": workload.model_dump(mode="json"),
+            "rollout": rollout.model_dump(mode="json"),
+            "state_dir": state_dir,
+        }
+        super().__init__(
+            CanaryProvider(), name, resource_props(inputs, CanaryOutputs), keep_connection_secret(opts)
+        )

@@ -1,0 +1,307 @@
+"""A fleet: one configuration served by a replica on each of several hosts, behind SGLang's router,
+rolled over the hosts in batches.
+
+Per host it composes the single-host resources (probe, claim, environment, draft model, server,
+benchmark) and a `RouterWorker` that puts the replica in the router. The order is Pulumi's
+dependency graph: every replica of a batch waits for the previous batch to be back in the router
+(and the second batch for the canary gate), so `pulumi up` replaces at most a batch at a time and
+the router always has the other replicas to serve from.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from sglang_stacks.components._provider import host_connection
+from sglang_stacks.components._wiring import (
+    connection_args,
+    emulator_env,
+    flags_digest,
+    nvidia_smi_command,
+    render_flags,
+)
+from sglang_stacks.components.benchmark import Benchmark
+from sglang_stacks.components.canary import CanaryGate
+from sglang_stacks.components.draft_model import DraftModel
+from sglang_stacks.components.environment import PythonEnvironment
+from sglang_stacks.components.host import FACT_KEYS, GpuClaim, HostProbe
+from sglang_stacks.components.router import RouterWorker, SGLangRouter
+from sglang_stacks.components.server import SGLangServer
+from sglang_stacks.config import preflight
+from sglang_stacks.config.fleet import FleetHostSpec
+from sglang_stacks.config.spec import StackSpec
+from sglang_stacks.errors import SpecError
+
+DEFAULT_PORT = 30000
+
+
+@dataclass(frozen=True)
+class FleetArgs:
+    """What a fleet is made of: the stack's spec (with a ``fleet`` section) and its secrets."""
+
+    stack: str
+    spec: StackSpec
+    ssh_private_key: pulumi.Output[str] | None = None
+    """The key of the SSH hosts, a Pulumi secret; none when every host is an emulator host."""
+    hub_token: pulumi.Output[str] | None = None
+
+
+@dataclass
+class Replica:
+    """One host's resources."""
+
+    index: int
+    server: SGLangServer
+    benchmark: Benchmark
+    worker: RouterWorker
+    url: str
+
+
+class Fleet(pulumi.ComponentResource):
+    """Replicas on every host of the stack's fleet, behind SGLang's router, benchmarked through it."""
+
+    router_url: pulumi.Output[str]
+    """Where clients send requests."""
+    tok_s: pulumi.Output[float]
+    """Output tok/s through the router at the benchmark's first level."""
+    benchmark_levels: pulumi.Output[list[dict[str, Any]]]
+    """The router benchmark at each load level."""
+    replicas: pulumi.Output[list[dict[str, Any]]]
+    """Per replica: host, URL, launch command, tok/s measured on its own."""
+    canary: pulumi.Output[dict[str, Any] | None]
+    """The canary gate's measurements and verdict (None without a canary)."""
+    launch_flags: pulumi.Output[dict[str, Any]]
+
+    def __init__(self, name: str, args: FleetArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("sglang-stacks:index:Fleet", name, None, opts)
+        spec, fleet = args.spec, args.spec.fleet
+        if fleet is None:
+            raise SpecError("A Fleet needs a stack with a sglang-stacks:fleet section.")
+        for index in range(len(fleet.hosts)):
+            found = preflight.run_preflight(spec.for_host(index), spec.environment.sglang_release)
+            preflight.raise_on_errors(found)
+        self._update_id = uuid.uuid4().hex[:12]
+        self._name, self._args = name, args
+        local = host_connection(None)
+        router = SGLangRouter(
+            f"{name}-router",
+            connection=local,
+            python=sys.executable,
+            release=fleet.router.release,
+            host=fleet.router.host,
+            port=fleet.router.port,
+            metrics_port=fleet.router.metrics_port,
+            policy=fleet.router.policy,
+            health_check_interval_s=fleet.router.health_check_interval_s,
+            log_path=f"{fleet.router.state_dir.rstrip('/')}/{args.stack}-router.log",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        replicas: list[Replica] = []
+        after: list[pulumi.Resource] = []  # what the next batch waits for
+        environment_before: pulumi.Resource | None = None
+        self._gate: CanaryGate | None = None
+        for batch in fleet.batches():
+            built = []
+            for index in batch:
+                replica, environment_before = self._replica(index, router, after, environment_before)
+                built.append(replica)
+            replicas += built
+            after = [replica.worker for replica in built]
+        gate = self._gate
+        through_router = Benchmark(
+            f"{name}-benchmark",
+            connection=local,
+            stack=args.stack,
+            python=sys.executable,
+            url=router.url,
+            server_instance=pulumi.Output.all(*[r.server.instance for r in replicas]).apply(
+                lambda ids: "+".join(ids)
+            ),
+            launch_command=replicas[0].server.launch_command,
+            sglang_version=spec.environment.sglang_release,
+            flags_digest=flags_digest(render_flags(spec)),
+            workload=spec.benchmark,
+            state_dir=fleet.router.state_dir,
+            update_id=self._update_id,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[r.worker for r in replicas]),
+        )
+        self.router_url = router.url
+        self.tok_s = through_router.tok_s
+        self.benchmark_levels = through_router.levels
+        self.launch_flags = pulumi.Output.from_input(dict(render_flags(spec)))
+        self.replicas = pulumi.Output.all(
+            *[pulumi.Output.all(r.index, r.url, r.server.launch_command, r.benchmark.tok_s) for r in replicas]
+        ).apply(lambda rows: [{"host": i, "url": u, "launch_command": c, "tok_s": t} for i, u, c, t in rows])
+        self.canary = (
+            pulumi.Output.all(gate.canary_tok_s, gate.reference_tok_s, gate.verdict).apply(
+                lambda v: {"canary_tok_s": v[0], "reference_tok_s": v[1], "verdict": v[2]}
+            )
+            if gate
+            else pulumi.Output.from_input(None)
+        )
+        self.register_outputs(
+            {
+                "router_url": self.router_url,
+                "tok_s": self.tok_s,
+                "benchmark_levels": self.benchmark_levels,
+                "replicas": self.replicas,
+                "canary": self.canary,
+                "launch_flags": self.launch_flags,
+            }
+        )
+
+    def _replica(
+        self,
+        index: int,
+        router: SGLangRouter,
+        after: list[pulumi.Resource],
+        environment_before: pulumi.Resource | None,
+    ) -> tuple[Replica, pulumi.Resource]:
+        """Host ``index``'s resources; its server waits for ``after`` (the previous batch)."""
+        args, name = self._args, f"{self._name}-host{index}"
+        spec = args.spec.for_host(index)
+        assert args.spec.fleet is not None
+        entry = args.spec.fleet.hosts[index]
+        connection = host_connection(connection_args(spec, args.ssh_private_key))
+        child = pulumi.ResourceOptions(parent=self)
+        # Emulator hosts often share one machine: each gets its own (small) venv in its state folder,
+        # so no host's install swaps a venv another host's server runs from. Real hosts share the
+        # default one, installed one host at a time.
+        emulated = spec.runtime == "emulator"
+        environment = PythonEnvironment(
+            f"{name}-environment",
+            connection=connection,
+            runtime=spec.runtime,
+            release=spec.environment.sglang_release,
+            extra_pins=spec.environment.extra_pins,
+            venv_path=f"{spec.host.state_dir.rstrip('/')}/venv" if emulated else None,
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[environment_before] if environment_before and not emulated else []
+            ),
+        )
+        nvidia_smi = nvidia_smi_command(spec, environment)
+        probe = HostProbe(
+            f"{name}-probe",
+            connection=connection,
+            declared={key: getattr(spec.host, key) for key in FACT_KEYS},
+            nvidia_smi=nvidia_smi,
+            opts=child,
+        )
+        claim = GpuClaim(
+            f"{name}-claim",
+            connection=connection,
+            stack=args.stack,
+            update_id=self._update_id,
+            nvidia_smi=nvidia_smi,
+            state_dir=spec.host.state_dir,
+            takeover=spec.launch.takeover,
+            stop_timeout_s=spec.launch.stop_timeout_s,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[probe]),
+        )
+        ready: list[pulumi.Resource] = [probe, claim, environment, *after]
+        draft_digest = None
+        if spec.draft_model is not None:
+            draft = DraftModel(
+                f"{name}-draft-model",
+                connection=connection,
+                source=spec.draft_model.source,
+                local_path=spec.draft_model.local_path,
+                path_on_host=spec.draft_model.path_on_host,
+                sha256=spec.draft_model.sha256,
+                sha256_manifest=spec.draft_model.sha256_manifest,
+                opts=child,
+            )
+            ready.append(draft)
+            draft_digest = draft.digest
+        port = spec.server.port or DEFAULT_PORT
+        hub_token = args.hub_token
+        launch_flags = render_flags(spec)
+        server = SGLangServer(
+            f"{name}-server",
+            connection=connection,
+            stack=args.stack,
+            python=environment.python,
+            launcher_module=environment.launcher_module,
+            runtime=spec.runtime,
+            extra_pins=spec.environment.extra_pins,
+            flags=launch_flags,
+            release=spec.environment.sglang_release,
+            installed_version=environment.sglang_version,
+            env={**spec.environment.env, **emulator_env(spec)},
+            secret_env=hub_token.apply(lambda token: {"HF_TOKEN": token}) if hub_token else None,
+            port=port,
+            nvidia_smi=nvidia_smi,
+            draft_digest=draft_digest,
+            state_dir=spec.host.state_dir,
+            update_id=self._update_id,
+            log_dir=spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs",
+            ready_timeout_s=spec.launch.ready_timeout_s,
+            stop_timeout_s=spec.launch.stop_timeout_s,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=ready),
+        )
+        benchmark = Benchmark(
+            f"{name}-benchmark",
+            connection=connection,
+            stack=args.stack,
+            python=environment.python,
+            url=server.url,
+            server_instance=server.instance,
+            launch_command=server.launch_command,
+            sglang_version=environment.sglang_version,
+            flags_digest=flags_digest(launch_flags),
+            workload=spec.benchmark,
+            state_dir=spec.host.state_dir,
+            update_id=self._update_id,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[server]),
+        )
+        url = f"http://{entry.worker_address}:{port}"
+        fleet = args.spec.fleet
+        waits: list[pulumi.Resource] = [benchmark, router]
+        batches = fleet.batches()
+        if index == 0 and fleet.rollout.canary and len(batches) > 1:
+            # Judged before it joins the router: a regressed canary never serves.
+            self._gate = self._canary(
+                url, server.instance, benchmark, fleet.hosts[batches[1][0]], host_connection(None)
+            )
+            waits.append(self._gate)
+        worker = RouterWorker(
+            f"{name}-worker",
+            connection=host_connection(None),
+            router_url=router.url,
+            worker_url=url,
+            server_instance=server.instance,
+            drain_timeout_s=fleet.router.drain_timeout_s,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
+        )
+        return Replica(index, server, benchmark, worker, url), environment
+
+    def _canary(
+        self,
+        url: str,
+        instance: pulumi.Output[str],
+        benchmark: Benchmark,
+        reference: FleetHostSpec,
+        local: pulumi.Output[Any],
+    ) -> CanaryGate:
+        """The gate on the first batch's first replica, against the next batch's first host."""
+        spec = self._args.spec
+        assert spec.fleet is not None
+        port = reference.server_port or spec.server.port or DEFAULT_PORT
+        return CanaryGate(
+            f"{self._name}-canary",
+            connection=local,
+            stack=self._args.stack,
+            python=sys.executable,
+            canary_url=url,
+            canary_instance=instance,
+            reference_url=f"http://{reference.worker_address}:{port}",
+            workload=spec.benchmark,
+            rollout=spec.fleet.rollout,
+            state_dir=spec.fleet.router.state_dir,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[benchmark]),
+        )

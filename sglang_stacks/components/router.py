@@ -1,0 +1,311 @@
+"""SGLang's router in front of a fleet, and each replica's place in it, as Pulumi resources.
+
+`SGLangRouter` is the router process (``python -m sglang_router.launch_router``, the
+``sglang-router`` package). `RouterWorker` is one replica registered with it through the router's
+worker API: created once the replica is ready (``POST /workers``, then listed healthy), deleted
+by draining (``DELETE /workers/{id}``, then the replica's own ``/get_load`` down to no request).
+A replaced server replaces its `RouterWorker` first, so a replica leaves the router before it
+stops and comes back only once its successor is ready.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import httpx
+import pulumi
+import pulumi.dynamic as dynamic
+
+from sglang_stacks.components._provider import (
+    LABEL,
+    REPLACES,
+    HostInputs,
+    Props,
+    TypedProvider,
+    keep_connection_secret,
+    resource_props,
+)
+from sglang_stacks.errors import RouterError
+from sglang_stacks.hostops import programs
+
+_POLL_S = 0.2
+
+
+class RouterInputs(HostInputs):
+    """How the router is started; every field but the timeouts means another router process."""
+
+    python: Annotated[str, REPLACES]
+    """The Python that has sglang-router installed."""
+    release: Annotated[str, REPLACES]
+    """The sglang-router release it must be."""
+    host: Annotated[str, REPLACES]
+    port: Annotated[int, REPLACES]
+    metrics_port: Annotated[int, REPLACES]
+    policy: Annotated[str, REPLACES]
+    health_check_interval_s: Annotated[int, REPLACES]
+    log_path: Annotated[str, REPLACES]
+    start_timeout_s: Annotated[float, LABEL] = 60.0
+
+
+class RouterOutputs(Props):
+    """The running router."""
+
+    pid: int
+    start_ticks: int
+    url: str
+    """The router's base URL: where clients send requests."""
+
+
+def _run(inputs: RouterInputs, mode: str, limit_s: float, **params: programs.Param) -> str:
+    result = programs.run_bash(inputs.connection, "router.sh", {"mode": mode, **params}, timeout_s=limit_s)
+    if mode != "alive" and not result.ok:
+        raise RouterError(
+            f"The router program on {inputs.connection.label} failed ({mode}): "
+            f"{result.stderr.strip() or result.stdout.strip()}."
+        )
+    return result.stdout if mode != "alive" else ("yes" if result.ok else "")
+
+
+def start_router(inputs: RouterInputs) -> RouterOutputs:
+    """Starts the router with no workers and waits for its liveness; RouterError says why not."""
+    printed = _run(
+        inputs,
+        "start",
+        inputs.start_timeout_s + 30,
+        python=inputs.python,
+        release=inputs.release,
+        host=inputs.host,
+        port=inputs.port,
+        metrics_port=inputs.metrics_port,
+        policy=inputs.policy,
+        health_interval_s=inputs.health_check_interval_s,
+        log=inputs.log_path,
+        timeout_s=int(inputs.start_timeout_s),
+    )
+    words = printed.split()
+    if words[:1] == ["ready"]:
+        return RouterOutputs(
+            pid=int(words[1]), start_ticks=int(words[2]), url=f"http://{inputs.host}:{inputs.port}"
+        )
+    if words[:1] == ["wrong-release"]:
+        raise RouterError(
+            f"fleet.router.release is {inputs.release}, but {inputs.python} has sglang-router "
+            f"{words[1]}. Install it (`pip install sglang-router=={inputs.release}`, or the project's "
+            "`fleet` extra) or set fleet.router.release to the installed release."
+        )
+    if words[:1] == ["port-taken"]:
+        raise RouterError(
+            f"Port {inputs.port} on {inputs.host} already answers, so the router was not started. Stop "
+            "the program there or set fleet.router.port to a free port."
+        )
+    raise RouterError(
+        f"SGLang's router did not become live on {inputs.host}:{inputs.port} ({printed.strip()}). "
+        "Fix what its log names and run `pulumi up` again."
+    )
+
+
+class RouterProvider(TypedProvider[RouterInputs, RouterOutputs]):
+    """Starts, notices and stops the router process."""
+
+    inputs = RouterInputs
+    outputs = RouterOutputs
+
+    def resource_id(self, inputs: RouterInputs, outputs: RouterOutputs) -> str:
+        return f"router-{outputs.pid}"
+
+    def create_typed(self, inputs: RouterInputs) -> RouterOutputs:
+        return start_router(inputs)
+
+    def read_typed(self, inputs: RouterInputs, outputs: RouterOutputs) -> RouterOutputs | None:
+        alive = _run(inputs, "alive", 30, pid=outputs.pid, start_ticks=outputs.start_ticks)
+        return outputs if alive else None
+
+    def delete_typed(self, inputs: RouterInputs, outputs: RouterOutputs) -> None:
+        _run(inputs, "stop", 60, pid=outputs.pid, start_ticks=outputs.start_ticks, timeout_s=20)
+
+
+class SGLangRouter(dynamic.Resource, module="sglang", name="Router"):
+    """SGLang's router process (sglang-router), live when created, with no workers yet."""
+
+    url: pulumi.Output[str]
+    """The router's base URL: where clients send requests."""
+    pid: pulumi.Output[int]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        connection: pulumi.Input[Mapping[str, Any]],
+        python: str,
+        release: str,
+        host: str,
+        port: int,
+        metrics_port: int,
+        policy: str,
+        health_check_interval_s: int,
+        log_path: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        inputs = {
+            "connection": connection,
+            "python": python,
+            "release": release,
+            "host": host,
+            "port": port,
+            "metrics_port": metrics_port,
+            "policy": policy,
+            "health_check_interval_s": health_check_interval_s,
+            "log_path": log_path,
+        }
+        super().__init__(
+            RouterProvider(), name, resource_props(inputs, RouterOutputs), keep_connection_secret(opts)
+        )
+
+
+# -- one replica in the router ------------------------------------------------------------------
+
+
+class WorkerInputs(HostInputs):
+    """A replica's registration; a new server instance means a new registration."""
+
+    router_url: Annotated[str, REPLACES]
+    worker_url: Annotated[str, REPLACES]
+    """The replica's URL as the router reaches it."""
+    server_instance: Annotated[str, REPLACES]
+    """The server launch registered: a relaunched replica is drained and added anew."""
+    ready_timeout_s: Annotated[float, LABEL] = 60.0
+    drain_timeout_s: Annotated[float, LABEL] = 120.0
+
+
+class WorkerOutputs(Props):
+    """The registration as the router knows it."""
+
+    worker_id: str
+
+
+def _workers(router_url: str) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{router_url}/workers", timeout=10)
+    answer.raise_for_status()
+    listed: list[dict[str, Any]] = answer.json()["workers"]
+    return listed
+
+
+def _listed(router_url: str, worker_url: str) -> dict[str, Any] | None:
+    return next((w for w in _workers(router_url) if w["url"].rstrip("/") == worker_url.rstrip("/")), None)
+
+
+def add_worker(inputs: WorkerInputs) -> WorkerOutputs:
+    """Registers the replica and waits until the router lists it healthy."""
+    try:
+        answer = httpx.post(f"{inputs.router_url}/workers", json={"url": inputs.worker_url}, timeout=30)
+        if answer.status_code >= 400:
+            raise RouterError(
+                f"The router at {inputs.router_url} refused worker {inputs.worker_url} "
+                f"(HTTP {answer.status_code}: {answer.text.strip()[:300]})."
+            )
+        deadline = time.monotonic() + inputs.ready_timeout_s
+        while time.monotonic() < deadline:
+            found = _listed(inputs.router_url, inputs.worker_url)
+            if found is not None and found.get("is_healthy"):
+                return WorkerOutputs(worker_id=str(found["id"]))
+            time.sleep(_POLL_S)
+    except httpx.HTTPError as error:
+        raise RouterError(
+            f"The router at {inputs.router_url} did not answer ({error}); `pulumi refresh` notices a "
+            "router that died, and the next `pulumi up` starts it again."
+        ) from None
+    raise RouterError(
+        f"The router did not list {inputs.worker_url} healthy within {inputs.ready_timeout_s:g} s. Check "
+        "that the router's machine reaches the replica's address and port."
+    )
+
+
+def drain_worker(inputs: WorkerInputs, worker_id: str) -> None:
+    """Takes the replica out of the router, then waits until it has answered every request it had.
+
+    The router stops sending new requests once the worker is unlisted; requests already routed
+    finish on the replica, which ``/get_load`` counts (SGLang's per-rank ``num_reqs``).
+    """
+    try:
+        found = _listed(inputs.router_url, inputs.worker_url)
+        if found is not None:
+            httpx.delete(f"{inputs.router_url}/workers/{found['id']}", timeout=30).raise_for_status()
+        deadline = time.monotonic() + inputs.drain_timeout_s
+        while _listed(inputs.router_url, inputs.worker_url) is not None:
+            if time.monotonic() > deadline:
+                raise RouterError(
+                    f"The router still lists {inputs.worker_url} {inputs.drain_timeout_s:g} s after its "
+                    "removal; check the router's log."
+                )
+            time.sleep(_POLL_S)
+    except httpx.HTTPError:
+        pass  # a router that is gone sends the replica nothing more
+    _wait_idle(inputs.worker_url, time.monotonic() + inputs.drain_timeout_s)
+
+
+def _wait_idle(worker_url: str, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        try:
+            answer = httpx.get(f"{worker_url}/get_load", timeout=5)
+            if answer.status_code == 404:
+                return  # a release without /get_load: nothing to wait on
+            ranks = answer.json()
+            if sum(int(r.get("num_reqs", 0)) + int(r.get("num_waiting_reqs", 0)) for r in ranks) == 0:
+                return
+        except (httpx.HTTPError, ValueError):
+            return  # the replica is gone: nothing of it is left to wait for
+        time.sleep(_POLL_S)
+
+
+class RouterWorkerProvider(TypedProvider[WorkerInputs, WorkerOutputs]):
+    """Adds a replica to the router, notices it gone, drains it."""
+
+    inputs = WorkerInputs
+    outputs = WorkerOutputs
+
+    def resource_id(self, inputs: WorkerInputs, outputs: WorkerOutputs) -> str:
+        return outputs.worker_id
+
+    def create_typed(self, inputs: WorkerInputs) -> WorkerOutputs:
+        return add_worker(inputs)
+
+    def read_typed(self, inputs: WorkerInputs, outputs: WorkerOutputs) -> WorkerOutputs | None:
+        try:
+            found = _listed(inputs.router_url, inputs.worker_url)
+        except httpx.HTTPError:
+            return None  # the router is gone, and with it the registration
+        return WorkerOutputs(worker_id=str(found["id"])) if found else None
+
+    def delete_typed(self, inputs: WorkerInputs, outputs: WorkerOutputs) -> None:
+        drain_worker(inputs, outputs.worker_id)
+
+
+class RouterWorker(dynamic.Resource, module="sglang", name="RouterWorker"):
+    """One replica registered with SGLang's router; deleting it drains the replica."""
+
+    worker_id: pulumi.Output[str]
+    """The router's id of the worker."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        connection: pulumi.Input[Mapping[str, Any]],
+        router_url: pulumi.Input[str],
+        worker_url: str,
+        server_instance: pulumi.Input[str],
+        drain_timeout_s: float,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        inputs = {
+            "connection": connection,
+            "router_url": router_url,
+            "worker_url": worker_url,
+            "server_instance": server_instance,
+            "drain_timeout_s": drain_timeout_s,
+        }
+        super().__init__(
+            RouterWorkerProvider(), name, resource_props(inputs, WorkerOutputs), keep_connection_secret(opts)
+        )

@@ -1,0 +1,117 @@
+"""The ``sglang-stacks:fleet`` section: several hosts serving one configuration behind SGLang's
+router (the ``sglang-router`` package), and how a change rolls over them.
+
+Every host runs one replica: the stack's server flags, with its own HTTP port. The router spreads
+requests over them; a rolling update takes replicas out of the router a batch at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sglang_stacks.config.sections import HostSpec
+
+ROUTER_RELEASE = "0.3.2"
+"""The sglang-router release the project pins (requirements.txt, the ``fleet`` extra)."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class FleetHostSpec(HostSpec):
+    """One host of the fleet: a host section as ``sglang-stacks:host`` has it, plus its server port."""
+
+    server_port: int | None = Field(default=None, ge=1, le=65535)
+    """The replica's HTTP port on this host; default ``server.port`` (or 30000). Hosts that share a
+    machine (emulator hosts, one test machine) need one each."""
+
+    @property
+    def worker_address(self) -> str:
+        """Where the router reaches the replica: the SSH address, or this machine for the emulator."""
+        return self.address if self.kind == "ssh" and self.address else "127.0.0.1"
+
+
+class RouterSpec(_Section):
+    """SGLang's router in front of the replicas; it runs on the machine that runs ``pulumi up``."""
+
+    host: str = Field(default="127.0.0.1", pattern=r"^[A-Za-z0-9.:_-]+$")
+    """The address the router listens on."""
+    port: int = Field(default=30100, ge=1, le=65535)
+    """The router's HTTP port: clients send their requests here."""
+    metrics_port: int = Field(default=29000, ge=1, le=65535)
+    """The router's Prometheus metrics port (``--prometheus-port``); one per router on a machine."""
+    policy: Literal["random", "round_robin", "cache_aware", "power_of_two"] = "cache_aware"
+    """sglang-router's load-balancing policy (``--policy``)."""
+    release: str = Field(default=ROUTER_RELEASE, pattern=r"^[0-9][A-Za-z0-9.+-]*$")
+    """The sglang-router release to run; the installed one must match (``pip install
+    sglang-router==<release>``)."""
+    health_check_interval_s: int = Field(default=2, ge=1, le=3600)
+    """How often the router checks each worker's health (``--health-check-interval-secs``)."""
+    drain_timeout_s: float = Field(default=120.0, gt=0)
+    """How long a worker taken out of the router may take to finish its requests before it stops."""
+    state_dir: str = Field(default="~/.sglang-stacks/router", pattern=r"^[A-Za-z0-9_./~-]+$")
+    """Folder for the router's log and pid file."""
+
+
+class RolloutSpec(_Section):
+    """How a change rolls over the fleet: in batches, the first one a canary behind a gate."""
+
+    batch_size: int = Field(default=1, ge=1)
+    """Hosts replaced at a time; the others keep serving through the router."""
+    canary: bool = True
+    """Benchmark the first batch against a replica still on the current configuration before the
+    rest proceeds."""
+    tok_s_tolerance_pct: float | None = Field(default=5.0, ge=0, le=100)
+    """The canary may be this much slower in tok/s than the current replica; none: not judged."""
+    ttft_tolerance_pct: float | None = Field(default=None, ge=0)
+    """The canary's mean TTFT may be this much higher; none: not judged."""
+
+    @model_validator(mode="after")
+    def _judges_something(self) -> RolloutSpec:
+        if self.canary and self.tok_s_tolerance_pct is None and self.ttft_tolerance_pct is None:
+            raise ValueError(
+                "a canary needs a gate: set tok_s_tolerance_pct and/or ttft_tolerance_pct, or canary: false"
+            )
+        return self
+
+
+class FleetSpec(_Section):
+    """``sglang-stacks:fleet``: the hosts, one replica each, the router and the rollout policy."""
+
+    hosts: list[FleetHostSpec] = Field(min_length=1)
+    """The hosts, each a host section; replica i runs on hosts[i]."""
+    replicas: int | None = Field(default=None, ge=1)
+    """One server per host: when set, it must equal the number of hosts."""
+    router: RouterSpec = Field(default_factory=RouterSpec)
+    """SGLang's router in front of the replicas."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    """How a change rolls over the hosts."""
+
+    @model_validator(mode="after")
+    def _hosts_fit(self) -> FleetSpec:
+        if self.replicas is not None and self.replicas != len(self.hosts):
+            raise ValueError(
+                f"replicas is {self.replicas} but {len(self.hosts)} host(s) are listed; each replica runs "
+                f"on its own host: list {self.replicas} hosts or set replicas: {len(self.hosts)}"
+            )
+        places = [(h.worker_address, h.server_port) for h in self.hosts]
+        if len(set(places)) != len(places):
+            raise ValueError(
+                "two hosts serve on the same address and server_port; give each host on one machine its "
+                "own server_port"
+            )
+        folders = [(h.worker_address, h.port, h.state_dir) for h in self.hosts]
+        if len(set(folders)) != len(folders):
+            raise ValueError(
+                "two hosts on one machine share a state_dir, so their GPU claims would collide; give each "
+                "its own state_dir"
+            )
+        return self
+
+    def batches(self) -> list[list[int]]:
+        """The host indexes in rollout order: the canary batch first, then ``batch_size`` at a time."""
+        size, count = self.rollout.batch_size, len(self.hosts)
+        return [list(range(start, min(start + size, count))) for start in range(0, count, size)]

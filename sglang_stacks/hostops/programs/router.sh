@@ -1,0 +1,67 @@
+# SGLang's router (the sglang-router package) on the machine that fronts the fleet. MODE selects:
+#   start  check that PYTHON has sglang-router RELEASE (prints "wrong-release FOUND" otherwise),
+#          start it detached on HOST:PORT (its metrics on METRICS_PORT) with POLICY and
+#          HEALTH_INTERVAL_S, logging to LOG, and
+#          wait up to TIMEOUT_S for its /liveness: prints "ready PID START_TICKS", or "exited"/"timeout"
+#          then ---log--- and the log's last lines; "port-taken" when PORT already answers
+#   alive  exit 0 while PID runs (and is the process started at START_TICKS)
+#   stop   TERM PID, KILL it after TIMEOUT_S
+# The router starts with no workers: each replica is added through its worker API once ready.
+set -u
+
+stat_field() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f"$2"; }
+
+alive() {
+    local state
+    state=$(stat_field "$PID" 1)
+    [ -n "$state" ] && [ "$state" != "Z" ] && [ "$(stat_field "$PID" 20)" = "$START_TICKS" ]
+}
+
+answers() {
+    "$PYTHON" -c 'import sys, urllib.request
+try:
+    sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=5).status == 200 else 1)
+except Exception:
+    sys.exit(1)' "http://$HOST:$PORT/liveness"
+}
+
+start() {
+    local found deadline pid ticks
+    found=$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("sglang-router"))' 2>/dev/null || echo none)
+    if [ "$found" != "$RELEASE" ]; then echo "wrong-release $found"; return 0; fi
+    if answers; then echo port-taken; return 0; fi
+    mkdir -p "$(dirname "$LOG")"
+    setsid nohup "$PYTHON" -m sglang_router.launch_router --host "$HOST" --port "$PORT" \
+        --policy "$POLICY" --health-check-interval-secs "$HEALTH_INTERVAL_S" --log-level warn \
+        --prometheus-host "$HOST" --prometheus-port "$METRICS_PORT" \
+        >"$LOG" 2>&1 </dev/null &
+    pid=$!
+    ticks=$(stat_field "$pid" 20)
+    deadline=$((SECONDS + ${TIMEOUT_S%.*}))
+    while true; do
+        PID=$pid START_TICKS=$ticks
+        if ! alive; then echo exited; break; fi
+        if answers; then echo "ready $pid $ticks"; return 0; fi
+        if [ "$SECONDS" -ge "$deadline" ]; then kill "$pid"; echo timeout; break; fi
+        sleep 0.5
+    done
+    echo ---log---
+    tail -n 20 "$LOG" 2>/dev/null || true
+}
+
+stop() {
+    local deadline=$((SECONDS + ${TIMEOUT_S%.*}))
+    alive || return 0
+    kill -TERM "$PID" 2>/dev/null || true
+    while alive; do
+        if [ "$SECONDS" -ge "$deadline" ]; then kill -KILL "$PID" 2>/dev/null || true; fi
+        sleep 0.2
+    done
+}
+
+case "$MODE" in
+    start) start ;;
+    alive) alive ;;
+    stop) stop ;;
+    *) echo "router.sh: unknown MODE $MODE" >&2; exit 2 ;;
+esac
