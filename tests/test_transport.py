@@ -347,6 +347,24 @@ def test_a_process_killed_mid_call_leaves_no_key_and_no_connection_behind(
             os.kill(pid, 9)
 
 
+def test_the_folder_of_an_update_killed_with_its_reaper_goes_at_the_next_update(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    stale = _ssh._private_base() / f"{os.getpid()}-1"  # this pid, another start: an ended process
+    stale.mkdir(mode=0o700)
+    (stale / "0123.known").write_text(sshd.host_key)
+    private_key = fresh_authorized_key(sshd, tmp_path, "sweep")
+
+    subprocess.run(
+        [sys.executable, "-c", CALLER, str(sshd.port), sshd.user, sshd.host_key, "true"],
+        input=private_key.encode(),
+        cwd=ROOT,
+        check=True,
+    )
+
+    assert not stale.exists()
+
+
 def test_port_read_back_from_pulumi_state_as_a_float_still_connects(sshd: SshServer) -> None:
     conn = sshd.connection(port=float(sshd.port))
 

@@ -20,6 +20,7 @@ import hashlib
 import math
 import os
 import re
+import shutil
 import socket
 import stat
 import subprocess
@@ -43,7 +44,9 @@ _IDLE_S = 300
 # `[host]:port` spelling of known_hosts out of the way.
 _HOST_KEY_ALIAS = "sglang-stacks-pinned-host"
 _KEY_TYPES = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+)$")
-_REAPER = Path(__file__).with_name("_ssh_reaper.py")
+# Resolved: the program may import this package through a symbolic link inside its project
+# folder, and the reaper must not look like a process of that folder.
+_REAPER = Path(__file__).resolve().with_name("_ssh_reaper.py")
 # Reapers are detached on purpose; holding them here keeps Popen from warning that they still run.
 _reapers: list[subprocess.Popen[bytes]] = []
 
@@ -233,6 +236,7 @@ def _update_folder() -> Path:
             "The Pulumi command this update belonged to has ended, so nothing more is run on the "
             "host. Run `pulumi cancel` if Pulumi says an update is in progress, then the command again."
         )
+    _sweep(base, keep=folder)
     _reapers.append(
         subprocess.Popen(
             [sys.executable, "-I", "-S", str(_REAPER), str(pid), str(start), str(folder)],
@@ -243,6 +247,16 @@ def _update_folder() -> Path:
         )
     )
     return folder
+
+
+def _sweep(base: Path, *, keep: Path) -> None:
+    """Removes the folders of ended updates whose reaper was killed with them (a machine-wide
+    kill); their masters ended with their idle time, or end when their socket goes."""
+    for folder in base.iterdir():
+        pid, _, start = folder.name.partition("-")
+        ended = pid.isdigit() and start.isdigit() and _start_ticks(int(pid)) != int(start)
+        if folder != keep and ended and not any(_answers(path) for path in folder.glob("*.sock")):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _private_base() -> Path:
