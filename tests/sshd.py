@@ -57,8 +57,12 @@ class SshServer:
         return Connection(**fields)
 
     def log(self) -> str:
-        """What sshd printed so far (errors only)."""
+        """What sshd printed so far (one line per connection and login, and errors)."""
         return (self.folder / "sshd.log").read_text(errors="replace")
+
+    def connections(self) -> int:
+        """How many SSH connections (TCP connections, so handshakes) sshd has accepted so far."""
+        return self.log().count("Connection from ")
 
 
 def new_key(folder: Path, name: str) -> tuple[str, str]:
@@ -116,7 +120,9 @@ def start_sshd(startup_timeout_s: float = 10.0) -> Iterator[SshServer]:
             "StrictModes no\n"
             "MaxStartups 64\n"
             "MaxSessions 64\n"
-            "LogLevel ERROR\n"
+            # VERBOSE logs one "Connection from" line per accepted connection: the tests count
+            # handshakes with it.
+            "LogLevel VERBOSE\n"
         )
         if os.geteuid() == 0:
             # sshd refuses to start without its privilege-separation folder.

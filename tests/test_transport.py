@@ -2,20 +2,41 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
+import stat
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from sglang_stacks.errors import HostError, SpecError
+from sglang_stacks.hostops import _ssh
 from sglang_stacks.hostops.transport import Connection, open_session, quote, quote_path, run, upload
+from tests._pulumi import ROOT
 from tests.sshd import SshServer, free_port, new_key, start_sshd
+
+T = TypeVar("T")
+
+# Runs one call in a process of its own: argv is port, user, host key, script; the key is on stdin.
+CALLER = """
+import sys
+from sglang_stacks.hostops.transport import Connection, run
+port, user, host_key, script = sys.argv[1:]
+conn = Connection(host="127.0.0.1", port=int(port), user=user, host_key=host_key,
+                  private_key=sys.stdin.read(), connect_timeout_s=5)
+run(conn, script, timeout_s=120)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +53,95 @@ def conn(request, sshd: SshServer) -> Connection:
 def key_body(private_key: str) -> str:
     """A line from the middle of a private key: what must never leak anywhere."""
     return private_key.strip().splitlines()[2]
+
+
+def fresh_authorized_key(sshd: SshServer, folder: Path, name: str) -> str:
+    """A new client key the test sshd accepts: a connection of its own, not shared with other tests."""
+    private_key, public = new_key(folder, name)
+    with (sshd.folder / "authorized_keys").open("a") as authorized:
+        authorized.write(public + "\n")
+    (folder / name).unlink()  # the key now lives only in this test's memory, as a secret would
+    return private_key
+
+
+def wait_for(check: Callable[[], T], timeout_s: float = 30) -> T:
+    """The first truthy value of ``check()``, polled until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"still waiting after {timeout_s} s"
+        time.sleep(0.05)
+    return found
+
+
+def read_proc(pid: int, name: str) -> str:
+    return Path(f"/proc/{pid}/{name}").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+
+
+def is_session(pid: int) -> bool:
+    """Whether ``pid`` is the ssh client of a session (not the one that starts the master)."""
+    try:
+        return "ControlMaster=no" in read_proc(pid, "cmdline")
+    except OSError:
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """This test's own processes: the children of ``pid``, theirs, and so on."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            children += [int(child) for child in (task / "children").read_text().split()]
+    return [found for child in children for found in (child, *descendants(child))]
+
+
+def open_files(pid: int) -> list[str]:
+    return [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+
+
+def control_socket(conn: Connection) -> Path:
+    """The control socket of this process's master connection for ``conn``."""
+    return _ssh._ensure_master(conn)[0]
+
+
+def master_pid_at(folder: Path) -> int:
+    socket_path = next(folder.glob("*.sock"))
+    checked = subprocess.run(
+        ["ssh", "-o", f"ControlPath={socket_path}", "-O", "check", "x"], capture_output=True, text=True
+    )
+    return int(checked.stderr.split("pid=")[1].split(")")[0])
+
+
+def master_pid(conn: Connection) -> int:
+    return master_pid_at(control_socket(conn).parent)
+
+
+def pids_running(command_line: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if cmdline.read_bytes().replace(b"\0", b" ").strip() == command_line.encode():
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+def key_copies(private_key: str, since: float, *, skip: Path) -> list[Path]:
+    """Files under the temporary folders and the home folder, changed since ``since``, that hold
+    the key (``skip``: the test sshd's own folder, the stand-in for the user's ~/.ssh)."""
+    roots = sorted({tempfile.gettempdir(), "/tmp", "/var/tmp", str(Path.home())})
+    # find walks the half a million files there in seconds, where os.walk takes minutes.
+    changed = subprocess.run(
+        ["find", *roots, "-xdev", "-type", "f", "-size", "-64M",
+         "(", "-newermt", f"@{since:.0f}", "-o", "-newerct", f"@{since:.0f}", ")", "-print0"],
+        capture_output=True,
+    ).stdout.split(b"\0")  # fmt: skip
+    body = key_body(private_key).encode()
+    found = []
+    for name in filter(None, changed):
+        path = Path(os.fsdecode(name))
+        with contextlib.suppress(OSError):
+            if not path.is_relative_to(skip) and body in path.read_bytes():
+                found.append(path)
+    return found
 
 
 def test_run_returns_exit_code_output_and_reads_stdin(conn: Connection) -> None:
@@ -152,25 +262,107 @@ def test_refused_key_says_so_without_showing_the_key(sshd: SshServer, tmp_path: 
     assert key_body(wrong_key) not in repr(caught.value.args)
 
 
-def test_private_key_is_never_on_a_command_line_and_its_file_is_private_and_removed(
-    sshd: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_private_key_is_never_on_a_command_line_in_an_environment_or_in_a_file(
+    sshd: SshServer, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    # The script runs while the ssh client is alive: it sees every process's argv on this machine.
-    script = (
-        "ps -eo args > all-args.txt\n"
-        "key=$(grep -o -m1 -- '-i [^ ]*sglang-stacks-ssh-[^ ]*/id' all-args.txt | cut -c4-)\n"
-        'stat -c %a "$key"\n'
-        "cat all-args.txt\n"
+    conn = sshd.connection(private_key=fresh_authorized_key(sshd, tmp_path, "argv"))
+    release = tmp_path / "release"
+    # While this call runs, the session's ssh client and the master are alive to be inspected.
+    call = threading.Thread(
+        target=run,
+        args=(conn, f"while [ ! -e {quote(str(release))} ]; do sleep 0.05; done"),
+        kwargs={"timeout_s": 30},
+    )
+    call.start()
+    try:
+        clients = wait_for(lambda: [pid for pid in descendants(os.getpid()) if is_session(pid)])
+        master = master_pid(conn)
+        inspected = {pid: open_files(pid) for pid in [*clients, master]}
+        texts = [read_proc(pid, name) for pid in inspected for name in ("cmdline", "environ")]
+    finally:
+        release.touch()
+        call.join()
+
+    assert texts and all(key_body(conn.private_key or "") not in text for text in texts)
+    # The key is nowhere on a filesystem: the processes hold pipes, sockets and /dev/null only.
+    assert all(
+        target.split(":")[0] in {"pipe", "socket", "anon_inode", "/dev/null"}
+        for targets in inspected.values()
+        for target in targets
+    ), inspected
+    folder = control_socket(conn).parent
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert all(
+        key_body(conn.private_key or "") not in path.read_text()
+        for path in folder.iterdir()
+        if path.is_file()
     )
 
-    result = run(sshd.connection(), f"cd {quote(str(tmp_path))}\n{script}", timeout_s=20)
 
-    mode, all_args = result.stdout.split("\n", 1)
-    assert mode == "600"
-    assert "sglang-stacks-ssh-" in all_args  # the key file's path is there, never its contents
-    assert key_body(sshd.client_key) not in all_args
-    assert list(tmp_path.glob("sglang-stacks-ssh-*")) == []
+def test_one_handshake_serves_every_call_to_a_host_even_concurrent_ones(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    conn = sshd.connection(private_key=fresh_authorized_key(sshd, tmp_path, "shared"))
+    before = sshd.connections()
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda n: run(conn, f"echo {n}", timeout_s=20).stdout, range(8)))
+    session = open_session(conn, "read -r line; echo $line")
+    session.send(b"through the same connection\n")
+    results.append(session.read_line(timeout_s=20))
+    session.close()
+    upload(conn, Path(__file__), str(tmp_path / "copied.py"))
+
+    assert results == [f"{n}\n" for n in range(8)] + ["through the same connection"]
+    assert sshd.connections() - before == 1
+
+
+def test_a_process_killed_mid_call_leaves_no_key_and_no_connection_behind(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    since = time.time() - 1  # find compares whole seconds
+    private_key = fresh_authorized_key(sshd, tmp_path, "killed")
+    tag = str(1800 + os.getpid() % 97)  # a sleep length no other test uses, to find it
+    # The key reaches the child on stdin, as the provider gets it from Pulumi: never in argv or env.
+    child = subprocess.Popen(
+        [sys.executable, "-c", CALLER, str(sshd.port), sshd.user, sshd.host_key, f"sleep {tag}"],
+        stdin=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert child.stdin is not None
+    child.stdin.write(private_key.encode())
+    child.stdin.close()
+    wait_for(lambda: pids_running(f"sleep {tag}"))
+    folder = wait_for(lambda: [path.parent for path in _ssh._private_base().glob(f"{child.pid}-*/*.sock")])[0]
+    master = master_pid_at(folder)
+
+    child.kill()
+    child.wait()
+
+    wait_for(lambda: not folder.exists() and not Path(f"/proc/{master}").exists())
+    try:
+        assert key_copies(private_key, since, skip=sshd.folder) == []
+    finally:
+        for pid in pids_running(f"sleep {tag}"):  # the host's side outlives its session (issue 10)
+            os.kill(pid, 9)
+
+
+def test_the_folder_of_an_update_killed_with_its_reaper_goes_at_the_next_update(
+    sshd: SshServer, tmp_path: Path
+) -> None:
+    stale = _ssh._private_base() / f"{os.getpid()}-1"  # this pid, another start: an ended process
+    stale.mkdir(mode=0o700)
+    (stale / "0123.known").write_text(sshd.host_key)
+    private_key = fresh_authorized_key(sshd, tmp_path, "sweep")
+
+    subprocess.run(
+        [sys.executable, "-c", CALLER, str(sshd.port), sshd.user, sshd.host_key, "true"],
+        input=private_key.encode(),
+        cwd=ROOT,
+        check=True,
+    )
+
+    assert not stale.exists()
 
 
 def test_port_read_back_from_pulumi_state_as_a_float_still_connects(sshd: SshServer) -> None:
@@ -245,10 +437,7 @@ def test_malformed_private_key_is_named_as_the_problem(sshd: SshServer) -> None:
     assert "bm90IGEga2V5" not in str(caught.value)
 
 
-def test_session_keeps_a_script_running_and_talks_to_it_line_by_line(
-    conn: Connection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def test_session_keeps_a_script_running_and_talks_to_it_line_by_line(conn: Connection) -> None:
     session = open_session(
         conn,
         'echo "ready $GREETING"; while read -r line; do echo "got $line"; done; echo bye >&2',
@@ -256,7 +445,6 @@ def test_session_keeps_a_script_running_and_talks_to_it_line_by_line(
     )
 
     assert session.read_line(timeout_s=20) == "ready hi"
-    assert list(tmp_path.glob("sglang-stacks-ssh-*")) == []  # the key file is gone once connected
     assert session.send(b"one\n")
     assert session.read_line(timeout_s=20) == "got one"
     session.close()
@@ -264,8 +452,6 @@ def test_session_keeps_a_script_running_and_talks_to_it_line_by_line(
     assert not session.alive
 
 
-def test_session_to_an_unreachable_host_fails_on_first_read(sshd: SshServer) -> None:
-    session = open_session(sshd.connection(port=free_port()), "echo never")
-
+def test_session_to_an_unreachable_host_fails_at_once(sshd: SshServer) -> None:
     with pytest.raises(HostError, match="connection refused"):
-        session.read_line(timeout_s=20)
+        open_session(sshd.connection(port=free_port()), "echo never")

@@ -7,6 +7,9 @@ the SSH session) open unless it is detached, always as
 ``setsid nohup COMMAND >LOG 2>&1 </dev/null &``. `run` notices a script that finished while a
 background process still holds its output, and says so instead of waiting for the timeout.
 
+Scripts on one SSH host are sessions of one connection per Pulumi command (``_ssh``): the
+handshake is paid once, however many resources a command reads or changes.
+
 `open_session` leaves a script running and talks to it line by line; the script sees end of file
 on stdin when the session is closed or this process ends, which is how a host learns that the
 update holding it is over.
@@ -15,25 +18,23 @@ update holding it is over.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import select
 import selectors
 import shlex
-import shutil
 import subprocess
 import tarfile
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
 from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import HostError, SpecError, StacksError
+from sglang_stacks.hostops._ssh import client_argv, host_key_lines, ssh_failure
 
 __all__ = [
     "CommandResult",
@@ -54,10 +55,6 @@ quote = shlex.quote
 _KILL_AFTER_S = 5
 # Seconds of quiet after the script's end after which its output is taken as held open.
 _LINGER_S = 3.0
-# Name the pinned host key is filed under in the throwaway known_hosts file; it keeps the
-# `[host]:port` spelling of known_hosts out of the way.
-_HOST_KEY_ALIAS = "sglang-stacks-pinned-host"
-_KEY_TYPES = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+)$")
 # Ends a session's script on the host's stderr; nothing waits for it.
 _SESSION_MARKER = "__sglang_stacks_session"
 _HOST_OR_USER = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
@@ -85,7 +82,8 @@ class Connection:
     """How to reach a GPU host: ``kind="ssh"`` with an address and key, or ``kind="local"``.
 
     ``private_key`` is the key's contents (from a Pulumi secret): it never appears in ``repr``,
-    on a command line or in an error; it is written only to a 0600 file that lives for one call.
+    on a command line, in an error or on any filesystem: it reaches the SSH client as an in-memory
+    file that ends with the client (see ``_ssh``).
     ``host_key`` pins the host's public key (a line such as ``ssh-ed25519 AAAA...``, as printed
     by ``ssh-keyscan``); without it the host must already be in the user's known_hosts, unless
     ``insecure_skip_host_key_check`` is set, which trusts whatever answers at that address.
@@ -131,7 +129,7 @@ class Connection:
         if not 1 <= self.port <= 65535:
             raise SpecError(f"SSH port {self.port} is outside 1..65535. Set host.port to sshd's port.")
         if self.host_key is not None:
-            _host_key_lines(self.host_key)
+            host_key_lines(self.host_key)
 
     @classmethod
     def local(cls) -> Connection:
@@ -243,12 +241,9 @@ class Session:
     ends: either way its stdin reaches end of file.
     """
 
-    def __init__(
-        self, conn: Connection, process: subprocess.Popen[bytes], files: contextlib.ExitStack
-    ) -> None:
+    def __init__(self, conn: Connection, process: subprocess.Popen[bytes]) -> None:
         self.conn = conn
         self._process = process
-        self._files = files
         self._pending = bytearray()
         self._stderr = bytearray()
         threading.Thread(target=self._drain_stderr, daemon=True).start()
@@ -280,8 +275,6 @@ class Session:
             self._pending.extend(chunk)
         line, _, rest = bytes(self._pending).partition(b"\n")
         self._pending = bytearray(rest)
-        # Authenticated and answering: the private key file is no longer needed.
-        self._files.close()
         return line.decode(errors="replace")
 
     def send(self, data: bytes) -> bool:
@@ -305,7 +298,6 @@ class Session:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
-        self._files.close()
 
     def _drain_stderr(self) -> None:
         stderr = self._process.stderr
@@ -318,7 +310,7 @@ class Session:
         lines = self._stderr.decode(errors="replace").splitlines()
         stderr = "\n".join(line for line in lines if not line.startswith(_SESSION_MARKER))
         if self.conn.kind == "ssh" and self._process.returncode == 255:
-            return _ssh_failure(self.conn, stderr)
+            return ssh_failure(self.conn, stderr)
         return HostError(
             f"The session with {self.conn.label} ended (exit {self._process.returncode}). "
             f"{_tail(stderr)} Check the host's logs and run the update again."
@@ -335,14 +327,7 @@ def open_session(
     after ``max_lifetime_s`` in any case.
     """
     body = (_exports(env) + script).encode()
-    files = contextlib.ExitStack()
-    argv = files.enter_context(_command_line(conn))
-    try:
-        process = _spawn(conn, argv)
-    except BaseException:
-        files.close()
-        raise
-    session = Session(conn, process, files)
+    session = Session(conn, _spawn(conn, _command_line(conn)))
     session.send(f"{_SESSION_MARKER} {max_lifetime_s:g} {len(body)}\n".encode() + body)
     return session
 
@@ -364,82 +349,11 @@ def _exports(env: Mapping[str, str] | None) -> str:
     return "".join(f"export {name}={quote(value)}\n" for name, value in (env or {}).items())
 
 
-def _host_key_lines(host_key: str) -> list[str]:
-    """The pinned key as ``type base64`` lines; a leading host field from ssh-keyscan is dropped."""
-    lines = []
-    for raw in host_key.strip().splitlines():
-        words = raw.split()
-        if not words or words[0].startswith("#"):
-            continue
-        if len(words) >= 3 and not _KEY_TYPES.match(words[0]):
-            words = words[1:]
-        if len(words) < 2 or not _KEY_TYPES.match(words[0]):
-            raise SpecError(
-                f"Host key line {raw[:60]!r} is not an SSH public key; expected 'ssh-ed25519 AAAA...'. "
-                "Copy a line printed by `ssh-keyscan -p PORT HOST` into host.host_key."
-            )
-        lines.append(f"{words[0]} {words[1]}")
-    if not lines:
-        raise SpecError(
-            "Host key is empty. Copy a line printed by `ssh-keyscan -p PORT HOST` into host.host_key."
-        )
-    return lines
-
-
-@contextlib.contextmanager
-def _command_line(conn: Connection) -> Iterator[list[str]]:
-    """The argv that runs the bootstrap on the host; key files exist only inside this block."""
+def _command_line(conn: Connection) -> list[str]:
+    """The argv that runs the bootstrap on the host: plain bash, or a session of the host's master."""
     if conn.kind == "local":
-        yield ["bash", "-c", _BOOTSTRAP]
-        return
-    workdir = tempfile.mkdtemp(prefix="sglang-stacks-ssh-")
-    try:
-        argv = [
-            "ssh",
-            "-T",
-            "-o", "BatchMode=yes",
-            "-o", f"ConnectTimeout={math.ceil(conn.connect_timeout_s)}",
-            "-o", "ServerAliveInterval=15",
-            "-o", "ServerAliveCountMax=4",
-            "-o", "LogLevel=ERROR",
-            "-o", "ControlMaster=no",
-            "-o", "ControlPath=none",
-            "-o", "ClearAllForwardings=yes",
-            "-p", str(conn.port),
-            "-l", conn.user,
-        ]  # fmt: skip
-        if conn.private_key is not None:
-            key_path = os.path.join(workdir, "id")
-            _write_private(key_path, conn.private_key.replace("\r\n", "\n").strip() + "\n")
-            argv += ["-i", key_path, "-o", "IdentitiesOnly=yes"]
-        if conn.host_key is not None:
-            known_hosts = os.path.join(workdir, "known_hosts")
-            lines = "".join(f"{_HOST_KEY_ALIAS} {line}\n" for line in _host_key_lines(conn.host_key))
-            _write_private(known_hosts, lines)
-            argv += [
-                "-o", f"UserKnownHostsFile={known_hosts}",
-                "-o", "GlobalKnownHostsFile=/dev/null",
-                "-o", f"HostKeyAlias={_HOST_KEY_ALIAS}",
-                "-o", "StrictHostKeyChecking=yes",
-                "-o", "UpdateHostKeys=no",
-            ]  # fmt: skip
-        elif conn.insecure_skip_host_key_check:
-            argv += [
-                "-o", "StrictHostKeyChecking=no",
-                "-o", "UserKnownHostsFile=/dev/null",
-                "-o", "GlobalKnownHostsFile=/dev/null",
-            ]  # fmt: skip
-        else:
-            argv += ["-o", "StrictHostKeyChecking=yes"]
-        yield [*argv, "--", conn.host, "bash -c " + quote(_BOOTSTRAP)]
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _write_private(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
+        return ["bash", "-c", _BOOTSTRAP]
+    return client_argv(conn, "bash -c " + quote(_BOOTSTRAP))
 
 
 def _execute(
@@ -453,25 +367,24 @@ def _execute(
     # The host stops the script at timeout_s; this deadline only covers a session that hangs.
     deadline_s = timeout_s + _KILL_AFTER_S + conn.connect_timeout_s + 10
     started = time.monotonic()
-    with _command_line(conn) as argv:
-        process = _spawn(conn, argv)
+    process = _spawn(conn, _command_line(conn))
 
-        def write_request() -> None:
-            pipe = process.stdin
-            assert pipe is not None
-            with contextlib.suppress(BrokenPipeError, ValueError, OSError):
-                pipe.write(header + body)
-                feed(pipe)
-            with contextlib.suppress(BrokenPipeError, OSError):
-                pipe.close()
+    def write_request() -> None:
+        pipe = process.stdin
+        assert pipe is not None
+        with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+            pipe.write(header + body)
+            feed(pipe)
+        with contextlib.suppress(BrokenPipeError, OSError):
+            pipe.close()
 
-        writer = threading.Thread(target=write_request, daemon=True)
-        writer.start()
-        stdout, stderr, outcome = _collect(process, marker.encode(), started + deadline_s)
-        if outcome != "closed":
-            process.kill()
-        process.wait()
-        writer.join(timeout=5)
+    writer = threading.Thread(target=write_request, daemon=True)
+    writer.start()
+    stdout, stderr, outcome = _collect(process, marker.encode(), started + deadline_s)
+    if outcome != "closed":
+        process.kill()
+    process.wait()
+    writer.join(timeout=5)
     elapsed_s = time.monotonic() - started
     return _result(conn, process.returncode, stdout, stderr, marker, outcome, timeout_s, elapsed_s)
 
@@ -536,7 +449,7 @@ def _result(
                 "Check that the host is up and responsive, then run the update again."
             )
         if conn.kind == "ssh" and returncode == 255:
-            raise _ssh_failure(conn, err_text)
+            raise ssh_failure(conn, err_text)
         raise HostError(
             f"The session with {conn.label} ended before the script finished (exit {returncode}). "
             f"{_tail(err_text)} Check the host's logs (out of memory, reboot) and run the update again."
@@ -555,52 +468,6 @@ def _result(
             f"{_tail(script_stderr or out_text)} Raise the timeout if the work is slow, or find what hangs."
         )
     return CommandResult(exit_code=exit_code, stdout=out_text, stderr=script_stderr)
-
-
-def _ssh_failure(conn: Connection, stderr: str) -> HostError:
-    """Turns the OpenSSH client's own error into a sentence that says what to do."""
-    where = f"{conn.host}:{conn.port}"
-    keyscan = f"`ssh-keyscan -p {conn.port} {conn.host}`"
-    if "Host key verification failed" in stderr or "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr:
-        fingerprint = re.search(r"(SHA256:[A-Za-z0-9+/=]+)", stderr)
-        presented = f" The host presented {fingerprint.group(1)}." if fingerprint else ""
-        if conn.host_key is not None:
-            return HostError(
-                f"The host key of {where} does not match the pinned host.host_key.{presented} "
-                "If the host was reinstalled, check its key out of band and replace host.host_key "
-                f"with a line from {keyscan}; otherwise do not connect: something else answers there."
-            )
-        return HostError(
-            f"The host key of {where} is not known.{presented} Pin it: set host.host_key to a line "
-            f"from {keyscan}, checked against the host's own /etc/ssh/ssh_host_*_key.pub."
-        )
-    if re.search(r"Load key .*: (invalid format|incorrect passphrase|error in libcrypto)", stderr):
-        return HostError(
-            f"The sshPrivateKey secret for {where} is not a usable private key (unreadable, or "
-            "protected by a passphrase). Set it to an unencrypted OpenSSH private key, e.g. "
-            "`pulumi config set --secret sshPrivateKey < ~/.ssh/id_ed25519`."
-        )
-    if "Permission denied" in stderr or "Too many authentication failures" in stderr:
-        return HostError(
-            f"{where} refused the SSH key for user {conn.user!r}. Add the key's public half to "
-            f"~{conn.user}/.ssh/authorized_keys on the host, or set host.user and the sshPrivateKey secret "
-            "to a login that has it."
-        )
-    if "Connection refused" in stderr:
-        return HostError(
-            f"Nothing accepts SSH connections at {where} (connection refused). "
-            "Check host.address and host.port, and that sshd runs on the host."
-        )
-    if "timed out" in stderr:
-        return HostError(
-            f"No answer from {where} within {conn.connect_timeout_s:g} s. Check the address, the "
-            "firewall and that the host is up; raise the connect timeout for slow networks."
-        )
-    if "Could not resolve hostname" in stderr:
-        return HostError(f"The host name {conn.host!r} does not resolve. Check host.address.")
-    if "No route to host" in stderr or "Network is unreachable" in stderr:
-        return HostError(f"{where} is unreachable from here (no route). Check host.address and the network.")
-    return HostError(f"SSH to {where} failed. {_tail(stderr)} Check the connection settings of host.")
 
 
 def _tail(text: str, lines: int = 5) -> str:

@@ -1,0 +1,365 @@
+"""The OpenSSH side of the transport: one multiplexed connection per Pulumi command and host.
+
+Every script runs as a session of a master connection (OpenSSH ``ControlMaster``), so a command
+pays one handshake per host however many resources it reads or changes, in the program and in
+the provider processes alike. The master belongs to the Pulumi CLI process this process runs
+under (or to this process when there is none): its control socket lives in a 0700 folder named
+after that process, a reaper ends the masters and removes the folder when that process ends,
+and an idle master ends by itself after `_IDLE_S` in any case.
+
+The private key never touches a filesystem: it is written to an in-memory file
+(``memfd_create``) handed to the master as its stdin and read as ``-i /proc/self/fd/0``; the
+sessions run through the master and need no key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import math
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sglang_stacks.errors import HostError, SpecError
+
+if TYPE_CHECKING:
+    from sglang_stacks.hostops.transport import Connection
+
+__all__ = ["client_argv", "host_key_lines", "ssh_failure"]
+
+# Seconds an unused master stays up after its last session: a safety net behind the reaper.
+_IDLE_S = 300
+# Name the pinned host key is filed under in the update's known_hosts file; it keeps the
+# `[host]:port` spelling of known_hosts out of the way.
+_HOST_KEY_ALIAS = "sglang-stacks-pinned-host"
+_KEY_TYPES = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+)$")
+# Resolved: the program may import this package through a symbolic link inside its project
+# folder, and the reaper must not look like a process of that folder.
+_REAPER = Path(__file__).resolve().with_name("_ssh_reaper.py")
+# Reapers are detached on purpose; holding them here keeps Popen from warning that they still run.
+_reapers: list[subprocess.Popen[bytes]] = []
+
+
+def host_key_lines(host_key: str) -> list[str]:
+    """The pinned key as ``type base64`` lines; a leading host field from ssh-keyscan is dropped."""
+    lines = []
+    for raw in host_key.strip().splitlines():
+        words = raw.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) >= 3 and not _KEY_TYPES.match(words[0]):
+            words = words[1:]
+        if len(words) < 2 or not _KEY_TYPES.match(words[0]):
+            raise SpecError(
+                f"Host key line {raw[:60]!r} is not an SSH public key; expected 'ssh-ed25519 AAAA...'. "
+                "Copy a line printed by `ssh-keyscan -p PORT HOST` into host.host_key."
+            )
+        lines.append(f"{words[0]} {words[1]}")
+    if not lines:
+        raise SpecError(
+            "Host key is empty. Copy a line printed by `ssh-keyscan -p PORT HOST` into host.host_key."
+        )
+    return lines
+
+
+def client_argv(conn: Connection, remote_command: str) -> list[str]:
+    """The argv of one session that runs ``remote_command`` on the host through its master,
+    which is started first when this update has none for the host yet."""
+    control_path, known_hosts = _ensure_master(conn)
+    return [
+        "ssh",
+        "-T",
+        "-o", "ControlMaster=no",
+        "-o", f"ControlPath={control_path}",
+        *_options(conn, known_hosts),
+        "--", conn.host, remote_command,
+    ]  # fmt: skip
+
+
+def _options(conn: Connection, known_hosts: Path) -> list[str]:
+    """Options the master and its sessions share (a session falls back to them when the master
+    is gone in the instant between the check and its start)."""
+    argv = [
+        "-o", "BatchMode=yes",
+        "-o", f"ConnectTimeout={math.ceil(conn.connect_timeout_s)}",
+        "-o", "ServerAliveInterval=15",
+        "-o", "ServerAliveCountMax=4",
+        "-o", "LogLevel=ERROR",
+        "-o", "ClearAllForwardings=yes",
+        "-p", str(conn.port),
+        "-l", conn.user,
+    ]  # fmt: skip
+    if conn.host_key is not None:
+        argv += [
+            "-o", f"UserKnownHostsFile={known_hosts}",
+            "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", f"HostKeyAlias={_HOST_KEY_ALIAS}",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", "UpdateHostKeys=no",
+        ]  # fmt: skip
+    elif conn.insecure_skip_host_key_check:
+        argv += [
+            "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "GlobalKnownHostsFile=/dev/null",
+        ]  # fmt: skip
+    else:
+        argv += ["-o", "StrictHostKeyChecking=yes"]
+    return argv
+
+
+def _ensure_master(conn: Connection) -> tuple[Path, Path]:
+    """The control socket of this update's master for ``conn`` (and its known_hosts file),
+    starting the master if it is not running. One process at a time starts it, so concurrent
+    first calls share one handshake."""
+    folder = _update_folder()
+    name = _connection_digest(conn)
+    control_path, known_hosts = folder / f"{name}.sock", folder / f"{name}.known"
+    if _answers(control_path):
+        return control_path, known_hosts
+    with _locked(folder / f"{name}.lock"):
+        if _answers(control_path):
+            return control_path, known_hosts
+        with contextlib.suppress(FileNotFoundError):
+            control_path.unlink()  # a master that died leaves its socket behind
+        if conn.host_key is not None:
+            lines = "".join(f"{_HOST_KEY_ALIAS} {line}\n" for line in host_key_lines(conn.host_key))
+            known_hosts.write_text(lines)
+        _start_master(conn, control_path, known_hosts)
+    return control_path, known_hosts
+
+
+def _start_master(conn: Connection, control_path: Path, known_hosts: Path) -> None:
+    argv = [
+        "ssh",
+        "-M", "-N", "-f",
+        "-o", f"ControlPath={control_path}",
+        "-o", f"ControlPersist={_IDLE_S}",
+        *_options(conn, known_hosts),
+    ]  # fmt: skip
+    with _key_in_memory(conn.private_key) as key_fd:
+        if key_fd is not None:
+            argv += ["-i", "/proc/self/fd/0", "-o", "IdentitiesOnly=yes"]
+        try:
+            # -f: the client returns once authenticated, leaving the master in the background.
+            started = subprocess.run(
+                [*argv, "--", conn.host],
+                stdin=key_fd if key_fd is not None else subprocess.DEVNULL,
+                capture_output=True,
+                timeout=2 * conn.connect_timeout_s + 30,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise HostError(
+                f"`ssh` is not installed on this machine, so {conn.label} cannot be reached. "
+                "Install the OpenSSH client (scripts/ensure-sshd.sh does) and run the update again."
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise HostError(
+                f"No answer from {conn.host}:{conn.port} within {conn.connect_timeout_s:g} s. Check the "
+                "address, the firewall and that the host is up; raise the connect timeout for slow networks."
+            ) from None
+    if started.returncode != 0:
+        raise ssh_failure(conn, started.stderr.decode(errors="replace"))
+
+
+@contextlib.contextmanager
+def _key_in_memory(private_key: str | None) -> Iterator[int | None]:
+    """An anonymous in-memory file holding the key, 0600 as ssh demands; gone when closed."""
+    if private_key is None:
+        yield None
+        return
+    fd = os.memfd_create("sglang-stacks-key", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, (private_key.replace("\r\n", "\n").strip() + "\n").encode())
+        os.fchmod(fd, 0o600)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _answers(control_path: Path) -> bool:
+    """Whether a master listens on ``control_path`` (a connect, far cheaper than ``ssh -O check``)."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(control_path))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _connection_digest(conn: Connection) -> str:
+    # Another key or pinned host key is another master: a session never rides on a connection
+    # authenticated or verified differently from what its own stack says.
+    parts = (conn.user, conn.host, str(conn.port), conn.private_key or "", conn.host_key or "")
+    material = "\0".join((*parts, str(conn.insecure_skip_host_key_check)))
+    return hashlib.sha256(material.encode()).hexdigest()[:20]
+
+
+def _update_folder() -> Path:
+    """This update's private folder of control sockets; the first process to make it starts the
+    reaper that removes it when the update's Pulumi command ends."""
+    pid, start = _scope()
+    base = _private_base()
+    folder = base / f"{pid}-{start}"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        _check_private(folder)
+        return folder
+    if _start_ticks(pid) != start:
+        # The Pulumi command is gone (this is an orphaned provider): nothing more runs for it.
+        folder.rmdir()
+        raise HostError(
+            "The Pulumi command this update belonged to has ended, so nothing more is run on the "
+            "host. Run `pulumi cancel` if Pulumi says an update is in progress, then the command again."
+        )
+    _sweep(base, keep=folder)
+    _reapers.append(
+        subprocess.Popen(
+            [sys.executable, "-I", "-S", str(_REAPER), str(pid), str(start), str(folder)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    )
+    return folder
+
+
+def _sweep(base: Path, *, keep: Path) -> None:
+    """Removes the folders of ended updates whose reaper was killed with them (a machine-wide
+    kill); their masters ended with their idle time, or end when their socket goes."""
+    for folder in base.iterdir():
+        pid, _, start = folder.name.partition("-")
+        ended = pid.isdigit() and start.isdigit() and _start_ticks(int(pid)) != int(start)
+        if folder != keep and ended and not any(_answers(path) for path in folder.glob("*.sock")):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _private_base() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        base = Path(runtime) / "sglang-stacks"
+    else:
+        base = Path(tempfile.gettempdir()) / f"sglang-stacks-{os.geteuid()}"
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=0o700)
+    _check_private(base)
+    return base
+
+
+def _check_private(folder: Path) -> None:
+    """Refuses a folder another user could reach: its sockets are as good as the SSH key."""
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise HostError(
+            f"{folder} holds sglang-stacks' SSH connections but is not a folder of yours that only "
+            "you can open (owner, mode 0700). Remove it; it is made anew at the next command."
+        )
+
+
+@cache
+def _scope() -> tuple[int, int]:
+    """The process whose lifetime bounds the connections: the Pulumi CLI this process runs under
+    (the program and the providers are its descendants), or this process; as (pid, start ticks)."""
+    current = os.getpid()
+    while current > 1:
+        try:
+            comm, parent, start = _stat(current)
+        except OSError:
+            break
+        if comm == "pulumi":
+            return current, start
+        current = parent
+    return os.getpid(), _stat(os.getpid())[2]
+
+
+def _stat(pid: int) -> tuple[str, int, int]:
+    """(command name, parent pid, start time in clock ticks) from ``/proc/<pid>/stat``."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    comm = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 2 :].split()
+    return comm, int(fields[1]), int(fields[19])
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        return _stat(pid)[2]
+    except OSError:
+        return None
+
+
+def ssh_failure(conn: Connection, stderr: str) -> HostError:
+    """Turns the OpenSSH client's own error into a sentence that says what to do."""
+    where = f"{conn.host}:{conn.port}"
+    keyscan = f"`ssh-keyscan -p {conn.port} {conn.host}`"
+    if "Host key verification failed" in stderr or "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr:
+        fingerprint = re.search(r"(SHA256:[A-Za-z0-9+/=]+)", stderr)
+        presented = f" The host presented {fingerprint.group(1)}." if fingerprint else ""
+        if conn.host_key is not None:
+            return HostError(
+                f"The host key of {where} does not match the pinned host.host_key.{presented} "
+                "If the host was reinstalled, check its key out of band and replace host.host_key "
+                f"with a line from {keyscan}; otherwise do not connect: something else answers there."
+            )
+        return HostError(
+            f"The host key of {where} is not known.{presented} Pin it: set host.host_key to a line "
+            f"from {keyscan}, checked against the host's own /etc/ssh/ssh_host_*_key.pub."
+        )
+    if re.search(r"Load key .*: (invalid format|incorrect passphrase|error in libcrypto)", stderr):
+        return HostError(
+            f"The sshPrivateKey secret for {where} is not a usable private key (unreadable, or "
+            "protected by a passphrase). Set it to an unencrypted OpenSSH private key, e.g. "
+            "`pulumi config set --secret sshPrivateKey < ~/.ssh/id_ed25519`."
+        )
+    if "Permission denied" in stderr or "Too many authentication failures" in stderr:
+        return HostError(
+            f"{where} refused the SSH key for user {conn.user!r}. Add the key's public half to "
+            f"~{conn.user}/.ssh/authorized_keys on the host, or set host.user and the sshPrivateKey secret "
+            "to a login that has it."
+        )
+    if "Connection refused" in stderr:
+        return HostError(
+            f"Nothing accepts SSH connections at {where} (connection refused). "
+            "Check host.address and host.port, and that sshd runs on the host."
+        )
+    if "timed out" in stderr:
+        return HostError(
+            f"No answer from {where} within {conn.connect_timeout_s:g} s. Check the address, the "
+            "firewall and that the host is up; raise the connect timeout for slow networks."
+        )
+    if "Could not resolve hostname" in stderr:
+        return HostError(f"The host name {conn.host!r} does not resolve. Check host.address.")
+    if "No route to host" in stderr or "Network is unreachable" in stderr:
+        return HostError(f"{where} is unreachable from here (no route). Check host.address and the network.")
+    return HostError(f"SSH to {where} failed. {_tail(stderr)} Check the connection settings of host.")
+
+
+def _tail(text: str, lines: int = 5) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+    if not kept:
+        return "It printed nothing."
+    return "Last output: " + " | ".join(kept) + "."
