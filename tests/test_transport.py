@@ -22,7 +22,8 @@ import pytest
 
 from sglang_stacks.errors import HostError, SpecError
 from sglang_stacks.hostops import _ssh
-from sglang_stacks.hostops.transport import Connection, open_session, quote, quote_path, run, upload
+from sglang_stacks.hostops.session import open_session
+from sglang_stacks.hostops.transport import Connection, quote, quote_path, run, upload
 from tests._pulumi import ROOT
 from tests.sshd import SshServer, free_port, new_key, start_sshd
 

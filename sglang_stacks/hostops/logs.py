@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Iterable
 
 from sglang_stacks.errors import HostError
+from sglang_stacks.hostops import session as session_module
 from sglang_stacks.hostops import transport
 from sglang_stacks.hostops.transport import Connection, quote_path
 
@@ -56,7 +57,7 @@ def show(conn: Connection, paths: list[str], lines: int = 40) -> list[str]:
 
 def follow(conn: Connection, paths: list[str], emit: Callable[[str], None], lines: int = 40) -> None:
     """Print new lines of the files as they come, until interrupted (Ctrl-C) or the host goes away."""
-    session = transport.open_session(conn, _script(paths, lines, follow=True), max_lifetime_s=_SILENT_S)
+    session = session_module.open_session(conn, _script(paths, lines, follow=True), max_lifetime_s=_SILENT_S)
     try:
         while True:
             emit(describe_progress(session.read_line(timeout_s=_SILENT_S)))

@@ -10,9 +10,8 @@ background process still holds its output, and says so instead of waiting for th
 Scripts on one SSH host are sessions of one connection per Pulumi command (``_ssh``): the
 handshake is paid once, however many resources a command reads or changes.
 
-`open_session` leaves a script running and talks to it line by line; the script sees end of file
-on stdin when the session is closed or this process ends, which is how a host learns that the
-update holding it is over.
+``session`` leaves a script running and talks to it line by line; ``connection`` says how a
+host is reached.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import select
 import selectors
 import shlex
 import subprocess
@@ -28,19 +26,19 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
 from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import HostError, SpecError, StacksError
-from sglang_stacks.hostops._ssh import client_argv, host_key_lines, ssh_failure
+from sglang_stacks.hostops._ssh import client_argv
+from sglang_stacks.hostops._ssh_errors import ssh_failure
+from sglang_stacks.hostops.connection import Connection
 
 __all__ = [
     "CommandResult",
     "Connection",
-    "Session",
-    "open_session",
     "quote",
     "quote_path",
     "run",
@@ -57,7 +55,6 @@ _KILL_AFTER_S = 5
 _LINGER_S = 3.0
 # Ends a session's script on the host's stderr; nothing waits for it.
 _SESSION_MARKER = "__sglang_stacks_session"
-_HOST_OR_USER = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
 
 # Runs on the host. Reads one header line "<marker> <timeout_s> <script_bytes>", then exactly that
 # many bytes of script; whatever follows on stdin is the script's own stdin. The script travels
@@ -75,73 +72,6 @@ rc=$?
 printf '\n%s %s\n' "$marker" "$rc" >&2
 exit "$rc"
 """.replace("KILL_AFTER", str(_KILL_AFTER_S))
-
-
-@dataclass(frozen=True)
-class Connection:
-    """How to reach a GPU host: ``kind="ssh"`` with an address and key, or ``kind="local"``.
-
-    ``private_key`` is the key's contents (from a Pulumi secret): it never appears in ``repr``,
-    on a command line, in an error or on any filesystem: it reaches the SSH client as an in-memory
-    file that ends with the client (see ``_ssh``).
-    ``host_key`` pins the host's public key (a line such as ``ssh-ed25519 AAAA...``, as printed
-    by ``ssh-keyscan``); without it the host must already be in the user's known_hosts, unless
-    ``insecure_skip_host_key_check`` is set, which trusts whatever answers at that address.
-    """
-
-    kind: Literal["local", "ssh"] = "ssh"
-    host: str = ""
-    port: int = 22
-    user: str = "root"
-    private_key: str | None = field(default=None, repr=False)
-    host_key: str | None = None
-    insecure_skip_host_key_check: bool = False
-    connect_timeout_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        # Numbers come back from Pulumi's state as floats: 22.0 is port 22.
-        port: object = self.port
-        if isinstance(port, float) and port.is_integer():
-            object.__setattr__(self, "port", int(port))
-        elif not isinstance(port, int) or isinstance(port, bool):
-            raise SpecError(f"SSH port {self.port!r} is not a whole number. Set host.port to sshd's port.")
-        if self.kind not in ("local", "ssh"):
-            raise SpecError(
-                f"Connection kind {self.kind!r} is not known; allowed: 'ssh' or 'local'. "
-                "Set host.kind to one of them."
-            )
-        if not self.connect_timeout_s > 0:
-            raise SpecError(
-                f"Connection connect_timeout_s is {self.connect_timeout_s}; it must be above 0. "
-                "Set a positive number of seconds."
-            )
-        if self.kind == "local":
-            return
-        if not self.host or not _HOST_OR_USER.match(self.host) or self.host.startswith("-"):
-            raise SpecError(
-                f"SSH host {self.host!r} is not a host name or address. "
-                "Set host.address to the GPU host's name or IP address."
-            )
-        if not self.user or not _HOST_OR_USER.match(self.user) or self.user.startswith("-"):
-            raise SpecError(
-                f"SSH user {self.user!r} is not a user name. Set host.user to the login on the GPU host."
-            )
-        if not 1 <= self.port <= 65535:
-            raise SpecError(f"SSH port {self.port} is outside 1..65535. Set host.port to sshd's port.")
-        if self.host_key is not None:
-            host_key_lines(self.host_key)
-
-    @classmethod
-    def local(cls) -> Connection:
-        """The machine sglang-stacks runs on, reached with plain ``bash``."""
-        return cls(kind="local")
-
-    @property
-    def label(self) -> str:
-        """How messages name the host: ``user@host:port``, or ``the local host``."""
-        if self.kind == "local":
-            return "the local host"
-        return f"{self.user}@{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -232,104 +162,6 @@ def upload(
             f"Copying {str(source)!r} to {remote_path!r} on {conn.label} failed (exit {result.exit_code}): "
             f"{_tail(result.stderr)} Check that the user may write there and the disk has room."
         )
-
-
-class Session:
-    """A script left running on the host, talked to through its stdin and stdout.
-
-    Made by `open_session`. The script ends when the session is closed, or when this process
-    ends: either way its stdin reaches end of file.
-    """
-
-    def __init__(self, conn: Connection, process: subprocess.Popen[bytes]) -> None:
-        self.conn = conn
-        self._process = process
-        self._pending = bytearray()
-        self._stderr = bytearray()
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
-
-    @property
-    def alive(self) -> bool:
-        """Whether the script (and its SSH session) still runs."""
-        return self._process.poll() is None
-
-    def read_line(self, *, timeout_s: float) -> str:
-        """The script's next line of output; HostError if the session ends or stays silent."""
-        stdout = self._process.stdout
-        assert stdout is not None
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self._pending:
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
-                self.close()
-                raise HostError(
-                    f"{self.conn.label} did not answer within {timeout_s:g} s; the session was closed. "
-                    "Check that the host is up and responsive, then run the update again."
-                )
-            ready, _, _ = select.select([stdout], [], [], remaining_s)
-            if not ready:
-                continue
-            chunk = os.read(stdout.fileno(), 65536)
-            if not chunk:
-                raise self._ended()
-            self._pending.extend(chunk)
-        line, _, rest = bytes(self._pending).partition(b"\n")
-        self._pending = bytearray(rest)
-        return line.decode(errors="replace")
-
-    def send(self, data: bytes) -> bool:
-        """Writes to the script's stdin; False once the session has ended."""
-        stdin = self._process.stdin
-        assert stdin is not None
-        try:
-            stdin.write(data)
-            stdin.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            return False
-        return True
-
-    def close(self, *, timeout_s: float = 10) -> None:
-        """Ends the script's stdin and waits for it to finish (killing the session after ``timeout_s``)."""
-        with contextlib.suppress(BrokenPipeError, OSError):
-            assert self._process.stdin is not None
-            self._process.stdin.close()
-        try:
-            self._process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-
-    def _drain_stderr(self) -> None:
-        stderr = self._process.stderr
-        assert stderr is not None
-        while chunk := os.read(stderr.fileno(), 65536):
-            self._stderr.extend(chunk)
-
-    def _ended(self) -> HostError:
-        self.close(timeout_s=5)
-        lines = self._stderr.decode(errors="replace").splitlines()
-        stderr = "\n".join(line for line in lines if not line.startswith(_SESSION_MARKER))
-        if self.conn.kind == "ssh" and self._process.returncode == 255:
-            return ssh_failure(self.conn, stderr)
-        return HostError(
-            f"The session with {self.conn.label} ended (exit {self._process.returncode}). "
-            f"{_tail(stderr)} Check the host's logs and run the update again."
-        )
-
-
-def open_session(
-    conn: Connection, script: str, *, env: Mapping[str, str] | None = None, max_lifetime_s: float = 86400
-) -> Session:
-    """Starts a bash script on the host and leaves it running, to talk to through a `Session`.
-
-    The script reads the caller's messages on stdin and answers on stdout, one line each; it sees
-    end of file on stdin when the session is closed or this process ends. The host stops it
-    after ``max_lifetime_s`` in any case.
-    """
-    body = (_exports(env) + script).encode()
-    session = Session(conn, _spawn(conn, _command_line(conn)))
-    session.send(f"{_SESSION_MARKER} {max_lifetime_s:g} {len(body)}\n".encode() + body)
-    return session
 
 
 def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -15,7 +15,8 @@ import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sglang_stacks.hostops.transport import CommandResult, Connection, Session, open_session, quote, run
+from sglang_stacks.hostops.session import Session, open_session
+from sglang_stacks.hostops.transport import CommandResult, Connection, quote, run
 
 FOLDER = Path(__file__).resolve().parent
 
