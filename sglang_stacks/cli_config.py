@@ -1,0 +1,99 @@
+"""The companion CLI's configuration commands: ``render`` (a stack's launch command, memory plan
+and preflight findings for a release, without deploying) and ``schema`` (the stack spec's JSON
+Schema)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.preflight import Finding, run_preflight
+from sglang_stacks.config.render import render_argv, render_command
+from sglang_stacks.config.spec import load_spec, spec_json_schema
+from sglang_stacks.config.stackfile import STACKS_DIR, read_stack_file
+from sglang_stacks.errors import FlagError
+
+__all__ = ["configure_render", "configure_schema", "run_render", "run_schema"]
+
+EXIT_OK = 0
+EXIT_CONFIG_ERRORS = 1
+
+
+def configure_render(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stack", help="stack name: reads stacks/Pulumi.<stack>.yaml")
+    parser.add_argument(
+        "--release", help="SGLang release to render for (default: the stack's sglang_release)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument("--stacks-dir", type=Path, default=STACKS_DIR, help=argparse.SUPPRESS)
+
+
+def run_render(args: argparse.Namespace) -> int:
+    stack_file = read_stack_file(args.stack, args.stacks_dir)
+    spec = load_spec(stack_file.sections, args.stack)
+    release = args.release or spec.environment.sglang_release
+    findings = run_preflight(spec, release)
+    flags = spec.launch_flags()
+    env = spec.environment.env
+    argv: list[str] | None
+    try:
+        argv = render_argv(flags, release)
+        command: str | None = render_command(flags, release, env=env)
+    except FlagError:
+        argv = command = None  # the reasons are preflight errors already
+    plan = plan_memory(spec, release)
+    errors = [f for f in findings if f.severity == "error"]
+    if args.json:
+        document: dict[str, Any] = {
+            "stack": args.stack,
+            "release": release,
+            "pinned_release": spec.environment.sglang_release,
+            "argv": argv,
+            "env": env,
+            "command": command,
+            "memory": plan.as_dict(),
+            "findings": [asdict(f) for f in findings],
+            "secrets_set": list(stack_file.secret_keys),
+            "ok": not errors,
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(_render_text(args.stack, release, command, plan.explain(), findings))
+    return EXIT_CONFIG_ERRORS if errors else EXIT_OK
+
+
+def _render_text(
+    stack: str, release: str, command: str | None, plan: list[str], findings: list[Finding]
+) -> str:
+    lines = [f"Stack {stack}, SGLang {release}", "", "Launch command:"]
+    lines.append(f"  {command}" if command else "  (not renderable for this release: see the errors below)")
+    lines += ["", "Memory plan (per GPU):", *(f"  {line}" for line in plan), ""]
+    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    lines.append(
+        f"Preflight: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info"
+    )
+    for finding in findings:
+        if finding.code == "memory-plan":
+            continue  # printed above
+        lines.append(f"  [{finding.severity}] {finding.code} at {finding.key}: {finding.message}")
+        if finding.fix:
+            lines.append(f"      fix: {finding.fix}")
+    return "\n".join(lines)
+
+
+def configure_schema(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", type=Path, help="file to write (default: print it)")
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    text = json.dumps(spec_json_schema(), indent=2) + "\n"
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
