@@ -18,23 +18,19 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from sglang_emulator import openai_routes
 from sglang_emulator.engine import Chunk, Engine, Request
 from sglang_emulator.faults import Faults
+from sglang_emulator.http_common import BadRequest, sse
 from sglang_emulator.launch import LaunchConfig
 from sglang_emulator.memory import MemoryPlan
 from sglang_emulator.metrics import render_metrics
 from sglang_emulator.profile import Profile
-from sglang_emulator.tokenizer import encode, render_chat
+from sglang_emulator.tokenizer import encode
 
 __all__ = ["EmulatorHttpServer", "ServerContext", "make_http_server"]
 
 _DEFAULT_MAX_NEW_TOKENS = 128
-_DEFAULT_OPENAI_MAX_TOKENS = 16
-_DEFAULT_CHAT_MAX_TOKENS = 1024
-
-
-class _BadRequest(Exception):
-    pass
 
 
 @dataclass
@@ -112,10 +108,6 @@ def make_http_server(context: ServerContext) -> EmulatorHttpServer:
     return server
 
 
-def _sse(payload: Any) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: EmulatorHttpServer
@@ -163,9 +155,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise _BadRequest(f"The request body is not valid JSON ({exc}). Send a JSON object.") from exc
+            raise BadRequest(f"The request body is not valid JSON ({exc}). Send a JSON object.") from exc
         if not isinstance(body, dict):
-            raise _BadRequest("The request body must be a JSON object.")
+            raise BadRequest("The request body must be a JSON object.")
         return body
 
     def _stream(self, events: Iterator[bytes]) -> None:
@@ -203,8 +195,8 @@ class _Handler(BaseHTTPRequestHandler):
             "/get_load": self._get_load,
             "/v1/models": self._models,
             "/generate": self._generate,
-            "/v1/completions": self._completions,
-            "/v1/chat/completions": self._chat_completions,
+            "/v1/completions": lambda: openai_routes.completions(self),
+            "/v1/chat/completions": lambda: openai_routes.chat_completions(self),
         }
         posts = {"/generate", "/v1/completions", "/v1/chat/completions"}
         handler = routes.get(path)
@@ -231,7 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._tracked(handler)
             else:
                 handler()
-        except _BadRequest as exc:
+        except BadRequest as exc:
             self._error(400, str(exc))
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -376,10 +368,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _new_request(self, prompt_ids: list[int], max_new_tokens: Any, rid: str | None) -> Request:
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise _BadRequest(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}.")
+            raise BadRequest(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}.")
         context_len = self.server.context.config.context_length
         if len(prompt_ids) + max_new_tokens > context_len:
-            raise _BadRequest(
+            raise BadRequest(
                 f"Requested token count exceeds the model's maximum context length of {context_len} tokens. "
                 f"You requested a total of {len(prompt_ids) + max_new_tokens} tokens: {len(prompt_ids)} "
                 f"tokens from the input and {max_new_tokens} tokens for the completion. Reduce either."
@@ -395,12 +387,12 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(input_ids, list) and input_ids and all(isinstance(i, int) for i in input_ids):
             outside = [i for i in input_ids if not 0 <= i < vocab]
             if outside:
-                raise _BadRequest(
+                raise BadRequest(
                     f"Token id {outside[0]} is outside the vocabulary (0 to {vocab - 1}); send ids the "
                     "model's tokenizer produces."
                 )
             return list(input_ids)
-        raise _BadRequest("Give the prompt as 'text' (a string) or 'input_ids' (a list of integers).")
+        raise BadRequest("Give the prompt as 'text' (a string) or 'input_ids' (a list of integers).")
 
     def _chunks(self, request: Request) -> Iterator[Chunk]:
         try:
@@ -435,12 +427,12 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         params = body.get("sampling_params") or {}
         if not isinstance(params, dict):
-            raise _BadRequest("sampling_params must be an object.")
+            raise BadRequest("sampling_params must be an object.")
         max_new = params.get("max_new_tokens", _DEFAULT_MAX_NEW_TOKENS)
         texts = body.get("text")
         if isinstance(texts, list):
             if body.get("stream"):
-                raise _BadRequest(
+                raise BadRequest(
                     "The emulator streams one prompt per request; send a string 'text' to stream."
                 )
             if not self._fault_gate():
@@ -486,155 +478,5 @@ class _Handler(BaseHTTPRequestHandler):
             count += len(chunk.new_token_ids)
             meta = self._meta(request, chunk.finished)
             meta["completion_tokens"] = count
-            yield _sse({"text": text, "output_ids": request.output_ids[start:count], "meta_info": meta})
-        yield b"data: [DONE]\n\n"
-
-    def _openai_request(self, body: dict[str, Any], prompt_text: str, default_max: int) -> Request:
-        ids = encode(prompt_text, self.server.context.profile.model.vocab_size)
-        return self._openai_ids_request(body, ids, default_max)
-
-    def _openai_ids_request(self, body: dict[str, Any], ids: list[int], default_max: int) -> Request:
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max
-        return self._new_request(ids, max_tokens, None)
-
-    def _usage(self, request: Request) -> dict[str, Any]:
-        prompt = len(request.prompt_ids)
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": request.completion_tokens,
-            "total_tokens": prompt + request.completion_tokens,
-            "prompt_tokens_details": None,
-        }
-
-    def _completions(self) -> None:
-        body = self._body()
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
-        if isinstance(prompt, list):
-            # A prompt of token ids, as the OpenAI API allows and SGLang serves.
-            ids = self._prompt_ids(None, prompt)
-        elif isinstance(prompt, str):
-            ids = encode(prompt, self.server.context.profile.model.vocab_size)
-        else:
-            raise _BadRequest(
-                "'prompt' must be a string or a list of token ids "
-                "(the emulator serves one prompt per request)."
-            )
-        if not self._fault_gate():
-            return
-        request = self._openai_ids_request(body, ids, _DEFAULT_OPENAI_MAX_TOKENS)
-        self._openai_reply(body, request, chat=False)
-
-    def _chat_completions(self) -> None:
-        body = self._body()
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages) or not messages:
-            raise _BadRequest("'messages' must be a non-empty list of {role, content} objects.")
-        if not self._fault_gate():
-            return
-        request = self._openai_request(body, render_chat(messages), _DEFAULT_CHAT_MAX_TOKENS)
-        self._openai_reply(body, request, chat=True)
-
-    def _openai_reply(self, body: dict[str, Any], request: Request, chat: bool) -> None:
-        context = self.server.context
-        ident = ("chatcmpl-" if chat else "cmpl-") + request.rid
-        created = int(time.time())
-        model = context.config.served_model_name
-        if not body.get("stream"):
-            for _ in self._chunks(request):
-                pass
-            choice: dict[str, Any] = {
-                "index": 0,
-                "logprobs": None,
-                "finish_reason": "length",
-                "matched_stop": None,
-            }
-            if chat:
-                choice["message"] = {
-                    "role": "assistant",
-                    "content": request.output_text,
-                    "reasoning_content": None,
-                    "tool_calls": None,
-                }
-            else:
-                choice["text"] = request.output_text
-            self._json(
-                200,
-                {
-                    "id": ident,
-                    "object": "chat.completion" if chat else "text_completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [choice],
-                    "usage": self._usage(request),
-                },
-            )
-            self._finished()
-            return
-        options = body.get("stream_options") or {}
-        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        self._stream(self._openai_events(request, chat, ident, created, model, include_usage))
-        self._finished()
-
-    def _openai_events(
-        self, request: Request, chat: bool, ident: str, created: int, model: str, include_usage: bool
-    ) -> Iterator[bytes]:
-        kind = "chat.completion.chunk" if chat else "text_completion"
-
-        def event(choice: dict[str, Any]) -> bytes:
-            return _sse(
-                {
-                    "id": ident,
-                    "object": kind,
-                    "created": created,
-                    "model": model,
-                    "choices": [choice],
-                    "usage": None,
-                }
-            )
-
-        if chat:
-            yield event(
-                {
-                    "index": 0,
-                    "delta": {"role": "assistant", "content": ""},
-                    "logprobs": None,
-                    "finish_reason": None,
-                    "matched_stop": None,
-                }
-            )
-        for chunk in self._chunks(request):
-            reason = "length" if chunk.finished else None
-            if chat:
-                yield event(
-                    {
-                        "index": 0,
-                        "delta": {"content": chunk.new_text},
-                        "logprobs": None,
-                        "finish_reason": reason,
-                        "matched_stop": None,
-                    }
-                )
-            else:
-                yield event(
-                    {
-                        "index": 0,
-                        "text": chunk.new_text,
-                        "logprobs": None,
-                        "finish_reason": reason,
-                        "matched_stop": None,
-                    }
-                )
-        if include_usage:
-            yield _sse(
-                {
-                    "id": ident,
-                    "object": kind,
-                    "created": created,
-                    "model": model,
-                    "choices": [],
-                    "usage": self._usage(request),
-                }
-            )
+            yield sse({"text": text, "output_ids": request.output_ids[start:count], "meta_info": meta})
         yield b"data: [DONE]\n\n"

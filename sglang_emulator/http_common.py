@@ -1,0 +1,15 @@
+"""What every route of the emulator's HTTP server shares: the bad-request error and SSE framing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class BadRequest(Exception):
+    """A request the server answers with 400 and this message."""
+
+
+def sse(payload: Any) -> bytes:
+    """One server-sent event carrying ``payload`` as compact JSON."""
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
