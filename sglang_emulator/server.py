@@ -9,88 +9,21 @@ from __future__ import annotations
 import json
 import socket
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from sglang_emulator import openai_routes
-from sglang_emulator.engine import Chunk, Engine, Request
-from sglang_emulator.faults import Faults
+from sglang_emulator import info_routes, openai_routes
+from sglang_emulator.context import ServerContext
+from sglang_emulator.engine import Chunk, Request
 from sglang_emulator.http_common import BadRequest, sse
-from sglang_emulator.launch import LaunchConfig
-from sglang_emulator.memory import MemoryPlan
-from sglang_emulator.metrics import render_metrics
-from sglang_emulator.profile import Profile
 from sglang_emulator.tokenizer import encode
 
 __all__ = ["EmulatorHttpServer", "ServerContext", "make_http_server"]
 
 _DEFAULT_MAX_NEW_TOKENS = 128
-
-
-@dataclass
-class ServerContext:
-    """Everything the handlers read: the launch, its plan, the engine and the readiness state."""
-
-    config: LaunchConfig
-    profile: Profile
-    plan: MemoryPlan
-    engine: Engine
-    faults: Faults
-    emulator_note: str
-    on_generation_finished: Callable[[], None]
-    ready: threading.Event = field(default_factory=threading.Event)
-    started_s: float = field(default_factory=time.time)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _generation_requests: int = 0
-    in_flight: int = 0
-    """Generation requests received and not yet answered in full (``/get_load``'s ``num_reqs``)."""
-
-    def track(self, delta: int) -> None:
-        """Counts a generation request in (+1) or out (-1)."""
-        with self._lock:
-            self.in_flight += delta
-
-    def next_generation_number(self) -> int:
-        with self._lock:
-            self._generation_requests += 1
-            return self._generation_requests
-
-    def server_info(self) -> dict[str, Any]:
-        stats = self.engine.stats
-        internal: dict[str, Any] = {
-            "last_gen_throughput": stats.last_gen_throughput,
-            "max_total_num_tokens": self.plan.max_total_num_tokens,
-            "effective_max_running_requests_per_dp": self.plan.max_running_requests,
-            "memory_usage": {
-                "weight": round(self.plan.weights_gib + self.plan.draft_weights_gib, 2),
-                "kvcache": round(max(self.plan.kv_pool_gib, 0.0), 2),
-                "token_capacity": self.plan.max_total_num_tokens,
-                "graph": round(self.plan.cuda_graph_gib + self.plan.draft_cuda_graph_gib, 2),
-            },
-        }
-        if self.config.speculative is not None:
-            internal["avg_spec_accept_length"] = stats.avg_spec_accept_length
-        info = dict(self.config.server_args)
-        info.update(
-            mem_fraction_static=self.plan.mem_fraction_static,
-            max_running_requests=self.plan.max_running_requests,
-            internal_states=[internal],
-            version=self.config.release,
-            emulator={
-                "name": "sglang-emulator",
-                "emulated_sglang_version": self.config.release,
-                "profile": self.profile.name,
-                "profile_source": self.profile.source,
-                "note": self.emulator_note,
-            },
-        )
-        return info
 
 
 class EmulatorHttpServer(ThreadingHTTPServer):
@@ -186,14 +119,14 @@ class _Handler(BaseHTTPRequestHandler):
         routes: dict[str, Callable[[], None]] = {
             "/health": self._health,
             "/health_generate": self._health,
-            "/model_info": self._model_info,
-            "/get_model_info": self._model_info,
-            "/server_info": self._server_info,
-            "/get_server_info": self._server_info,
-            "/flush_cache": self._flush_cache,
-            "/metrics": self._metrics,
-            "/get_load": self._get_load,
-            "/v1/models": self._models,
+            "/model_info": lambda: info_routes.model_info(self),
+            "/get_model_info": lambda: info_routes.model_info(self),
+            "/server_info": lambda: info_routes.server_info(self),
+            "/get_server_info": lambda: info_routes.server_info(self),
+            "/flush_cache": lambda: info_routes.flush_cache(self),
+            "/metrics": lambda: info_routes.metrics(self),
+            "/get_load": lambda: info_routes.get_load(self),
+            "/v1/models": lambda: info_routes.models(self),
             "/generate": self._generate,
             "/v1/completions": lambda: openai_routes.completions(self),
             "/v1/chat/completions": lambda: openai_routes.chat_completions(self),
@@ -237,26 +170,6 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send(200, b"", "text/plain")
 
-    def _model_info(self) -> None:
-        context = self.server.context
-        self._json(
-            200,
-            {
-                "model_path": context.config.model_path,
-                "tokenizer_path": context.config.server_args.get("tokenizer_path"),
-                "is_generation": True,
-                "preferred_sampling_params": None,
-                "weight_version": "default",
-                "has_image_understanding": False,
-                "has_audio_understanding": False,
-                "model_type": context.profile.model.model_type,
-                "architectures": [context.profile.model.architecture],
-            },
-        )
-
-    def _server_info(self) -> None:
-        self._json(200, self.server.context.server_info())
-
     def _tracked(self, handler: Callable[[], None]) -> None:
         # From the request's arrival to its last byte: what a router drain must wait for.
         context = self.server.context
@@ -265,92 +178,6 @@ class _Handler(BaseHTTPRequestHandler):
             handler()
         finally:
             context.track(-1)
-
-    def _get_load(self) -> None:
-        # SGLang's /get_load: one entry per data-parallel rank (the emulator has one).
-        context = self.server.context
-        stats = context.engine.stats
-        self._json(
-            200,
-            [
-                {
-                    "dp_rank": 0,
-                    "num_reqs": context.in_flight,
-                    "num_waiting_reqs": stats.queued,
-                    "num_tokens": int(context.engine.token_usage() * context.plan.max_total_num_tokens),
-                }
-            ],
-        )
-
-    def _flush_cache(self) -> None:
-        self._body()
-        if not self.server.context.engine.flush_cache():
-            message = "Cache not flushed: requests are running or waiting. Retry when the server is idle.\n"
-            self._send(400, message.encode(), "text/plain")
-            return
-        message = (
-            "Cache flushed.\nPlease check backend logs for more details. "
-            "(When there are running or waiting requests, the operation will not be performed.)\n"
-        )
-        self._send(200, message.encode(), "text/plain")
-
-    def _metrics(self) -> None:
-        context = self.server.context
-        if not context.config.enable_metrics:
-            self._json(404, {"detail": "Not Found"})
-            return
-        stats = context.engine.stats
-        gauges = {
-            "sglang:num_running_reqs": ("The number of running requests.", stats.running),
-            "sglang:num_queue_reqs": ("The number of requests in the waiting queue.", stats.queued),
-            "sglang:gen_throughput": ("The generation throughput (token/s).", stats.last_gen_throughput),
-            "sglang:token_usage": ("The token usage.", context.engine.token_usage()),
-            "sglang:spec_accept_length": (
-                "The average acceptance length of speculative decoding.",
-                stats.avg_spec_accept_length,
-            ),
-            "sglang:max_total_num_tokens": (
-                "Maximum total tokens in the KV cache.",
-                context.plan.max_total_num_tokens,
-            ),
-        }
-        counters = {
-            "sglang:prompt_tokens_total": ("Number of prefill tokens processed.", stats.prompt_tokens_total),
-            "sglang:generation_tokens_total": (
-                "Number of generation tokens processed.",
-                stats.generation_tokens_total,
-            ),
-            "sglang:cached_tokens_total": ("Number of cached prompt tokens.", stats.cached_tokens_total),
-            "sglang:num_requests_total": ("Number of requests processed.", stats.requests_total),
-        }
-        histograms = {
-            "sglang:time_to_first_token_seconds": (
-                "Histogram of time to first token in seconds.",
-                stats.ttft,
-            ),
-            "sglang:e2e_request_latency_seconds": (
-                "Histogram of End-to-end request latency in seconds",
-                stats.e2e,
-            ),
-            "sglang:inter_token_latency_seconds": (
-                "Histogram of inter-token latency in seconds.",
-                stats.inter_token,
-            ),
-        }
-        text = render_metrics(context.config.served_model_name, gauges, counters, histograms)
-        self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
-
-    def _models(self) -> None:
-        context = self.server.context
-        model = {
-            "id": context.config.served_model_name,
-            "object": "model",
-            "created": int(context.started_s),
-            "owned_by": "sglang",
-            "root": context.config.model_path,
-            "max_model_len": context.config.context_length,
-        }
-        self._json(200, {"object": "list", "data": [model]})
 
     # --- generation -----------------------------------------------------------------------
 
