@@ -9,28 +9,22 @@ for all of them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pulumi
 
+from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, build_host_parts
 from sglang_stacks.components._provider import host_connection
 from sglang_stacks.components._wiring import (
     connection_args,
-    emulator_env,
     flags_digest,
-    nvidia_smi_command,
     options_of,
     render_flags,
 )
 from sglang_stacks.components.benchmark import Benchmark
-from sglang_stacks.components.draft_model import DraftModel
-from sglang_stacks.components.environment import PythonEnvironment
-from sglang_stacks.components.host import FACT_KEYS, GpuClaim, HostProbe
-from sglang_stacks.components.server import SGLangServer
 from sglang_stacks.config import preflight
-from sglang_stacks.config.flags import FlagValue
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError, StacksError
@@ -41,8 +35,6 @@ if TYPE_CHECKING:
     from pulumi_command.remote import ConnectionArgs
 
 __all__ = ["DEFAULT_PORT", "DeploymentArgs", "SGLangDeployment", "connection_args", "render_flags"]
-
-DEFAULT_PORT = 30000
 
 
 @dataclass(frozen=True)
@@ -112,20 +104,14 @@ class SGLangDeployment(pulumi.ComponentResource):
         connection = host_connection(args.connection)
         # New on every run; the resources take it as a label for the claim, never as a change.
         update_id = uuid.uuid4().hex[:12]
-        environment = PythonEnvironment(
-            f"{name}-environment",
-            connection=connection,
-            runtime=spec.runtime,
-            release=spec.environment.sglang_release,
-            extra_pins=spec.environment.extra_pins,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        nvidia_smi = nvidia_smi_command(spec, environment)
-        gpu_ready = self._host(name, spec, stack, connection, nvidia_smi, update_id, environment)
-        launch_flags = render_flags(spec)
-        server = self._server(
-            name, args, connection, environment, nvidia_smi, update_id, launch_flags, gpu_ready
-        )
+        if pulumi.runtime.is_dry_run():
+            flags, release = render_flags(spec), spec.environment.sglang_release
+            connection.apply(
+                lambda fields: self._announce(fields, stack, spec.host.state_dir, flags, release)
+            )
+        plan = HostPlan(name, stack, connection, update_id, hub_token=args.hub_token)
+        parts = build_host_parts(self, spec, plan)
+        server, environment = parts.server, parts.environment
         benchmark = Benchmark(
             f"{name}-benchmark",
             connection=connection,
@@ -135,7 +121,7 @@ class SGLangDeployment(pulumi.ComponentResource):
             server_instance=server.instance,
             launch_command=server.launch_command,
             sglang_version=environment.sglang_version,
-            flags_digest=flags_digest(launch_flags),
+            flags_digest=flags_digest(parts.launch_flags),
             workload=spec.benchmark,
             gate=spec.gate,
             gpu_hour_price=spec.host.gpu_hour_price,
@@ -149,9 +135,9 @@ class SGLangDeployment(pulumi.ComponentResource):
         self.benchmark_levels = benchmark.levels
         self.goodput = benchmark.goodput
         self.launch_command = server.launch_command
-        self.launch_flags = pulumi.Output.from_input(dict(launch_flags))
+        self.launch_flags = pulumi.Output.from_input(dict(parts.launch_flags))
         self.sglang_version = environment.sglang_version
-        self.host_facts = gpu_ready[0].facts  # type: ignore[attr-defined]
+        self.host_facts = parts.probe.facts
         self.findings = pulumi.Output.from_input([vars(finding) for finding in found])
         self.memory_plan = pulumi.Output.from_input(
             plan_memory(spec, spec.environment.sglang_release).as_dict()
@@ -172,103 +158,6 @@ class SGLangDeployment(pulumi.ComponentResource):
             if finding.severity == "warning":
                 pulumi.log.warn(finding.sentence(), self)
         return found
-
-    def _host(
-        self,
-        name: str,
-        spec: StackSpec,
-        stack: str,
-        connection: pulumi.Output[Any],
-        nvidia_smi: pulumi.Input[Sequence[str]],
-        update_id: str,
-        environment: PythonEnvironment,
-    ) -> list[pulumi.Resource]:
-        """The probe, the draft model and the claim: what must be in place before the server.
-
-        The claim comes last: taking the host over stops another stack's server, so everything
-        that can fail without the GPUs (probe, environment, draft model, the installed release)
-        has succeeded first, and a failing update of this stack leaves the other one serving.
-        """
-        probe = HostProbe(
-            f"{name}-probe",
-            connection=connection,
-            declared={key: getattr(spec.host, key) for key in FACT_KEYS},
-            nvidia_smi=nvidia_smi,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        ready: list[pulumi.Resource] = [probe, environment]
-        if spec.draft_model is not None:
-            ready.append(
-                DraftModel(
-                    f"{name}-draft-model",
-                    connection=connection,
-                    source=spec.draft_model.source,
-                    local_path=spec.draft_model.local_path,
-                    path_on_host=spec.draft_model.path_on_host,
-                    sha256=spec.draft_model.sha256,
-                    sha256_manifest=spec.draft_model.sha256_manifest,
-                    opts=pulumi.ResourceOptions(parent=self),
-                )
-            )
-        claim = GpuClaim(
-            f"{name}-claim",
-            connection=connection,
-            stack=stack,
-            update_id=update_id,
-            nvidia_smi=nvidia_smi,
-            state_dir=spec.host.state_dir,
-            takeover=spec.launch.takeover,
-            stop_timeout_s=spec.launch.stop_timeout_s,
-            release=spec.environment.sglang_release,
-            installed_version=environment.sglang_version,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(ready)),
-        )
-        return [probe, claim, *ready[1:]]
-
-    def _server(
-        self,
-        name: str,
-        args: DeploymentArgs,
-        connection: pulumi.Output[Any],
-        environment: PythonEnvironment,
-        nvidia_smi: pulumi.Input[Sequence[str]],
-        update_id: str,
-        launch_flags: Mapping[str, FlagValue],
-        gpu_ready: list[pulumi.Resource],
-    ) -> SGLangServer:
-        spec, stack, release = args.spec, args.stack, args.spec.environment.sglang_release
-        if pulumi.runtime.is_dry_run():
-            connection.apply(
-                lambda fields: self._announce(fields, stack, spec.host.state_dir, launch_flags, release)
-            )
-        drafts = [resource for resource in gpu_ready if isinstance(resource, DraftModel)]
-        claims = [resource for resource in gpu_ready if isinstance(resource, GpuClaim)]
-        hub_token = args.hub_token
-        return SGLangServer(
-            f"{name}-server",
-            connection=connection,
-            stack=stack,
-            python=environment.python,
-            launcher_module=environment.launcher_module,
-            runtime=spec.runtime,
-            extra_pins=spec.environment.extra_pins,
-            flags=launch_flags,
-            release=release,
-            installed_version=environment.sglang_version,
-            env={**spec.environment.env, **emulator_env(spec)},
-            secret_env=hub_token.apply(lambda token: {"HF_TOKEN": token}) if hub_token else None,
-            port=spec.server.port or DEFAULT_PORT,
-            nvidia_smi=nvidia_smi,
-            draft_digest=drafts[0].digest if drafts else None,
-            state_dir=spec.host.state_dir,
-            update_id=update_id,
-            log_dir=spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs",
-            ready_timeout_s=spec.launch.ready_timeout_s,
-            stop_timeout_s=spec.launch.stop_timeout_s,
-            taken_from=claims[0].taken_from,
-            taken_in_update=claims[0].taken_in_update,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=gpu_ready),
-        )
 
     def _announce(
         self, fields: Mapping[str, Any], stack: str, state_dir: str, flags: Mapping[str, Any], release: str

@@ -17,27 +17,21 @@ from typing import Any
 
 import pulumi
 
+from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, build_host_parts
 from sglang_stacks.components._provider import host_connection
 from sglang_stacks.components._wiring import (
     connection_args,
-    emulator_env,
     flags_digest,
-    nvidia_smi_command,
     render_flags,
 )
 from sglang_stacks.components.benchmark import Benchmark
 from sglang_stacks.components.canary import CanaryGate
-from sglang_stacks.components.draft_model import DraftModel
-from sglang_stacks.components.environment import PythonEnvironment
-from sglang_stacks.components.host import FACT_KEYS, GpuClaim, HostProbe
 from sglang_stacks.components.router import RouterWorker, SGLangRouter
 from sglang_stacks.components.server import SGLangServer
 from sglang_stacks.config import preflight
 from sglang_stacks.config.fleet import FleetHostSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
-
-DEFAULT_PORT = 30000
 
 
 @dataclass(frozen=True)
@@ -101,17 +95,7 @@ class Fleet(pulumi.ComponentResource):
             log_path=f"{fleet.router.state_dir.rstrip('/')}/{args.stack}-router.log",
             opts=pulumi.ResourceOptions(parent=self),
         )
-        replicas: list[Replica] = []
-        after: list[pulumi.Resource] = []  # what the next batch waits for
-        environment_before: pulumi.Resource | None = None
-        self._gate: CanaryGate | None = None
-        for batch in fleet.batches():
-            built = []
-            for index in batch:
-                replica, environment_before = self._replica(index, router, after, environment_before)
-                built.append(replica)
-            replicas += built
-            after = [replica.worker for replica in built]
+        replicas = self._roll(router)
         gate = self._gate
         through_router = Benchmark(
             f"{name}-benchmark",
@@ -155,6 +139,24 @@ class Fleet(pulumi.ComponentResource):
             }
         )
 
+    def _roll(self, router: SGLangRouter) -> list[Replica]:
+        """Every host's replica, batch after batch: each batch's servers wait until the previous
+        batch is back in the router."""
+        fleet = self._args.spec.fleet
+        assert fleet is not None
+        replicas: list[Replica] = []
+        after: list[pulumi.Resource] = []  # what the next batch waits for
+        environment_before: pulumi.Resource | None = None
+        self._gate: CanaryGate | None = None
+        for batch in fleet.batches():
+            built = []
+            for index in batch:
+                replica, environment_before = self._replica(index, router, after, environment_before)
+                built.append(replica)
+            replicas += built
+            after = [replica.worker for replica in built]
+        return replicas
+
     def _replica(
         self,
         index: int,
@@ -168,82 +170,22 @@ class Fleet(pulumi.ComponentResource):
         assert args.spec.fleet is not None
         entry = args.spec.fleet.hosts[index]
         connection = host_connection(connection_args(spec, args.ssh_private_key))
-        child = pulumi.ResourceOptions(parent=self)
         # Emulator hosts often share one machine: each gets its own (small) venv in its state folder,
         # so no host's install swaps a venv another host's server runs from. Real hosts share the
         # default one, installed one host at a time.
         emulated = spec.runtime == "emulator"
-        environment = PythonEnvironment(
-            f"{name}-environment",
-            connection=connection,
-            runtime=spec.runtime,
-            release=spec.environment.sglang_release,
-            extra_pins=spec.environment.extra_pins,
+        plan = HostPlan(
+            name,
+            args.stack,
+            connection,
+            self._update_id,
+            hub_token=args.hub_token,
             venv_path=f"{spec.host.state_dir.rstrip('/')}/venv" if emulated else None,
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[environment_before] if environment_before and not emulated else []
-            ),
+            environment_after=[environment_before] if environment_before and not emulated else [],
+            server_after=after,
         )
-        nvidia_smi = nvidia_smi_command(spec, environment)
-        probe = HostProbe(
-            f"{name}-probe",
-            connection=connection,
-            declared={key: getattr(spec.host, key) for key in FACT_KEYS},
-            nvidia_smi=nvidia_smi,
-            opts=child,
-        )
-        claim = GpuClaim(
-            f"{name}-claim",
-            connection=connection,
-            stack=args.stack,
-            update_id=self._update_id,
-            nvidia_smi=nvidia_smi,
-            state_dir=spec.host.state_dir,
-            takeover=spec.launch.takeover,
-            stop_timeout_s=spec.launch.stop_timeout_s,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[probe]),
-        )
-        ready: list[pulumi.Resource] = [probe, claim, environment, *after]
-        draft_digest = None
-        if spec.draft_model is not None:
-            draft = DraftModel(
-                f"{name}-draft-model",
-                connection=connection,
-                source=spec.draft_model.source,
-                local_path=spec.draft_model.local_path,
-                path_on_host=spec.draft_model.path_on_host,
-                sha256=spec.draft_model.sha256,
-                sha256_manifest=spec.draft_model.sha256_manifest,
-                opts=child,
-            )
-            ready.append(draft)
-            draft_digest = draft.digest
-        port = spec.server.port or DEFAULT_PORT
-        hub_token = args.hub_token
-        launch_flags = render_flags(spec)
-        server = SGLangServer(
-            f"{name}-server",
-            connection=connection,
-            stack=args.stack,
-            python=environment.python,
-            launcher_module=environment.launcher_module,
-            runtime=spec.runtime,
-            extra_pins=spec.environment.extra_pins,
-            flags=launch_flags,
-            release=spec.environment.sglang_release,
-            installed_version=environment.sglang_version,
-            env={**spec.environment.env, **emulator_env(spec)},
-            secret_env=hub_token.apply(lambda token: {"HF_TOKEN": token}) if hub_token else None,
-            port=port,
-            nvidia_smi=nvidia_smi,
-            draft_digest=draft_digest,
-            state_dir=spec.host.state_dir,
-            update_id=self._update_id,
-            log_dir=spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs",
-            ready_timeout_s=spec.launch.ready_timeout_s,
-            stop_timeout_s=spec.launch.stop_timeout_s,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=ready),
-        )
+        parts = build_host_parts(self, spec, plan)
+        server, environment = parts.server, parts.environment
         benchmark = Benchmark(
             f"{name}-benchmark",
             connection=connection,
@@ -253,13 +195,13 @@ class Fleet(pulumi.ComponentResource):
             server_instance=server.instance,
             launch_command=server.launch_command,
             sglang_version=environment.sglang_version,
-            flags_digest=flags_digest(launch_flags),
+            flags_digest=flags_digest(parts.launch_flags),
             workload=spec.benchmark,
             state_dir=spec.host.state_dir,
             update_id=self._update_id,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[server]),
         )
-        url = f"http://{entry.worker_address}:{port}"
+        url = f"http://{entry.worker_address}:{parts.port}"
         fleet = args.spec.fleet
         waits: list[pulumi.Resource] = [benchmark, router]
         batches = fleet.batches()

@@ -1,0 +1,141 @@
+"""One host's resources up to a ready server, in the order the GPUs require: the Python
+environment, the probe, the draft model, the claim, the server. Built the same way for a stack's
+single host (`SGLangDeployment`) and for each host of a fleet (`Fleet`).
+
+The claim comes after everything that can fail without the GPUs (probe, environment, draft
+model, the installed release): taking the host over stops another stack's server, so a failing
+update of this stack leaves the other one serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from sglang_stacks.components._wiring import emulator_env, nvidia_smi_command, render_flags
+from sglang_stacks.components.draft_model import DraftModel
+from sglang_stacks.components.environment import PythonEnvironment
+from sglang_stacks.components.host import FACT_KEYS, GpuClaim, HostProbe
+from sglang_stacks.components.server import SGLangServer
+from sglang_stacks.config.flags import FlagValue
+from sglang_stacks.config.spec import StackSpec
+
+DEFAULT_PORT = 30000
+"""SGLang's port when the stack sets none."""
+
+
+@dataclass(frozen=True)
+class HostParts:
+    """The resources of one host, and what the benchmark and the outputs read from them."""
+
+    environment: PythonEnvironment
+    probe: HostProbe
+    claim: GpuClaim
+    draft: DraftModel | None
+    server: SGLangServer
+    launch_flags: dict[str, FlagValue]
+    """The launch flags as the server records them."""
+    port: int
+    """The server's port on the host."""
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """Where one host's resources go and what they wait for."""
+
+    name: str
+    """Prefix of every resource's name (``<name>-server``...)."""
+    stack: str
+    connection: pulumi.Output[Any]
+    update_id: str
+    hub_token: pulumi.Output[str] | None = None
+    venv_path: str | None = None
+    """The environment's folder on the host; None for the shared default."""
+    environment_after: Sequence[pulumi.Resource] = ()
+    """Resources the environment waits for (installs one host at a time)."""
+    server_after: Sequence[pulumi.Resource] = ()
+    """Resources the server waits for besides its own host's (a fleet's previous batch)."""
+
+
+def build_host_parts(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -> HostParts:
+    """Creates one host's resources, children of ``parent``."""
+    child = pulumi.ResourceOptions(parent=parent)
+    environment = PythonEnvironment(
+        f"{plan.name}-environment",
+        connection=plan.connection,
+        runtime=spec.runtime,
+        release=spec.environment.sglang_release,
+        extra_pins=spec.environment.extra_pins,
+        venv_path=plan.venv_path,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(plan.environment_after)),
+    )
+    nvidia_smi = nvidia_smi_command(spec, environment)
+    probe = HostProbe(
+        f"{plan.name}-probe",
+        connection=plan.connection,
+        declared={key: getattr(spec.host, key) for key in FACT_KEYS},
+        nvidia_smi=nvidia_smi,
+        opts=child,
+    )
+    draft = _draft(parent, spec, plan)
+    gpu_free: list[pulumi.Resource] = [probe, environment, *([draft] if draft else [])]
+    claim = GpuClaim(
+        f"{plan.name}-claim",
+        connection=plan.connection,
+        stack=plan.stack,
+        update_id=plan.update_id,
+        nvidia_smi=nvidia_smi,
+        state_dir=spec.host.state_dir,
+        takeover=spec.launch.takeover,
+        stop_timeout_s=spec.launch.stop_timeout_s,
+        release=spec.environment.sglang_release,
+        installed_version=environment.sglang_version,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=gpu_free),
+    )
+    launch_flags = render_flags(spec)
+    port = spec.server.port or DEFAULT_PORT
+    hub_token = plan.hub_token
+    server = SGLangServer(
+        f"{plan.name}-server",
+        connection=plan.connection,
+        stack=plan.stack,
+        python=environment.python,
+        launcher_module=environment.launcher_module,
+        runtime=spec.runtime,
+        extra_pins=spec.environment.extra_pins,
+        flags=launch_flags,
+        release=spec.environment.sglang_release,
+        installed_version=environment.sglang_version,
+        env={**spec.environment.env, **emulator_env(spec)},
+        secret_env=hub_token.apply(lambda token: {"HF_TOKEN": token}) if hub_token else None,
+        port=port,
+        nvidia_smi=nvidia_smi,
+        draft_digest=draft.digest if draft else None,
+        state_dir=spec.host.state_dir,
+        update_id=plan.update_id,
+        log_dir=spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs",
+        ready_timeout_s=spec.launch.ready_timeout_s,
+        stop_timeout_s=spec.launch.stop_timeout_s,
+        taken_from=claim.taken_from,
+        taken_in_update=claim.taken_in_update,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[claim, *gpu_free, *plan.server_after]),
+    )
+    return HostParts(environment, probe, claim, draft, server, launch_flags, port)
+
+
+def _draft(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -> DraftModel | None:
+    if spec.draft_model is None:
+        return None
+    return DraftModel(
+        f"{plan.name}-draft-model",
+        connection=plan.connection,
+        source=spec.draft_model.source,
+        local_path=spec.draft_model.local_path,
+        path_on_host=spec.draft_model.path_on_host,
+        sha256=spec.draft_model.sha256,
+        sha256_manifest=spec.draft_model.sha256_manifest,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
