@@ -13,15 +13,16 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 
 from sglang_emulator.engine import Engine, Request
-from sglang_emulator.faults import FaultError, load_faults
+from sglang_emulator.faults import FaultError, Faults, load_faults
 from sglang_emulator.launch import LaunchConfig, parse_launch_flags, releases_text, resolve_launch
 from sglang_emulator.memory import plan_memory
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import Profile, ProfileError, load_profile
-from sglang_emulator.server import ServerContext, make_http_server
+from sglang_emulator.server import EmulatorHttpServer, ServerContext, make_http_server
 from sglang_emulator.startup import Boot, StartupFailed, make_loggers
 from sglang_emulator.state import StateDir, state_dir
 from sglang_flags import known_releases
@@ -124,6 +125,35 @@ def main(argv: list[str]) -> int:
     except StartupFailed:
         state.remove()
         return 1
+    model = PerformanceModel(config, profile)
+    engine = Engine(model, plan.max_running_requests, plan.max_total_num_tokens, config.random_seed, tp0)
+    context = ServerContext(config, profile, plan, engine, faults, note, _counting_finished(faults, state))
+    boot.start_http()
+    server = _bind(context, state)
+    if server is None:
+        return 1
+    engine.start()
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    _say(f"INFO:     Uvicorn running on http://{config.host}:{config.port} (Press CTRL+C to quit)")
+    boot.warm_up(lambda: _warmup_request(engine, config.port))
+    context.ready.set()
+    if faults.crash_after_s is not None:
+        time.sleep(faults.crash_after_s)
+        _crash(
+            state,
+            f"[TP0] Scheduler hit an exception: RuntimeError: NCCL communicator was aborted on rank 0 "
+            f"(sglang-emulator injected fault: crash_after_s={faults.crash_after_s:g})",
+        )
+    threading.Event().wait()
+    return 0
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _counting_finished(faults: Faults, state: StateDir) -> Callable[[], None]:
+    """What the server calls after each generation: counts them for ``crash_after_requests``."""
     finished = [0]
     finished_lock = threading.Lock()
 
@@ -139,58 +169,37 @@ def main(argv: list[str]) -> int:
                 f"was encountered (sglang-emulator injected fault: crash_after_requests={limit})",
             )
 
-    model = PerformanceModel(config, profile)
-    engine = Engine(model, plan.max_running_requests, plan.max_total_num_tokens, config.random_seed, tp0)
-    context = ServerContext(config, profile, plan, engine, faults, note, on_generation_finished)
-    boot.start_http()
-    print(f"INFO:     Started server process [{os.getpid()}]", file=sys.stderr, flush=True)
-    print("INFO:     Waiting for application startup.", file=sys.stderr, flush=True)
-    print("INFO:     Application startup complete.", file=sys.stderr, flush=True)
+    return on_generation_finished
+
+
+def _bind(context: ServerContext, state: StateDir) -> EmulatorHttpServer | None:
+    """uvicorn's startup lines and the bound server; None, after uvicorn's error, when the port
+    cannot be bound."""
+    config = context.config
+    _say(f"INFO:     Started server process [{os.getpid()}]")
+    _say("INFO:     Waiting for application startup.")
+    _say("INFO:     Application startup complete.")
     try:
-        if faults.port_in_use:
+        if context.faults.port_in_use:
             raise OSError(98, "address already in use")
-        server = make_http_server(context)
+        return make_http_server(context)
     except OSError as exc:
-        print(
+        _say(
             f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
-            f"('{config.host}', {config.port}): {(exc.strerror or str(exc)).lower()}",
-            file=sys.stderr,
-            flush=True,
+            f"('{config.host}', {config.port}): {(exc.strerror or str(exc)).lower()}"
         )
-        print("INFO:     Waiting for application shutdown.", file=sys.stderr, flush=True)
-        print("INFO:     Application shutdown complete.", file=sys.stderr, flush=True)
+        _say("INFO:     Waiting for application shutdown.")
+        _say("INFO:     Application shutdown complete.")
         state.remove()
-        return 1
-    engine.start()
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    print(
-        f"INFO:     Uvicorn running on http://{config.host}:{config.port} (Press CTRL+C to quit)",
-        file=sys.stderr,
-        flush=True,
-    )
+        return None
 
-    def warmup_request() -> None:
-        request = Request(rid="warmup", prompt_ids=[1, 2, 3, 4, 5, 6], max_new_tokens=8)
-        engine.submit(request)
-        while not request.chunks.get().finished:
-            pass
-        print(
-            f'INFO:     127.0.0.1:{config.port + 1000} - "POST /generate HTTP/1.1" 200 OK',
-            file=sys.stderr,
-            flush=True,
-        )
 
-    boot.warm_up(warmup_request)
-    context.ready.set()
-    if faults.crash_after_s is not None:
-        time.sleep(faults.crash_after_s)
-        _crash(
-            state,
-            f"[TP0] Scheduler hit an exception: RuntimeError: NCCL communicator was aborted on rank 0 "
-            f"(sglang-emulator injected fault: crash_after_s={faults.crash_after_s:g})",
-        )
-    threading.Event().wait()
-    return 0
+def _warmup_request(engine: Engine, port: int) -> None:
+    request = Request(rid="warmup", prompt_ids=[1, 2, 3, 4, 5, 6], max_new_tokens=8)
+    engine.submit(request)
+    while not request.chunks.get().finished:
+        pass
+    _say(f'INFO:     127.0.0.1:{port + 1000} - "POST /generate HTTP/1.1" 200 OK')
 
 
 if __name__ == "__main__":

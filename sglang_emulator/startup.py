@@ -89,7 +89,20 @@ class Boot:
 
     def run_until_http(self) -> None:
         """From process start to the line before uvicorn starts."""
-        config, plan, startup, host = self.config, self.plan, self.profile.startup, self.profile.host
+        self._announce_plan()
+        self._init_distributed()
+        avail = self._load_weights()
+        if self.config.flashinfer_moe and self.config.ep_size > 1:
+            self._fail_expert_parallel(avail)
+        self._allocate_kv_cache()
+        self._capture_graphs()
+        if self.config.speculative is not None:
+            self._start_draft()
+        self.record("ready")
+        self._report_ready()
+
+    def _announce_plan(self) -> None:
+        plan = self.plan
         args = ", ".join(f"{k}={v!r}" for k, v in sorted(self.config.server_args.items()))
         self.log.info("server_args=ServerArgs(%s)", args)
         self.log.info(
@@ -106,6 +119,9 @@ class Boot:
             plan.kv_pool_gib,
             plan.max_total_num_tokens,
         )
+
+    def _init_distributed(self) -> None:
+        config, plan, startup, host = self.config, self.plan, self.profile.startup, self.profile.host
         self._wait(startup.process_start_s)
         self.tp0.info("Init torch distributed begin.")
         self._hang_if("init")
@@ -134,6 +150,10 @@ class Boot:
             )
         self._wait(startup.init_distributed_s)
         self.tp0.info("Init torch distributed ends. mem usage=%.2f GB", plan.runtime_overhead_gib)
+
+    def _load_weights(self) -> float:
+        """Loads the weights; the GPU memory still free after them."""
+        plan, startup = self.plan, self.profile.startup
         avail = plan.avail_before_load_gib - plan.runtime_overhead_gib
         self.tp0.info("Load weight begin. avail mem=%.2f GB", avail)
         self._hang_if("weights")
@@ -157,8 +177,10 @@ class Boot:
             avail - plan.weights_gib,
             plan.weights_gib,
         )
-        if config.flashinfer_moe and config.ep_size > 1:
-            self._fail_expert_parallel(avail - plan.weights_gib)
+        return avail - plan.weights_gib
+
+    def _allocate_kv_cache(self) -> None:
+        plan, startup = self.plan, self.profile.startup
         self._hang_if("kv_cache")
         self._wait(startup.kv_cache_alloc_s)
         if not plan.kv_fits:
@@ -178,10 +200,9 @@ class Boot:
             plan.kv_pool_gib,
         )
         self.tp0.info("Memory pool end. avail mem=%.2f GB", plan.avail_after_pool_gib)
-        self._capture_graphs()
-        if config.speculative is not None:
-            self._start_draft()
-        self.record("ready")
+
+    def _report_ready(self) -> None:
+        config, plan = self.config, self.plan
         self.tp0.info(
             "max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
             "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
