@@ -18,10 +18,17 @@ from types import FrameType
 
 from sglang_emulator.engine import Engine, Request
 from sglang_emulator.faults import FaultError, Faults, load_faults
-from sglang_emulator.launch import LaunchConfig, parse_launch_flags, releases_text, resolve_launch
+from sglang_emulator.launch import (
+    LaunchConfig,
+    multinode_problem,
+    parse_launch_flags,
+    releases_text,
+    resolve_launch,
+)
 from sglang_emulator.memory import plan_memory
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import Profile, ProfileError, load_profile
+from sglang_emulator.rendezvous import join_group
 from sglang_emulator.server import EmulatorHttpServer, ServerContext, make_http_server
 from sglang_emulator.startup import Boot, StartupFailed, make_loggers
 from sglang_emulator.state import StateDir, state_dir
@@ -64,7 +71,7 @@ def _gpu_indices(config: LaunchConfig, profile: Profile) -> list[int]:
         indices = [
             int(v) for v in visible.split(",") if v.strip().isdigit() and int(v) < profile.host.gpu_count
         ]
-    return indices[: config.tp_size]
+    return indices[: config.gpus_per_node]
 
 
 def _install_exit_handlers(state: StateDir) -> None:
@@ -107,7 +114,10 @@ def main(argv: list[str]) -> int:
     print(note, file=sys.stderr, flush=True)
     args = parse_launch_flags(release, argv)
     config = resolve_launch(release, args, profile)
-    log, tp0 = make_loggers()
+    problem = multinode_problem(config)
+    if problem:
+        return _fatal(problem)
+    log, tp0 = make_loggers(config.node_rank * config.gpus_per_node)
     state = state_dir()
     gpus = _gpu_indices(config, profile)
     used_by_others = max((state.used_mib(g, exclude_pid=os.getpid()) for g in gpus), default=0)
@@ -119,12 +129,15 @@ def main(argv: list[str]) -> int:
         state.record(process_name, dict.fromkeys(gpus, plan.used_mib(phase)), config.port)
 
     record("init")
-    boot = Boot(config, profile, plan, faults, scale, log, tp0, record)
+    boot = Boot(config, profile, plan, faults, scale, log, tp0, record, _group_joiner(config, state))
     try:
         boot.run_until_http()
     except StartupFailed:
         state.remove()
         return 1
+    if config.node_rank > 0:
+        # Only rank 0 serves HTTP; the other nodes run their ranks until the group goes down.
+        threading.Event().wait()
     model = PerformanceModel(config, profile)
     engine = Engine(model, plan.max_running_requests, plan.max_total_num_tokens, config.random_seed, tp0)
     context = ServerContext(config, profile, plan, engine, faults, note, _counting_finished(faults, state))
@@ -146,6 +159,38 @@ def main(argv: list[str]) -> int:
         )
     threading.Event().wait()
     return 0
+
+
+def _group_joiner(config: LaunchConfig, state: StateDir) -> Callable[[], None] | None:
+    """Multi-node: what joins the process group, then watches it; a node that leaves takes this
+    one down, as SGLang's NCCL communicator does."""
+    if config.nnodes == 1 or config.dist_init_addr is None:
+        return None
+    address, rank, nnodes = config.dist_init_addr, config.node_rank, config.nnodes
+    first_tp = rank * config.gpus_per_node
+
+    def on_peer_lost(peer: int) -> None:
+        _crash(
+            state,
+            f"[TP{first_tp}] Scheduler hit an exception: torch.distributed.DistBackendError: NCCL error in: "
+            "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, remote process exited or there was a "
+            "network error, NCCL version 2.21.5\nncclRemoteError: A call failed possibly due to a network "
+            f"error or a remote process exiting prematurely.\nLast error:\nsocket recv: connection closed "
+            f"by node {peer} (sglang-emulator: node rank {peer} of {nnodes} left the process group)",
+        )
+
+    def join() -> None:
+        group = join_group(
+            address, (rank, nnodes, config.tp_size), config.dist_timeout_s or 600.0, _torch_warning
+        )
+        _say(f"sglang-emulator: node rank {rank} of {nnodes} joined the process group at {address}")
+        group.watch(on_peer_lost)
+
+    return join
+
+
+def _torch_warning(message: str) -> None:
+    _say(f"[{time.strftime('W%m%d %H:%M:%S')} socket.cpp:755] {message}")
 
 
 def _say(line: str) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_emulator.profile import Profile
+from sglang_emulator.rendezvous import split_address
 from sglang_flags import build_parser, load_table, nearest_releases
 from sglang_flags.renames import flag_for, spellings
 
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_RELEASE",
     "LaunchConfig",
     "capture_batch_sizes",
+    "multinode_problem",
     "parse_launch_flags",
     "resolve_launch",
 ]
@@ -79,6 +81,19 @@ class LaunchConfig:
     context_length: int
     chunked_prefill_size: int
     api_key: str | None
+    nnodes: int = 1
+    """Nodes the server spans (``--nnodes``); ``tp_size`` is the total over all of them."""
+    node_rank: int = 0
+    """This node's rank (``--node-rank``): rank 0 serves HTTP, the others only join the group."""
+    dist_init_addr: str | None = None
+    """``HOST:PORT`` where rank 0 hosts the group's rendezvous (``--dist-init-addr``)."""
+    dist_timeout_s: float | None = None
+    """``--dist-timeout``: how long the group may take to form."""
+
+    @property
+    def gpus_per_node(self) -> int:
+        """Tensor-parallel ranks on this node: the total split evenly over the nodes."""
+        return max(self.tp_size // self.nnodes, 1)
 
 
 def parse_launch_flags(release: str, argv: list[str]) -> argparse.Namespace:
@@ -149,6 +164,10 @@ def resolve_launch(release: str, args: argparse.Namespace, profile: Profile) -> 
         context_length=int(context_length),
         chunked_prefill_size=int(chunked),
         api_key=raw.get("api_key"),
+        nnodes=int(raw.get("nnodes") or 1),
+        node_rank=int(raw.get("node_rank") or 0),
+        dist_init_addr=raw.get("dist_init_addr"),
+        dist_timeout_s=None if raw.get("dist_timeout") is None else float(raw["dist_timeout"]),
     )
     return _with_server_args(resolved, raw)
 
@@ -198,6 +217,32 @@ def _resolve_speculative(raw: dict[str, Any], profile: Profile) -> SpeculativeCo
         eagle_topk=int(topk),
         num_draft_tokens=int(draft_tokens),
     )
+
+
+def multinode_problem(config: LaunchConfig) -> str | None:
+    """Why a multi-node launch cannot form a group (a sentence with the fix), or None."""
+    if config.nnodes == 1:
+        return None
+    if not 0 <= config.node_rank < config.nnodes:
+        return (
+            f"--node-rank {config.node_rank} is out of range for --nnodes {config.nnodes}; "
+            f"use 0..{config.nnodes - 1}."
+        )
+    if config.tp_size % config.nnodes:
+        return (
+            f"--tp-size {config.tp_size} does not split evenly over --nnodes {config.nnodes}; every node "
+            "runs the same number of tensor-parallel ranks. Use a multiple of the node count."
+        )
+    if not config.dist_init_addr:
+        return (
+            f"--nnodes {config.nnodes} needs --dist-init-addr HOST:PORT, the address of node rank 0 that "
+            "every node joins (without it each node would wait on its own 127.0.0.1)."
+        )
+    try:
+        split_address(config.dist_init_addr)
+    except ValueError as exc:
+        return f"{exc}; give rank 0's address and a free port, like 10.0.0.1:20000."
+    return None
 
 
 def releases_text(release: str) -> str:

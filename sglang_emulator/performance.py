@@ -2,8 +2,10 @@
 
 A target forward pass costs compute, a small overhead per captured CUDA graph, one all-reduce
 per ``allreduces_per_forward`` (NCCL, or the custom kernel when it is not disabled on a PCIe
-host) and a cost per request in the batch. Speculative decoding replaces the decode step with
-``num_steps`` draft forwards plus one verify pass that emits the accepted tokens.
+host) and a cost per request in the batch. A server over several nodes adds, to every
+all-reduce, the hops between hosts and the bytes sent over the profile's network. Speculative
+decoding replaces the decode step with ``num_steps`` draft forwards plus one verify pass that emits
+the accepted tokens.
 """
 
 from __future__ import annotations
@@ -34,8 +36,22 @@ class PerformanceModel:
         )
         return perf.custom_allreduce_pcie_us if custom_over_pcie else perf.nccl_allreduce_us
 
-    def _allreduces(self, count: int) -> float:
-        return count * self._allreduce_us / 1000 if self.config.tp_size > 1 else 0.0
+    def _allreduces(self, count: int, tokens: int = 1) -> float:
+        if self.config.tp_size == 1:
+            return 0.0
+        return count * (self._allreduce_us + self._network_us(tokens)) / 1000
+
+    def _network_us(self, tokens: int) -> float:
+        """What one all-reduce of ``tokens`` hidden states adds when its ring crosses hosts: a
+        latency per hop between nodes and the bytes a ring all-reduce sends over each host's link."""
+        nodes = self.config.nnodes
+        if nodes == 1:
+            return 0.0
+        network = self.profile.host.network
+        message_bytes = tokens * self.profile.model.hidden_size * 2
+        per_link_bytes = 2 * (nodes - 1) / nodes * message_bytes
+        transfer_us = per_link_bytes * 8 / (network.bandwidth_gbit_s * 1000)
+        return 2 * (nodes - 1) * network.latency_us + transfer_us
 
     def _graph_terms_ms(self, batch: int) -> float:
         perf = self.profile.performance
@@ -49,7 +65,7 @@ class PerformanceModel:
         return (
             perf.decode_compute_ms
             + self._graph_terms_ms(batch)
-            + self._allreduces(self.profile.model.allreduces_per_forward)
+            + self._allreduces(self.profile.model.allreduces_per_forward, batch)
             + perf.extra_request_ms * (batch - 1)
         )
 
@@ -63,13 +79,18 @@ class PerformanceModel:
         extra_ar_ms = 0.0
         if self.config.tp_size > 1:
             extra_ar_ms = (self._allreduce_us - nccl_us) / 1000
+        verify_network_ms = self._network_us(batch * spec.num_draft_tokens) / 1000
+        draft_network_ms = self._network_us(batch * spec.eagle_topk) / 1000
         verify = (
             perf.verify_forward_ms
             + self._graph_terms_ms(batch)
-            + extra_ar_ms * self.profile.model.allreduces_per_forward
+            + (extra_ar_ms + verify_network_ms) * self.profile.model.allreduces_per_forward
             + perf.extra_request_verify_ms * (batch - 1)
         )
-        draft = perf.draft_forward_ms + extra_ar_ms * self.profile.draft_model.allreduces_per_forward
+        draft = (
+            perf.draft_forward_ms
+            + (extra_ar_ms + draft_network_ms) * self.profile.draft_model.allreduces_per_forward
+        )
         return verify + spec.num_steps * draft
 
     def mean_accept_length(self) -> float:

@@ -23,6 +23,7 @@ __all__ = [
     "GpuHostSpec",
     "MemorySpec",
     "ModelSpec",
+    "NetworkSpec",
     "PerformanceSpec",
     "Profile",
     "ProfileError",
@@ -37,6 +38,17 @@ DEFAULT_PROFILE = "rtx-pro-6000-x8-kimi-k2.5-int4"
 
 class ProfileError(ValueError):
     """A profile file is missing, is not JSON, or has a key that is unknown, absent or mistyped."""
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """The network between hosts, which a server over several nodes all-reduces across."""
+
+    name: str = "unspecified 100 Gb/s Ethernet"
+    bandwidth_gbit_s: float = 100.0
+    """Per host, one direction."""
+    latency_us: float = 25.0
+    """One hop of a small NCCL message between two hosts."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,8 @@ class GpuHostSpec:
     """What the Volatile Uncorr. ECC column shows: ``0`` with ECC on, ``Off`` without."""
     uuids: list[str] = field(default_factory=list)
     """Explicit GPU UUIDs; generated from the profile name when empty."""
+    network: NetworkSpec = field(default_factory=NetworkSpec)
+    """The host's network to other hosts (multi-node servers)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,8 @@ class ModelSpec:
     allreduces_per_forward: int
     """All-reduces in one target forward pass at tp > 1 (two per layer)."""
     vocab_size: int
+    hidden_size: int = 4096
+    """Width of the hidden state each all-reduce sums, per token (bf16: two bytes each)."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from sglang_emulator.faults import Faults
 from sglang_emulator.launch import LaunchConfig
 from sglang_emulator.memory import MemoryPlan
 from sglang_emulator.profile import Profile
+from sglang_emulator.rendezvous import GroupError
 
 __all__ = ["Boot", "StartupFailed", "make_loggers"]
 
@@ -38,10 +39,11 @@ class StartupFailed(Exception):
     """Startup stopped the way SGLang's would; the log already says why."""
 
 
-def make_loggers() -> tuple[logging.Logger, logging.Logger]:
-    """SGLang's two line formats: ``[time] msg`` for the server, ``[time TP0] msg`` for rank 0."""
+def make_loggers(first_tp_rank: int = 0) -> tuple[logging.Logger, logging.Logger]:
+    """SGLang's two line formats: ``[time] msg`` for the server, ``[time TP0] msg`` for the node's
+    first tensor-parallel rank (``TP8`` on the second node of tp 16)."""
     loggers = []
-    for name, suffix in (("sglang_emulator.server", ""), ("sglang_emulator.tp0", " TP0")):
+    for name, suffix in (("sglang_emulator.server", ""), ("sglang_emulator.tp0", f" TP{first_tp_rank}")):
         logger = logging.getLogger(name)
         logger.handlers.clear()
         handler = logging.StreamHandler(sys.stderr)
@@ -73,6 +75,9 @@ class Boot:
     log: logging.Logger
     tp0: logging.Logger
     record: Callable[[str], None]
+    join_group: Callable[[], None] | None = None
+    """Multi-node: joins the process group at the init address (blocks until all nodes did);
+    raises GroupError when it cannot."""
 
     def _wait(self, seconds: float) -> None:
         time.sleep(seconds * self.time_scale)
@@ -125,7 +130,10 @@ class Boot:
         self._wait(startup.process_start_s)
         self.tp0.info("Init torch distributed begin.")
         self._hang_if("init")
-        if config.tp_size > host.gpu_count:
+        if config.gpus_per_node > host.gpu_count:
+            per_node = (
+                f" over {config.nnodes} nodes: {config.gpus_per_node} per node" if config.nnodes > 1 else ""
+            )
             self._fail(
                 [
                     (
@@ -133,8 +141,8 @@ class Boot:
                         "torch.get_device_module(self.device).set_device(self.gpu_id)",
                     )
                 ],
-                f"torch.AcceleratorError: CUDA error: invalid device ordinal (tp_size={config.tp_size}, "
-                f"but this host has {host.gpu_count} GPUs)",
+                f"torch.AcceleratorError: CUDA error: invalid device ordinal (tp_size={config.tp_size}"
+                f"{per_node}, but this host has {host.gpu_count} GPUs)",
             )
         if config.torch_symm_mem and host.compute_capability not in _TORCH_SYMM_MEM_ARCHS:
             self._fail(
@@ -148,8 +156,25 @@ class Boot:
                 f"{host.compute_capability.replace('.', '')} is not in its architecture table; supported: "
                 f"{', '.join(_TORCH_SYMM_MEM_ARCHS)})",
             )
+        if self.join_group is not None:
+            self._join()
         self._wait(startup.init_distributed_s)
         self.tp0.info("Init torch distributed ends. mem usage=%.2f GB", plan.runtime_overhead_gib)
+
+    def _join(self) -> None:
+        assert self.join_group is not None
+        try:
+            self.join_group()
+        except GroupError as error:
+            self._fail(
+                [
+                    (
+                        'File "sglang/srt/distributed/parallel_state.py", in init_distributed_environment',
+                        "torch.distributed.init_process_group(...)",
+                    )
+                ],
+                str(error),
+            )
 
     def _load_weights(self) -> float:
         """Loads the weights; the GPU memory still free after them."""
