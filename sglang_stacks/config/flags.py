@@ -115,6 +115,12 @@ class ServerFlags(BaseModel):
     """Expert-parallel size for MoE layers (``--expert-parallel-size`` until 0.5.13)."""
     moe_a2a_backend: MoeA2ABackend | None = None
     """All-to-all backend for expert parallelism; the release's table decides which it accepts."""
+    nnodes: int | None = Field(default=None, ge=1, le=64)
+    """Nodes one server spans; set per node from ``fleet.nodes_per_replica``, not in a stack file."""
+    node_rank: int | None = Field(default=None, ge=0, le=63)
+    """This node's rank in a multi-node server (rank 0 serves HTTP); set per node by the fleet."""
+    dist_init_addr: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.:_\[\]-]+:[0-9]+$")
+    """``HOST:PORT`` of rank 0's rendezvous; set per node by the fleet."""
 
     # Memory and scheduling
     mem_fraction_static: float | None = Field(default=None, gt=0.0, lt=1.0)

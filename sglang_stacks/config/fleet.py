@@ -28,6 +28,10 @@ class FleetHostSpec(HostSpec):
     """The replica's HTTP port on this host; default ``server.port`` (or 30000). Hosts that share a
     machine (emulator hosts, one test machine) need one each."""
 
+    node_address: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.:_-]+$")
+    """Multi-node: the address the other nodes of its server reach this host at (on the network
+    NCCL uses); default the address the router uses. Rank 0's is the init address."""
+
     @property
     def worker_address(self) -> str:
         """Where the router reaches the replica: the SSH address, or this machine for the emulator."""
@@ -84,7 +88,16 @@ class FleetSpec(_Section):
     hosts: list[FleetHostSpec] = Field(min_length=1)
     """The hosts, each a host section; replica i runs on hosts[i]."""
     replicas: int | None = Field(default=None, ge=1)
-    """One server per host: when set, it must equal the number of hosts."""
+    """How many servers: when set, it must equal the number of hosts over ``nodes_per_replica``."""
+    nodes_per_replica: int = Field(default=1, ge=1, le=64)
+    """Hosts one server spans (SGLang's ``--nnodes``): replica k runs on hosts k*n .. k*n+n-1, node
+    rank 0 first; ``server.tp_size`` is the total over them."""
+    dist_init_port: int = Field(default=20000, ge=1, le=65000)
+    """Multi-node: the port of rank 0's rendezvous (``--dist-init-addr <rank 0 host>:<port>``);
+    replica k uses ``dist_init_port + k``, so replicas sharing a machine do not collide."""
+    socket_ifname: str | None = Field(default=None, pattern=r"^\^?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
+    """Multi-node: the network interface NCCL and Gloo use between nodes (``NCCL_SOCKET_IFNAME``
+    and ``GLOO_SOCKET_IFNAME`` on every node), like ``eth0`` or ``ib0``."""
     router: RouterSpec = Field(default_factory=RouterSpec)
     """SGLang's router in front of the replicas."""
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
@@ -92,10 +105,17 @@ class FleetSpec(_Section):
 
     @model_validator(mode="after")
     def _hosts_fit(self) -> FleetSpec:
-        if self.replicas is not None and self.replicas != len(self.hosts):
+        nodes, count = self.nodes_per_replica, len(self.hosts)
+        if count % nodes:
             raise ValueError(
-                f"replicas is {self.replicas} but {len(self.hosts)} host(s) are listed; each replica runs "
-                f"on its own host: list {self.replicas} hosts or set replicas: {len(self.hosts)}"
+                f"nodes_per_replica is {nodes} but {count} host(s) are listed; every server spans "
+                f"{nodes} hosts: list a multiple of {nodes} hosts or change nodes_per_replica"
+            )
+        if self.replicas is not None and self.replicas != count // nodes:
+            per = "on its own host" if nodes == 1 else f"over {nodes} hosts (nodes_per_replica)"
+            raise ValueError(
+                f"replicas is {self.replicas} but {count} host(s) are listed; each replica runs {per}: "
+                f"list {self.replicas * nodes} hosts or set replicas: {count // nodes}"
             )
         places = [(h.worker_address, h.server_port) for h in self.hosts]
         if len(set(places)) != len(places):
@@ -111,7 +131,18 @@ class FleetSpec(_Section):
             )
         return self
 
+    @property
+    def replica_count(self) -> int:
+        """Servers in the fleet: the hosts over ``nodes_per_replica``."""
+        return len(self.hosts) // self.nodes_per_replica
+
+    def replica_hosts(self, replica: int) -> list[int]:
+        """The host indexes of replica ``replica``, node rank 0 first."""
+        first = replica * self.nodes_per_replica
+        return list(range(first, first + self.nodes_per_replica))
+
     def batches(self) -> list[list[int]]:
-        """The host indexes in rollout order: the canary batch first, then ``batch_size`` at a time."""
-        size, count = self.rollout.batch_size, len(self.hosts)
+        """The replica indexes in rollout order (with one node per replica, the host indexes): the
+        canary batch first, then ``batch_size`` at a time."""
+        size, count = self.rollout.batch_size, self.replica_count
         return [list(range(start, min(start + size, count))) for start in range(0, count, size)]

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from sglang_flags import known_releases, nearest_releases
 from sglang_stacks.config.findings import Finding, Rule, error, info, warning
 from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.multinode import SOCKET_IFNAME_VARIABLES
 from sglang_stacks.config.render import flag_problems, resolve_flag
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.config.speculative import speculative
@@ -50,16 +51,25 @@ def _flags(spec: StackSpec, release: str) -> Iterable[Finding]:
 
 
 def _gpus(spec: StackSpec, release: str) -> Iterable[Finding]:
-    tp, gpus = spec.tp_size, spec.host.gpu_count
-    if tp > gpus:
+    tp, gpus, nodes = spec.tp_size, spec.host.gpu_count, spec.server.nnodes or 1
+    per_node = tp // nodes
+    over = f" over {nodes} nodes" if nodes > 1 else ""
+    if per_node > gpus:
+        more = (
+            f"more hosts (fleet.nodes_per_replica), or hosts with {per_node} GPUs"
+            if nodes > 1
+            else (f"a host with {tp} GPUs")
+        )
         yield error(
             "tp-exceeds-gpus",
             "server.tp_size",
-            f"tp_size {tp} needs {tp} GPUs but the host declares {gpus}.",
-            f"Set tp_size to at most {gpus}, or use a host with {tp} GPUs.",
+            f"tp_size {tp}{over} needs {per_node} GPUs per node but the host declares {gpus}.",
+            f"Set tp_size to at most {gpus * nodes}, or use {more}.",
         )
-    elif tp < gpus:
-        yield info("gpus-idle", "server.tp_size", f"tp_size {tp} uses {tp} of the host's {gpus} GPUs.")
+    elif per_node < gpus:
+        yield info(
+            "gpus-idle", "server.tp_size", f"tp_size {tp}{over} uses {per_node} of each host's {gpus} GPUs."
+        )
     ep = spec.server.ep_size
     if ep is not None and (ep > tp or tp % ep):
         yield error(
@@ -150,6 +160,31 @@ def _nccl_tree(spec: StackSpec, release: str) -> Iterable[Finding]:
         )
 
 
+def _node_network(spec: StackSpec, release: str) -> Iterable[Finding]:
+    nodes = spec.server.nnodes or 1
+    if nodes == 1:
+        return
+    named = [name for name in SOCKET_IFNAME_VARIABLES if name in spec.environment.env]
+    if len(named) < len(SOCKET_IFNAME_VARIABLES):
+        unset = [n for n in SOCKET_IFNAME_VARIABLES if n not in named]
+        missing = " and ".join(unset) + (" are" if len(unset) > 1 else " is")
+        yield warning(
+            "multinode-socket-ifname",
+            "fleet.socket_ifname",
+            f"This server spans {nodes} nodes and {missing} unset: NCCL and Gloo then pick an "
+            "interface themselves, which may be one the other nodes cannot reach (a container bridge, "
+            "a management network), and the group never forms.",
+            "Set fleet.socket_ifname to the interface of the network the nodes share (`ip -br addr` "
+            "on a host lists them).",
+        )
+    yield info(
+        "multinode-init-address",
+        "fleet.dist_init_port",
+        f"Node rank {spec.server.node_rank} of {nodes} joins the rendezvous at {spec.server.dist_init_addr}; "
+        "the other nodes' reach of it is checked from each host before the GPUs are claimed.",
+    )
+
+
 def _custom_all_reduce(spec: StackSpec, release: str) -> Iterable[Finding]:
     if spec.host.interconnect != "pcie" or spec.tp_size < 2 or spec.server.disable_custom_all_reduce:
         return
@@ -203,6 +238,7 @@ _RULES: tuple[Rule, ...] = (
     _memory,
     _sm120,
     _nccl_tree,
+    _node_network,
     _custom_all_reduce,
     _expert_parallel,
     speculative,

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sglang_stacks.config import multinode
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec, SloSpec
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.fleet import FleetSpec
@@ -89,21 +90,32 @@ class StackSpec(BaseModel):
                 "a fleet is gated by fleet.rollout (its canary against the current replicas); remove "
                 "sglang-stacks:gate"
             )
+        declared = {name: getattr(self.server, name) for name in multinode.NODE_FLAGS}
+        found = multinode.problems(self.fleet, self.tp_size, declared)
+        if found:
+            raise ValueError("; ".join(found))
         return self
 
     def for_host(self, index: int) -> StackSpec:
         """The spec of fleet host ``index`` as a single-host stack: its host section, its server port,
-        and on the emulator its own GPU state (hosts may share one machine)."""
+        on the emulator its own GPU state (hosts may share one machine), and in a multi-node server
+        its node flags and the interface variables."""
         assert self.fleet is not None  # only fleets have hosts by index
         entry = self.fleet.hosts[index]
-        host = HostSpec.model_validate(entry.model_dump(exclude={"server_port"}, exclude_unset=True))
+        host = HostSpec.model_validate(
+            entry.model_dump(exclude={"server_port", "node_address"}, exclude_unset=True)
+        )
         server = self.server
         if entry.server_port is not None:
             server = server.model_copy(update={"port": entry.server_port})
+        place = multinode.node_place(self.fleet, index)
+        if place is not None:
+            server = server.model_copy(update=place.flags())
         emulator = self.environment.emulator.model_copy(
             update={"state_dir": f"{host.state_dir.rstrip('/')}/gpus"}
         )
-        environment = self.environment.model_copy(update={"emulator": emulator})
+        env = {**multinode.socket_env(self.fleet), **self.environment.env}
+        environment = self.environment.model_copy(update={"emulator": emulator, "env": env})
         update = {"host": host, "server": server, "environment": environment, "fleet": None}
         return self.model_copy(update=update)
 
