@@ -58,6 +58,23 @@ class HostPlan:
     """Resources the environment waits for (installs one host at a time)."""
     server_after: Sequence[pulumi.Resource] = ()
     """Resources the server waits for besides its own host's (a fleet's previous batch)."""
+    claim_after: Sequence[pulumi.Resource] = ()
+    """GPU-free checks the claim waits for besides the host's own (a multi-node server's init
+    address)."""
+    node: NodeRole | None = None
+    """The host's part in a multi-node server; None for a server on one host."""
+
+
+@dataclass(frozen=True)
+class NodeRole:
+    """What a node of a multi-node server launches with beyond a one-host server."""
+
+    ready_line: str = ""
+    """Nodes other than rank 0 serve no HTTP: started once the log shows this line."""
+    group: pulumi.Input[Sequence[Any]] = ()
+    """The other nodes (connection, state folder, rank), which a refresh checks."""
+    group_instances: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
+    """Rank 0: the launches of the other nodes."""
 
 
 def build_host_parts(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -> HostParts:
@@ -81,7 +98,7 @@ def build_host_parts(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -
         opts=child,
     )
     draft = _draft(parent, spec, plan)
-    gpu_free: list[pulumi.Resource] = [probe, environment, *([draft] if draft else [])]
+    gpu_free: list[pulumi.Resource] = [probe, environment, *([draft] if draft else []), *plan.claim_after]
     claim = GpuClaim(
         f"{plan.name}-claim",
         connection=plan.connection,
@@ -121,6 +138,9 @@ def build_host_parts(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -
         stop_timeout_s=spec.launch.stop_timeout_s,
         taken_from=claim.taken_from,
         taken_in_update=claim.taken_in_update,
+        ready_line=plan.node.ready_line if plan.node else "",
+        group=plan.node.group if plan.node else (),
+        group_instances=plan.node.group_instances if plan.node else (),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[claim, *gpu_free, *plan.server_after]),
     )
     return HostParts(environment, probe, claim, draft, server, launch_flags, port)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pulumi
 
-from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, build_host_parts
+from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan
 from sglang_stacks.components._provider import host_connection
 from sglang_stacks.components._wiring import (
     connection_args,
@@ -26,6 +26,7 @@ from sglang_stacks.components._wiring import (
 )
 from sglang_stacks.components.benchmark import Benchmark
 from sglang_stacks.components.canary import CanaryGate
+from sglang_stacks.components.multinode import build_replica_parts
 from sglang_stacks.components.router import RouterWorker, SGLangRouter
 from sglang_stacks.components.server import SGLangServer
 from sglang_stacks.config import preflight
@@ -164,27 +165,17 @@ class Fleet(pulumi.ComponentResource):
         after: list[pulumi.Resource],
         environment_before: pulumi.Resource | None,
     ) -> tuple[Replica, pulumi.Resource]:
-        """Host ``index``'s resources; its server waits for ``after`` (the previous batch)."""
-        args, name = self._args, f"{self._name}-host{index}"
-        spec = args.spec.for_host(index)
+        """Replica ``index``'s resources; its server waits for ``after`` (the previous batch)."""
+        args = self._args
         assert args.spec.fleet is not None
-        entry = args.spec.fleet.hosts[index]
+        host = args.spec.fleet.replica_hosts(index)[0]  # a multi-node replica serves on rank 0
+        name = f"{self._name}-host{host}"
+        spec = args.spec.for_host(host)
+        entry = args.spec.fleet.hosts[host]
         connection = host_connection(connection_args(spec, args.ssh_private_key))
-        # Emulator hosts often share one machine: each gets its own (small) venv in its state folder,
-        # so no host's install swaps a venv another host's server runs from. Real hosts share the
-        # default one, installed one host at a time.
-        emulated = spec.runtime == "emulator"
-        plan = HostPlan(
-            name,
-            args.stack,
-            connection,
-            self._update_id,
-            hub_token=args.hub_token,
-            venv_path=f"{spec.host.state_dir.rstrip('/')}/venv" if emulated else None,
-            environment_after=[environment_before] if environment_before and not emulated else [],
-            server_after=after,
+        parts = build_replica_parts(
+            self, args.spec, index, lambda node: self._plan(node, after, environment_before)
         )
-        parts = build_host_parts(self, spec, plan)
         server, environment = parts.server, parts.environment
         benchmark = Benchmark(
             f"{name}-benchmark",
@@ -207,9 +198,8 @@ class Fleet(pulumi.ComponentResource):
         batches = fleet.batches()
         if index == 0 and fleet.rollout.canary and len(batches) > 1:
             # Judged before it joins the router: a regressed canary never serves.
-            self._gate = self._canary(
-                url, server.instance, benchmark, fleet.hosts[batches[1][0]], host_connection(None)
-            )
+            reference = fleet.hosts[fleet.replica_hosts(batches[1][0])[0]]
+            self._gate = self._canary(url, server.instance, benchmark, reference, host_connection(None))
             waits.append(self._gate)
         worker = RouterWorker(
             f"{name}-worker",
@@ -221,6 +211,27 @@ class Fleet(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
         return Replica(index, server, benchmark, worker, url), environment
+
+    def _plan(
+        self, host: int, after: list[pulumi.Resource], environment_before: pulumi.Resource | None
+    ) -> HostPlan:
+        """Where host ``host``'s resources go; its server waits for ``after`` (the previous batch)."""
+        args = self._args
+        spec = args.spec.for_host(host)
+        # Emulator hosts often share one machine: each gets its own (small) venv in its state folder,
+        # so no host's install swaps a venv another host's server runs from. Real hosts share the
+        # default one, installed one host at a time.
+        emulated = spec.runtime == "emulator"
+        return HostPlan(
+            f"{self._name}-host{host}",
+            args.stack,
+            host_connection(connection_args(spec, args.ssh_private_key)),
+            self._update_id,
+            hub_token=args.hub_token,
+            venv_path=f"{spec.host.state_dir.rstrip('/')}/venv" if emulated else None,
+            environment_after=[environment_before] if environment_before and not emulated else [],
+            server_after=after,
+        )
 
     def _canary(
         self,

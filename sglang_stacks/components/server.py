@@ -34,6 +34,16 @@ from sglang_stacks.hostops import claim, process, serving
 from sglang_stacks.hostops.transport import Connection
 
 
+class GroupMember(Props):
+    """Another node of a multi-node server, as a refresh of this node reaches it."""
+
+    connection: Connection
+    """How to reach that node's host (a secret: it may hold the SSH key)."""
+    state_dir: str
+    """The host's folder of sglang-stacks state, where its claim records the node's process."""
+    node_rank: int
+
+
 class ServerInputs(HostInputs):
     """What a server is launched from; a change of any ``REPLACES`` field means a new process."""
 
@@ -75,6 +85,15 @@ class ServerInputs(HostInputs):
     """The stack whose server the claim stopped to make room for this one, if any."""
     taken_in_update: Annotated[str, LABEL] = ""
     """The update in which the claim did so: only a failure in that update has undone it."""
+    ready_line: Annotated[str, LABEL] = ""
+    """A node of a multi-node server other than rank 0 serves no HTTP: it counts as started once its
+    log shows this line; rank 0's health check then says the whole group joined."""
+    group: Annotated[list[GroupMember], LABEL] = Field(default_factory=list)
+    """The other nodes of a multi-node server: a refresh that finds any of them gone finds this
+    node gone too, since SGLang's group only runs whole; the next up relaunches all of them."""
+    group_instances: Annotated[list[str], REPLACES] = Field(default_factory=list)
+    """Rank 0 only: the launches of the other nodes. A relaunched node means a new group, so a new
+    rank 0."""
 
     def command(self) -> str:
         """The exact command line the server runs: variables, Python, launcher, argv."""
@@ -110,6 +129,7 @@ def _launch(inputs: ServerInputs, log_path: str) -> process.Launch:
         stop_timeout_s=inputs.stop_timeout_s,
         nvidia_smi=inputs.nvidia_smi,
         secret_env=inputs.secret_env or {},
+        ready_line=inputs.ready_line,
     )
 
 
@@ -176,6 +196,16 @@ def _stop_untracked(conn: Connection, inputs: ServerInputs) -> None:
         process.stop_recorded(conn, current, inputs.nvidia_smi, inputs.stop_timeout_s, inputs.state_dir)
 
 
+def _member_runs(member: GroupMember, stack: str) -> bool:
+    """Whether the node on ``member``'s host still runs: its claim is this stack's and records a
+    live server process."""
+    recorded = claim.read(member.connection, state_dir=member.state_dir)
+    if recorded is None or recorded.stack != stack or not recorded.server_pid:
+        return False
+    running = process.Running(recorded.server_pid, recorded.server_start_ticks or 0)
+    return process.is_running(member.connection, running)
+
+
 def upgrade_flags(props: Mapping[str, Any]) -> dict[str, Any]:
     """Server state of versions that recorded the flags as rendered options (``--flag`` -> the
     argv words), in today's shape: the same flags by canonical name, typed."""
@@ -217,6 +247,10 @@ class ServerProvider(TypedProvider[ServerInputs, ServerOutputs]):
             # Gone from the host: refresh drops it from the state and the next up relaunches it;
             # the host stops saying it serves it.
             serving.forget(conn, inputs.state_dir, outputs.pid)
+            return None
+        if not all(_member_runs(member, inputs.stack) for member in inputs.group):
+            # A node of its group is gone: the group is down (SGLang's is, once NCCL notices), and
+            # only a relaunch of every node forms it again. The next create stops what is left.
             return None
         return outputs
 
@@ -265,6 +299,9 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
         stop_timeout_s: float = 120.0,
         taken_from: pulumi.Input[str] = "",
         taken_in_update: pulumi.Input[str] = "",
+        ready_line: str = "",
+        group: pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]] = (),
+        group_instances: pulumi.Input[Sequence[pulumi.Input[str]]] = (),
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         inputs = {
@@ -289,10 +326,13 @@ class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
             "stop_timeout_s": stop_timeout_s,
             "taken_from": taken_from,
             "taken_in_update": taken_in_update,
+            "ready_line": ready_line,
+            "group": group,
+            "group_instances": group_instances,
         }
         super().__init__(
             ServerProvider(),
             name,
             resource_props(inputs, ServerOutputs),
-            keep_connection_secret(opts, "secret_env"),
+            keep_connection_secret(opts, "secret_env", "group"),
         )

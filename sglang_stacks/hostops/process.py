@@ -116,6 +116,9 @@ class Launch:
     nvidia_smi: Sequence[str]
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Variables the server inherits without any command line showing them (a hub token)."""
+    ready_line: str = ""
+    """When set, ready once the log shows this line instead of the health check (a node of a
+    multi-node server other than rank 0, which serves no HTTP)."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,7 @@ def wait_ready(conn: Connection, spec: Launch, running: Running) -> None:
             "timeout_s": _whole_s(spec.ready_timeout_s),
             "log": spec.log_path,
             "tail_lines": LOG_TAIL_LINES,
+            "ready_line": spec.ready_line,
         },
         timeout_s=spec.ready_timeout_s + _SLACK_S,
     )

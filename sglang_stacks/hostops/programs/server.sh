@@ -1,8 +1,9 @@
 # The SGLang server process on the GPU host. MODE selects what to do:
 #   launch  start COMMAND detached (its own session, so stopping its group stops its workers),
 #           logging to LOG; prints "PID START_TICKS", or "port-taken" when PORT already answers
-#   ready   wait until the server PID answers its health check: prints ready, exited or timeout,
-#           then ---log--- and the log's last TAIL_LINES lines
+#   ready   wait until the server PID answers its health check (or, when READY_LINE is set, until
+#           its log shows that line: a node of a multi-node server other than rank 0 serves no
+#           HTTP): prints ready, exited or timeout, then ---log--- and the log's last TAIL_LINES lines
 #   stop    TERM the group of PID, KILL it after TIMEOUT_S, then wait until none of the group's
 #           processes holds GPU memory (NVIDIA_SMI lists them): prints freed or still-held PIDS
 #   alive   exit 0 while PID runs (and is the process started at START_TICKS)
@@ -48,7 +49,9 @@ ready() {
     local deadline=$((SECONDS + ${TIMEOUT_S%.*}))
     while true; do
         if ! alive; then echo exited; break; fi
-        if "$PYTHON" -c "$PORT_PROBE" healthy "$PORT"; then echo ready; break; fi
+        if [ -n "${READY_LINE:-}" ]; then
+            if grep -qF -- "$READY_LINE" "$LOG" 2>/dev/null; then echo ready; break; fi
+        elif "$PYTHON" -c "$PORT_PROBE" healthy "$PORT"; then echo ready; break; fi
         if [ "$SECONDS" -ge "$deadline" ]; then echo timeout; break; fi
         sleep 1
     done

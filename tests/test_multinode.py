@@ -1,0 +1,140 @@
+"""One server over two nodes with the real Pulumi CLI: tp 16 over two emulator "hosts" of the
+default 8-GPU profile on this machine (one state folder and port each), behind SGLang's real
+router. Deployed once for the module; then rank 1 is killed, refresh sees the group gone, and up
+relaunches both nodes together.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests._pulumi import Workspace, emulator_stack, free_port
+
+pytestmark = pytest.mark.integration
+
+STACK = "two-nodes"
+
+
+def two_node_config(folder: Path, ports: list[int], init_port: int, router_port: int) -> str:
+    hosts = "".join(
+        f"    - {{kind: emulator, state_dir: {folder}/host{i}, server_port: {port}}}\n"
+        for i, port in enumerate(ports)
+    )
+    fleet = (
+        "  sglang-stacks:fleet:\n"
+        "    nodes_per_replica: 2\n"
+        f"    dist_init_port: {init_port}\n"
+        "    socket_ifname: lo\n"
+        "    hosts:\n"
+        f"{hosts}"
+        "    router:\n"
+        f"      port: {router_port}\n"
+        f"      metrics_port: {free_port()}\n"
+        "      health_check_interval_s: 1\n"
+        f"      state_dir: {folder}/router\n"
+    )
+    text = emulator_stack(port=ports[0], state_dir=folder, extra=fleet)
+    config: dict[str, Any] = yaml.safe_load(text)["config"]
+    del config["sglang-stacks:host"]
+    del config["sglang-stacks:server"]["port"]
+    config["sglang-stacks:server"]["tp_size"] = 16
+    # The weights of the whole model, divided by 16 GPUs: 36.16 GB each.
+    config["sglang-stacks:model"] = {"path": "/shared/kimi-k2.5-int4", "total_weights_gb": 578.64}
+    return yaml.safe_dump({"config": config}, sort_keys=False)
+
+
+class Deployed:
+    """The module's two-node server."""
+
+    def __init__(self, workspace: Workspace, folder: Path) -> None:
+        self.workspace, self.folder = workspace, folder
+        self.ports = [free_port(), free_port()]
+        self.init_port, self.router_port = free_port(), free_port()
+
+    def servers(self) -> dict[str, dict[str, Any]]:
+        """The server resources in the state, by name, with their outputs."""
+        exported = self.workspace.json("stack", "export", "-s", STACK)
+        return {
+            resource["urn"].rsplit("::", 1)[1]: resource.get("outputs", {})
+            for resource in exported["deployment"]["resources"]
+            if resource["urn"].endswith("-server")
+        }
+
+    def pids(self) -> dict[str, int]:
+        return {name: outputs["pid"] for name, outputs in self.servers().items()}
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
+    folder = tmp_path_factory.mktemp("multinode")
+    workspace = Workspace.create(folder)
+    workspace.extra_env["SGLANG_STACKS_HISTORY"] = str(folder / "history.sqlite")
+    server = Deployed(workspace, folder)
+    workspace.init_stack(STACK, two_node_config(folder, server.ports, server.init_port, server.router_port))
+    try:
+        workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
+        yield server
+    finally:
+        workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, check=False, timeout_s=600)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+
+
+def test_a_two_node_tp16_server_deploys_serves_and_benchmarks(deployed: Deployed) -> None:
+    outputs = deployed.workspace.outputs(STACK)
+    rank0 = f"http://127.0.0.1:{deployed.ports[0]}"
+    info = httpx.get(f"{rank0}/server_info", timeout=10).json()
+    assert (info["tp_size"], info["nnodes"], info["node_rank"]) == (16, 2, 0)
+    assert info["dist_init_addr"] == f"127.0.0.1:{deployed.init_port}"
+    # Only rank 0 serves HTTP; the router has the one server.
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{deployed.ports[1]}/health", timeout=2)
+    workers = httpx.get(f"http://127.0.0.1:{deployed.router_port}/workers", timeout=10).json()["workers"]
+    assert [w["url"] for w in workers] == [rank0]
+    assert [r["host"] for r in outputs["replicas"]] == [0]
+    # All-reduces cross the hosts' network: one stream is slower than the 8-GPU host's 89.5 tok/s.
+    assert 30 < outputs["replicas"][0]["tok_s"] < 75
+    assert outputs["tok_s"] > 0
+    commands = [s["launch_command"] for s in deployed.servers().values()]
+    assert sorted(c.split("--node-rank ")[1].split()[0] for c in commands) == ["0", "1"]
+    assert all("NCCL_SOCKET_IFNAME=lo" in c and "--nnodes 2" in c for c in commands)
+
+
+def test_a_killed_rank_1_is_seen_by_refresh_and_up_relaunches_the_group(deployed: Deployed) -> None:
+    before = deployed.pids()
+    rank1 = next(pid for name, pid in before.items() if name.endswith("host1-server"))
+    os.kill(rank1, signal.SIGKILL)
+    rank0 = next(pid for name, pid in before.items() if name.endswith("host0-server"))
+    deadline = time.monotonic() + 15
+    while _alive(rank0) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(rank0), "a dead node takes the whole group down"
+
+    deployed.workspace.run("refresh", "--yes", "--skip-preview", "-s", STACK, timeout_s=300)
+    assert deployed.servers() == {}, "refresh finds both nodes gone"
+
+    deployed.workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
+    after = deployed.pids()
+    assert sorted(after) == sorted(before)
+    assert all(after[name] != before[name] and _alive(after[name]) for name in after)
+    answer = httpx.post(
+        f"http://127.0.0.1:{deployed.router_port}/generate",
+        json={"text": "hello", "sampling_params": {"max_new_tokens": 4}},
+        timeout=30,
+    )
+    assert answer.status_code == 200
