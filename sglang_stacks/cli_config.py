@@ -30,12 +30,28 @@ def configure_render(parser: argparse.ArgumentParser) -> None:
         "--release", help="SGLang release to render for (default: the stack's sglang_release)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument(
+        "--host",
+        type=int,
+        default=0,
+        help="a fleet's host to render, by index in fleet.hosts (default 0: in a multi-node server, rank 0)",
+    )
     parser.add_argument("--stacks-dir", type=Path, default=STACKS_DIR, help=argparse.SUPPRESS)
 
 
 def run_render(args: argparse.Namespace) -> int:
     stack_file = read_stack_file(args.stack, args.stacks_dir)
     spec = load_spec(stack_file.sections, args.stack)
+    if spec.fleet is not None:
+        if not 0 <= args.host < len(spec.fleet.hosts):
+            print(
+                f"--host {args.host}: stack {args.stack!r} has hosts 0..{len(spec.fleet.hosts) - 1} in "
+                "fleet.hosts; pick one of them.",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG_ERRORS
+        # Each host of a fleet launches its own command (its port; a multi-node server's rank).
+        spec = spec.for_host(args.host)
     release = args.release or spec.environment.sglang_release
     findings = run_preflight(spec, release)
     flags = spec.launch_flags()

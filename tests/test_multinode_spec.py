@@ -5,10 +5,14 @@ the whole group."""
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from sglang_stacks.cli import main
 from sglang_stacks.components._wiring import render_flags
 from sglang_stacks.config import preflight
 from sglang_stacks.config.memory import plan_memory
@@ -130,3 +134,16 @@ def test_the_memory_plan_divides_the_weights_over_the_whole_group() -> None:
     one_host["server"]["tp_size"] = 8
     one_host["host"] = {**SSH_FACTS, "address": "gpu-a"}
     assert plan_memory(load_spec(one_host, "one-host")).target_weights_gb == pytest.approx(578.64 / 8)
+
+
+def test_render_shows_a_nodes_own_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack = {f"sglang-stacks:{key}": value for key, value in sections(socket_ifname="ens1f0").items()}
+    (tmp_path / "Pulumi.two.yaml").write_text(yaml.safe_dump({"config": stack}))
+    assert main(["render", "two", "--stacks-dir", str(tmp_path), "--host", "1", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["argv"][document["argv"].index("--node-rank") + 1] == "1"
+    assert document["argv"][document["argv"].index("--dist-init-addr") + 1] == "10.0.0.1:20000"
+    assert document["env"]["NCCL_SOCKET_IFNAME"] == "ens1f0"
+    assert document["memory"]["target_weights_gb"] == pytest.approx(578.64 / 16, abs=1e-3)
+    assert main(["render", "two", "--stacks-dir", str(tmp_path), "--host", "2"]) == 1
+    assert "--host 2: stack 'two' has hosts 0..1 in fleet.hosts" in capsys.readouterr().err
