@@ -117,16 +117,22 @@ def test_a_two_node_tp16_server_deploys_serves_and_benchmarks(deployed: Deployed
 
 def test_a_killed_rank_1_is_seen_by_refresh_and_up_relaunches_the_group(deployed: Deployed) -> None:
     before = deployed.pids()
-    rank1 = next(pid for name, pid in before.items() if name.endswith("host1-server"))
-    os.kill(rank1, signal.SIGKILL)
     rank0 = next(pid for name, pid in before.items() if name.endswith("host0-server"))
+    rank1 = next(pid for name, pid in before.items() if name.endswith("host1-server"))
+    # Rank 0 is paused so that it outlives node 1 (as a real rank 0 may until NCCL notices): the
+    # refresh must judge the group, not each process alone.
+    os.kill(rank0, signal.SIGSTOP)
+    try:
+        os.kill(rank1, signal.SIGKILL)
+        deployed.workspace.run("refresh", "--yes", "--skip-preview", "-s", STACK, timeout_s=300)
+        assert _alive(rank0)
+        assert deployed.servers() == {}, "refresh finds the whole group gone"
+    finally:
+        os.kill(rank0, signal.SIGCONT)
     deadline = time.monotonic() + 15
     while _alive(rank0) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(rank0), "a dead node takes the whole group down"
-
-    deployed.workspace.run("refresh", "--yes", "--skip-preview", "-s", STACK, timeout_s=300)
-    assert deployed.servers() == {}, "refresh finds both nodes gone"
 
     deployed.workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
     after = deployed.pids()
