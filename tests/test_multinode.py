@@ -115,6 +115,21 @@ def test_a_two_node_tp16_server_deploys_serves_and_benchmarks(deployed: Deployed
     assert all("NCCL_SOCKET_IFNAME=lo" in c and "--nnodes 2" in c for c in commands)
 
 
+def test_a_flag_change_relaunches_every_node_and_the_group_serves_again(deployed: Deployed) -> None:
+    before = deployed.pids()
+    path = deployed.workspace.path / "stacks" / f"Pulumi.{STACK}.yaml"
+    document = yaml.safe_load(path.read_text())
+    document["config"]["sglang-stacks:server"]["max_running_requests"] = 64
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    preview = deployed.workspace.run("preview", "--diff", "-s", STACK).stdout
+    assert preview.count("max_running_requests") >= 2, "both nodes' flags change"
+    deployed.workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
+    after = deployed.pids()
+    assert all(after[name] != before[name] and _alive(after[name]) for name in after)
+    info = httpx.get(f"http://127.0.0.1:{deployed.ports[0]}/server_info", timeout=10).json()
+    assert (info["max_running_requests"], info["nnodes"]) == (64, 2)
+
+
 def test_a_killed_rank_1_is_seen_by_refresh_and_up_relaunches_the_group(deployed: Deployed) -> None:
     before = deployed.pids()
     rank0 = next(pid for name, pid in before.items() if name.endswith("host0-server"))

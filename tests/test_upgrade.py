@@ -32,6 +32,7 @@ PICKLED_PROVIDERS = (
     "components.host:_ProbeProvider",
     "components.host:_ClaimProvider",
     "sglang_stacks.components.server:ServerProvider",
+    "sglang_stacks.components.multinode:InitAddressProvider",
 )
 
 

@@ -52,24 +52,21 @@ def _flags(spec: StackSpec, release: str) -> Iterable[Finding]:
 
 def _gpus(spec: StackSpec, release: str) -> Iterable[Finding]:
     tp, gpus, nodes = spec.tp_size, spec.host.gpu_count, spec.server.nnodes or 1
-    per_node = tp // nodes
-    over = f" over {nodes} nodes" if nodes > 1 else ""
+    per_node = tp // nodes  # a multi-node server runs tp / nodes ranks on each host
+    if nodes > 1:
+        needs, whose = f"tp_size {tp} over {nodes} nodes needs {per_node} GPUs per node", "each host's"
+        bigger = f"more hosts (fleet.nodes_per_replica), or hosts with {per_node} GPUs"
+    else:
+        needs, whose, bigger = f"tp_size {tp} needs {tp} GPUs", "the host's", f"a host with {tp} GPUs"
     if per_node > gpus:
-        more = (
-            f"more hosts (fleet.nodes_per_replica), or hosts with {per_node} GPUs"
-            if nodes > 1
-            else (f"a host with {tp} GPUs")
-        )
         yield error(
             "tp-exceeds-gpus",
             "server.tp_size",
-            f"tp_size {tp}{over} needs {per_node} GPUs per node but the host declares {gpus}.",
-            f"Set tp_size to at most {gpus * nodes}, or use {more}.",
+            f"{needs} but the host declares {gpus}.",
+            f"Set tp_size to at most {gpus * nodes}, or use {bigger}.",
         )
     elif per_node < gpus:
-        yield info(
-            "gpus-idle", "server.tp_size", f"tp_size {tp}{over} uses {per_node} of each host's {gpus} GPUs."
-        )
+        yield info("gpus-idle", "server.tp_size", f"tp_size {tp} uses {per_node} of {whose} {gpus} GPUs.")
     ep = spec.server.ep_size
     if ep is not None and (ep > tp or tp % ep):
         yield error(
