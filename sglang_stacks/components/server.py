@@ -16,6 +16,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 from pydantic import Field
 
+from sglang_stacks.components._group import GroupMember, member_runs
 from sglang_stacks.components._provider import (
     LABEL,
     REPLACES,
@@ -32,16 +33,6 @@ from sglang_stacks.config.render import flags_from_values, render_command, value
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import claim, process, serving
 from sglang_stacks.hostops.transport import Connection
-
-
-class GroupMember(Props):
-    """Another node of a multi-node server, as a refresh of this node reaches it."""
-
-    connection: Connection
-    """How to reach that node's host (a secret: it may hold the SSH key)."""
-    state_dir: str
-    """The host's folder of sglang-stacks state, where its claim records the node's process."""
-    node_rank: int
 
 
 class ServerInputs(HostInputs):
@@ -196,16 +187,6 @@ def _stop_untracked(conn: Connection, inputs: ServerInputs) -> None:
         process.stop_recorded(conn, current, inputs.nvidia_smi, inputs.stop_timeout_s, inputs.state_dir)
 
 
-def _member_runs(member: GroupMember, stack: str) -> bool:
-    """Whether the node on ``member``'s host still runs: its claim is this stack's and records a
-    live server process."""
-    recorded = claim.read(member.connection, state_dir=member.state_dir)
-    if recorded is None or recorded.stack != stack or not recorded.server_pid:
-        return False
-    running = process.Running(recorded.server_pid, recorded.server_start_ticks or 0)
-    return process.is_running(member.connection, running)
-
-
 def upgrade_flags(props: Mapping[str, Any]) -> dict[str, Any]:
     """Server state of versions that recorded the flags as rendered options (``--flag`` -> the
     argv words), in today's shape: the same flags by canonical name, typed."""
@@ -248,7 +229,7 @@ class ServerProvider(TypedProvider[ServerInputs, ServerOutputs]):
             # the host stops saying it serves it.
             serving.forget(conn, inputs.state_dir, outputs.pid)
             return None
-        if not all(_member_runs(member, inputs.stack) for member in inputs.group):
+        if not all(member_runs(member, inputs.stack) for member in inputs.group):
             # A node of its group is gone: the group is down (SGLang's is, once NCCL notices), and
             # only a relaunch of every node forms it again. The next create stops what is left.
             return None
