@@ -89,6 +89,19 @@ SGLANG_HINTS = (
             "refresh",
         ),
         ("Received sigquit from a child process. It usually means the child failed.", "other", "log lines"),
+        (
+            "[TP0] Scheduler hit an exception: torch.distributed.DistBackendError: NCCL error in: x, remote "
+            "process exited or there was a network error\nncclRemoteError: A call failed possibly due to a "
+            "network error or a remote process exiting prematurely.",
+            "nccl",
+            "Another node of this multi-node server",
+        ),
+        (
+            "torch.distributed.DistStoreError: Timed out after 600 seconds waiting for clients. 1/2 clients "
+            "joined",
+            "nccl",
+            "fleet.dist_init_port",
+        ),
     ],
 )
 def test_failures_are_classified_with_a_fix(log: str, kind: str, fix_names: str) -> None:

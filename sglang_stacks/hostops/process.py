@@ -48,6 +48,26 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
         ),
     ),
     (
+        # A multi-node server: a node that left, or a rendezvous that never formed. Before the
+        # generic NCCL pattern, whose fix is about NCCL_ALGO.
+        re.compile(r"ncclRemoteError|left the process group"),
+        Failure(
+            "nccl",
+            "Another node of this multi-node server failed or lost the network: read its log on its "
+            "host (it names the cause), fix that and run `pulumi up` again; the group is relaunched "
+            "together.",
+        ),
+    ),
+    (
+        re.compile(r"DistNetworkError|DistStoreError"),
+        Failure(
+            "nccl",
+            "The nodes of this multi-node server did not meet at the init address: check that every "
+            "node reaches rank 0's fleet.hosts[i].node_address on fleet.dist_init_port, that "
+            "fleet.socket_ifname names their shared network, and that every node was launched.",
+        ),
+    ),
+    (
         re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|NCCL_ALGO"),
         Failure(
             "nccl",
