@@ -3,6 +3,7 @@ on this machine, each with its own GPU state, joined at rank 0's init address.""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -39,6 +40,9 @@ def test_rank_0_is_ready_only_once_every_node_joined_and_only_it_serves_http(tmp
                 httpx.get(rank1.base_url + "/health", timeout=2)
             info = httpx.get(rank0.base_url + "/server_info", timeout=5).json()
             assert (info["tp_size"], info["nnodes"], info["node_rank"]) == (16, 2, 0)
+            # The group is formed: a node of a later launch finds no rendezvous to join it.
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", init_port), timeout=2)
 
 
 def test_a_rank_that_dies_takes_the_group_down_with_sglangs_lines(tmp_path: Path) -> None:
