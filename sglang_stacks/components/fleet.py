@@ -17,6 +17,7 @@ from typing import Any
 
 import pulumi
 
+from sglang_stacks.components import _fleet_preview
 from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, build_host_parts
 from sglang_stacks.components._provider import host_connection
 from sglang_stacks.components._wiring import (
@@ -32,6 +33,19 @@ from sglang_stacks.config import preflight
 from sglang_stacks.config.fleet import FleetHostSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
+
+
+def config_digest(spec: StackSpec) -> str:
+    """A digest of what every replica's server is launched from (flags, release, pins, variables,
+    emulator settings, draft model): equal digests, the same configuration. The router lists it
+    for each worker, so the canary gate knows which configuration a replica serves."""
+    return flags_digest(
+        {
+            "flags": render_flags(spec),
+            "environment": spec.environment.model_dump(mode="json"),
+            "draft_model": spec.draft_model.model_dump(mode="json") if spec.draft_model else None,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -80,7 +94,14 @@ class Fleet(pulumi.ComponentResource):
             found = preflight.run_preflight(spec.for_host(index), spec.environment.sglang_release)
             preflight.raise_on_errors(found)
         self._update_id = uuid.uuid4().hex[:12]
+        self._config_digest = config_digest(spec)
         self._name, self._args = name, args
+        key = args.ssh_private_key
+        self._connections = [
+            host_connection(connection_args(spec.for_host(i), key)) for i in range(len(fleet.hosts))
+        ]
+        if pulumi.runtime.is_dry_run():
+            _fleet_preview.announce(self, spec, args.stack, self._connections)
         local = host_connection(None)
         router = SGLangRouter(
             f"{name}-router",
@@ -169,7 +190,7 @@ class Fleet(pulumi.ComponentResource):
         spec = args.spec.for_host(index)
         assert args.spec.fleet is not None
         entry = args.spec.fleet.hosts[index]
-        connection = host_connection(connection_args(spec, args.ssh_private_key))
+        connection = self._connections[index]
         # Emulator hosts often share one machine: each gets its own (small) venv in its state folder,
         # so no host's install swaps a venv another host's server runs from. Real hosts share the
         # default one, installed one host at a time.
@@ -207,9 +228,7 @@ class Fleet(pulumi.ComponentResource):
         batches = fleet.batches()
         if index == 0 and fleet.rollout.canary and len(batches) > 1:
             # Judged before it joins the router: a regressed canary never serves.
-            self._gate = self._canary(
-                url, server.instance, benchmark, fleet.hosts[batches[1][0]], host_connection(None)
-            )
+            self._gate = self._canary(url, server.instance, benchmark, fleet.hosts[batches[1][0]], router)
             waits.append(self._gate)
         worker = RouterWorker(
             f"{name}-worker",
@@ -217,6 +236,7 @@ class Fleet(pulumi.ComponentResource):
             router_url=router.url,
             worker_url=url,
             server_instance=server.instance,
+            config_digest=self._config_digest,
             drain_timeout_s=fleet.router.drain_timeout_s,
             opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
@@ -228,7 +248,7 @@ class Fleet(pulumi.ComponentResource):
         instance: pulumi.Output[str],
         benchmark: Benchmark,
         reference: FleetHostSpec,
-        local: pulumi.Output[Any],
+        router: SGLangRouter,
     ) -> CanaryGate:
         """The gate on the first batch's first replica, against the next batch's first host."""
         spec = self._args.spec
@@ -236,7 +256,7 @@ class Fleet(pulumi.ComponentResource):
         port = reference.server_port or spec.server.port or DEFAULT_PORT
         return CanaryGate(
             f"{self._name}-canary",
-            connection=local,
+            connection=host_connection(None),
             stack=self._args.stack,
             python=sys.executable,
             canary_url=url,
@@ -245,5 +265,7 @@ class Fleet(pulumi.ComponentResource):
             workload=spec.benchmark,
             rollout=spec.fleet.rollout,
             state_dir=spec.fleet.router.state_dir,
+            router_url=router.url,
+            config_digest=self._config_digest,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[benchmark]),
         )
