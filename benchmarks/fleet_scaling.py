@@ -8,8 +8,11 @@ the one-replica load straight to replica 1, without the router, for the router's
 
 For each run it reports the tok/s and the CPU cores each part used over the run (user+system time
 from /proc/<pid>/stat for the router and the replicas, getrusage for the load generator, which runs
-in this process), with the machine's load average. The router and the client are not the
-bottleneck when their cores stay well below one while tok/s grows with the replicas.
+in this process), the machine's load average, and its CPU pressure (Linux PSI: the share of the run
+during which some runnable task waited for a core). The router and the client are not the
+bottleneck when their cores stay well below one while tok/s grows with the replicas. The
+emulator's time scale only shortens its startup: it decodes at the modeled speed, sleeping between
+steps, so a replica needs little CPU unless the machine makes it wait for a core.
 
 Run: ``. .venv/sglang-stacks.env && python benchmarks/fleet_scaling.py [--time-scale 0.05]``.
 """
@@ -46,6 +49,16 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14 and 15
 
 
+def cpu_pressure_s() -> float | None:
+    """Seconds during which some runnable task of the machine waited for a core (Linux PSI), or
+    None without /proc/pressure/cpu."""
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except OSError:
+        return None
+    return int(some.rsplit("total=", 1)[1]) / 1e6
+
+
 def own_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -62,6 +75,8 @@ class Run:
     client_cores: float
     replica_cores: float
     load_average: float
+    cpu_pressure_pct: float | None
+    """The share of the run during which some task of the machine waited for a core."""
 
 
 def start_router(policy: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -106,9 +121,11 @@ def measure(label: str, url: str, streams: int, args: argparse.Namespace, pids: 
         warmup_requests=streams, repetitions=1, requests_per_repetition=streams * args.rounds,
     )  # fmt: skip
     before = [process_cpu_s(pid) for pid in pids]
-    own_before, wall_before = own_cpu_s(), time.perf_counter()
+    own_before, pressure_before, wall_before = own_cpu_s(), cpu_pressure_s(), time.perf_counter()
     document = client.run(workload)
     wall_s = time.perf_counter() - wall_before
+    pressure_after = cpu_pressure_s()
+    waited = None if pressure_before is None or pressure_after is None else pressure_after - pressure_before
     used = [process_cpu_s(pid) - b for pid, b in zip(pids, before, strict=True)]
     (level,) = document["levels"]
     return Run(
@@ -119,6 +136,7 @@ def measure(label: str, url: str, streams: int, args: argparse.Namespace, pids: 
         client_cores=(own_cpu_s() - own_before) / wall_s,
         replica_cores=sum(used[1:]) / wall_s,
         load_average=os.getloadavg()[0],
+        cpu_pressure_pct=None if waited is None else 100 * waited / wall_s,
     )
 
 
@@ -141,14 +159,16 @@ def run_all(
 
 def table(runs: list[Run]) -> str:
     lines = [
-        "| run | tok/s | x one replica | router cores | client cores | replicas' cores | errors | load avg |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| run | tok/s | x one replica | router cores | client cores | replicas' cores | errors | load avg "
+        "| CPU pressure |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     one = runs[0].tok_s
     for run in runs:
         lines.append(
             f"| {run.label} | {run.tok_s:.0f} | {run.tok_s / one:.2f} | {run.router_cores:.2f} | "
-            f"{run.client_cores:.2f} | {run.replica_cores:.2f} | {run.errors} | {run.load_average:.2f} |"
+            f"{run.client_cores:.2f} | {run.replica_cores:.2f} | {run.errors} | {run.load_average:.2f} | "
+            f"{'-' if run.cpu_pressure_pct is None else f'{run.cpu_pressure_pct:.0f} %'} |"
         )
     return "\n".join(lines)
 
@@ -160,7 +180,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4, help="requests per stream in a measured run")
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=256)
-    parser.add_argument("--time-scale", type=float, default=0.05, help="the emulator's time scale")
+    parser.add_argument("--time-scale", type=float, default=0.05, help="the emulator startup's time scale")
     parser.add_argument("--policy", default="round_robin")
     args = parser.parse_args()
 
