@@ -3,9 +3,9 @@
 Each subcommand is a ``Command`` in ``COMMANDS``: a name, a one-line help, a function that adds
 its arguments and a function that runs it and returns the exit code. Exit codes: 0 fine; 1 the
 answer is no (render: the configuration has errors; compare: a stack is significantly slower than
-the first beyond the tolerance; rollout: the stack regressed past its gate; promote: nothing was
-written); 2 bad input; 3 (rollout) the update failed for another reason than its gate; 130
-(sweep run) interrupted: the same command resumes it.
+the first beyond the tolerance; rollout: the stack regressed past its gate, or a fleet's canary
+did; promote: nothing was written); 2 bad input; 3 (rollout) the update failed for another reason
+than its gate; 130 (sweep run) interrupted: the same command resumes it.
 """
 
 from __future__ import annotations
@@ -200,7 +200,8 @@ COMMANDS: dict[str, Command] = {
         name="rollout",
         help=(
             "deploy a stack; when its regression gate fails and it says on_regression: hand_back, "
-            "deploy its baseline again"
+            "deploy its baseline again; a fleet whose canary regresses is rolled back to its last good "
+            "configuration"
         ),
         configure=_configure_rollout,
         run=_run_rollout,

@@ -208,15 +208,23 @@ def rollout(
     err: TextIO = sys.stderr,
 ) -> int:
     """``pulumi up`` of ``stack``; when its gate fails and it says ``on_regression: hand_back``,
-    ``pulumi up`` of the baseline. Returns 0 passed, 1 regression (handed back or not), 3 the
-    update failed otherwise; Pulumi's output streams to ``out`` and ``err`` meanwhile.
+    ``pulumi up`` of the baseline. A fleet whose canary regresses is rolled back to its current
+    configuration instead (see `sglang_stacks.fleet_rollback`). Returns 0 passed, 1 regression
+    (handed back, rolled back or not), 3 the update failed otherwise; Pulumi's output streams to
+    ``out`` and ``err`` meanwhile.
 
     Bad input (no project, an invalid stack file, a stack the backend lacks) raises SpecError
     before anything is deployed.
     """
     project = project_dir or find_project_dir()
-    spec_gate = load_stack_spec(stack, stacks_dir(project)).gate
+    spec = load_stack_spec(stack, stacks_dir(project))
+    spec_gate = spec.gate
     target = select_stack(project, stack)
+    if spec.fleet is not None:
+        # Imported here: the fleet's rollout takes this module's exit codes.
+        from sglang_stacks.fleet_rollback import FleetRollout
+
+        return FleetRollout(project, target, spec.fleet, out, err).run()
     if spec_gate is not None and spec_gate.on_regression == "hand_back":
         select_stack(
             project, spec_gate.baseline_stack

@@ -1,13 +1,20 @@
 """A fleet with the real Pulumi CLI: three emulator "hosts" behind the real OpenSSH server (one state
-folder and port each), SGLang's real router (sglang-router) in front. One fleet is deployed for
-the module; the tests roll changes over it in order: a flag change under constant load through the
-router (no request may fail), a regressing change stopped at the canary, the previous stack file
-restoring the fleet.
+folder and port each; host 1 reached through a forwarder that can die like its sshd), SGLang's real
+router (sglang-router) in front. One fleet is deployed for the module; the tests roll changes over
+it in order: a flag change under constant load through the router (no request may fail), with the
+preview naming the order; a regressing change stopped at the canary and rolled back by
+`sglang-stacks rollout`; a host that dies mid-roll, and the previous stack file restoring the fleet.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +26,7 @@ import pytest
 import yaml
 
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
+from tests._proxy import TcpForwarder
 from tests._pulumi import Workspace, emulator_stack, free_port
 from tests.sshd import SshServer, start_sshd
 
@@ -27,12 +35,14 @@ pytestmark = pytest.mark.integration
 STACK = "fleet"
 
 
-def fleet_config(server: SshServer, folder: Path, ports: list[int], router_port: int, flags: str) -> str:
+def fleet_config(
+    server: SshServer, ssh_ports: list[int], folder: Path, ports: list[int], router_port: int, flags: str
+) -> str:
     facts = "".join(f"      {key}: {json.dumps(value)}\n" for key, value in EMULATOR_HOST_FACTS.items())
     hosts = "".join(
         "    - kind: ssh\n"
         f"      address: {server.host}\n"
-        f"      port: {server.port}\n"
+        f"      port: {ssh_ports[i]}\n"
         f"      user: {server.user}\n"
         f"      host_key: {server.host_key}\n"
         f"      state_dir: {folder}/host{i}\n"
@@ -70,6 +80,9 @@ class Fleet:
         self.workspace, self.server, self.folder = workspace, server, folder
         self.ports = [free_port() for _ in range(3)]
         self.router_port = free_port()
+        self.host1_sshd = TcpForwarder(free_port(), server.port)
+        """Host 1's SSH port: a forwarder to the sshd, closed when the test kills the host."""
+        self.host1_sshd.open()
 
     @property
     def router(self) -> str:
@@ -79,13 +92,35 @@ class Fleet:
         path = self.workspace.path / "stacks" / f"Pulumi.{STACK}.yaml"
         document = yaml.safe_load(path.read_text()) or {}
         secret = {k: v for k, v in (document.get("config") or {}).items() if "sshPrivateKey" in k}
-        body = fleet_config(self.server, self.folder, self.ports, self.router_port, flags)
+        ssh_ports = [self.server.port, self.host1_sshd.port, self.server.port]
+        body = fleet_config(self.server, ssh_ports, self.folder, self.ports, self.router_port, flags)
         document["config"] = {**yaml.safe_load("config:\n" + body)["config"], **secret}
         path.write_text(yaml.safe_dump(document, sort_keys=False))
 
     def workers(self) -> list[dict[str, Any]]:
         listed: list[dict[str, Any]] = httpx.get(f"{self.router}/workers", timeout=10).json()["workers"]
         return listed
+
+    def served_flags(self, name: str) -> list[Any]:
+        """The value of launch flag ``name`` (its dest) on each replica, as /get_server_info says."""
+        infos = [httpx.get(f"http://127.0.0.1:{p}/get_server_info", timeout=10).json() for p in self.ports]
+        return [info[name] for info in infos]
+
+    def urls(self, *hosts: int) -> list[str]:
+        """The replicas' URLs (of ``hosts``, or all), sorted as a list of the router's is compared."""
+        return sorted(f"http://127.0.0.1:{self.ports[i]}" for i in (hosts or range(3)))
+
+    def rollout(self) -> subprocess.CompletedProcess[str]:
+        """`sglang-stacks rollout fleet`, run in the workspace as a user would."""
+        return subprocess.run(
+            [sys.executable, "-m", "sglang_stacks", "rollout", STACK],
+            cwd=self.workspace.path,
+            env=self.workspace.env(),
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+        )
 
     def server_pids(self) -> dict[int, int]:
         exported = self.workspace.json("stack", "export", "-s", STACK)
@@ -114,7 +149,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
             yield deployed
         finally:
+            deployed.host1_sshd.close()
+            # A test that killed the host may have failed before reviving it; the destroy runs anyway.
+            with contextlib.suppress(OSError):
+                deployed.host1_sshd.open()
             workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, check=False, timeout_s=600)
+            deployed.host1_sshd.close()
 
 
 class Load:
@@ -151,8 +191,11 @@ class Load:
 
 def test_a_three_replica_fleet_serves_through_the_router_and_benchmarks_each_replica(fleet: Fleet) -> None:
     workers = fleet.workers()
-    assert sorted(w["url"] for w in workers) == sorted(f"http://127.0.0.1:{p}" for p in fleet.ports)
+    assert sorted(w["url"] for w in workers) == fleet.urls()
     assert all(w["is_healthy"] for w in workers)
+    # Each registration says which configuration the replica serves: the canary gate reads it.
+    labels = {w["metadata"].get("sglang_stacks_config") for w in workers}
+    assert len(labels) == 1 and labels != {None}
     outputs = fleet.workspace.outputs(STACK)
     assert outputs["router_url"] == fleet.router
     assert outputs["tok_s"] > 0
@@ -163,8 +206,16 @@ def test_a_three_replica_fleet_serves_through_the_router_and_benchmarks_each_rep
 def test_a_flag_change_rolls_host_by_host_with_no_failed_request_under_load(fleet: Fleet) -> None:
     before = fleet.server_pids()
     fleet.write(BASE_FLAGS + "    max_running_requests: 64\n")
-    preview = fleet.workspace.run("preview", "--diff", "-s", STACK).stdout
-    assert "max_running_requests" in preview
+    previewed = fleet.workspace.run("preview", "--diff", "-s", STACK)
+    preview = previewed.stdout + previewed.stderr  # Pulumi prints the program's info on stderr
+    assert "rolls a change 1 replica(s) at a time" in preview, preview
+    order = preview[preview.index("rolls a change 1 replica(s) at a time") :]
+    places = [
+        order.index(part)
+        for part in ("batch 1 (canary", "host 0 (", "batch 2", "host 1 (", "batch 3", "host 2 (")
+    ]
+    assert places == sorted(places), order
+    assert order.count("+ --max-running-requests 64") == 3, order
     with Load(fleet.router) as load:
         time.sleep(1)
         fleet.workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
@@ -177,22 +228,63 @@ def test_a_flag_change_rolls_host_by_host_with_no_failed_request_under_load(flee
     assert fleet.workspace.outputs(STACK)["canary"]["verdict"] == "passed"
 
 
-def test_a_regressing_change_is_stopped_at_the_canary_and_the_previous_file_restores_it(fleet: Fleet) -> None:
+def test_a_regressing_change_is_stopped_at_the_canary_and_rolled_back_by_the_rollout(fleet: Fleet) -> None:
     before = fleet.server_pids()
     # The custom all-reduce kernel over PCIe: more than 2x slower (the campaign's 38 tok/s row).
     fleet.write(BASE_FLAGS + "    max_running_requests: 64\n    disable_custom_all_reduce: false\n")
     with Load(fleet.router) as load:
-        failed = fleet.workspace.run("up", "--yes", "--skip-preview", "-s", STACK, check=False, timeout_s=900)
-    assert failed.returncode != 0
-    assert "canary of fleet fleet regressed" in failed.stdout + failed.stderr
-    assert load.failed == []
+        rolled = fleet.rollout()
+        time.sleep(1)
+    said = rolled.stdout + rolled.stderr
+    assert rolled.returncode == 1, said
+    assert re.search(r"the canary of fleet regressed: tok/s [0-9.]+ against [0-9.]+ \(-[0-9.]+ %", said), said
+    assert "rolled back: all 3 replicas serve the configuration of the update of" in said, said
+    assert load.failed == [], f"{len(load.failed)} failed of {load.ok + len(load.failed)}: {load.failed[:3]}"
     after = fleet.server_pids()
-    assert after[1] == before[1] and after[2] == before[2]  # the roll stopped before them
-    assert sorted(w["url"] for w in fleet.workers()) == [
-        f"http://127.0.0.1:{p}" for p in sorted(fleet.ports[1:])
-    ]
+    assert after[0] != before[0] and (after[1], after[2]) == (before[1], before[2])  # only the canary changed
+    assert sorted(w["url"] for w in fleet.workers()) == fleet.urls()
+    assert all(w["is_healthy"] for w in fleet.workers())
+    assert fleet.served_flags("disable_custom_all_reduce") == [True, True, True]
+    assert fleet.served_flags("max_running_requests") == [64, 64, 64]
+    verdict = fleet.workspace.outputs(STACK)["canary"]["verdict"]
+    assert verdict == "the canary runs the configuration the fleet serves: no change to judge"
 
+    # Pulumi's state holds the configuration rolled back to: the previous file changes nothing.
     fleet.write(BASE_FLAGS + "    max_running_requests: 64\n")
-    fleet.workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
-    assert len(fleet.workers()) == 3
-    assert fleet.server_pids()[1] == before[1]
+    fleet.workspace.run("up", "--yes", "--skip-preview", "--expect-no-changes", "-s", STACK, timeout_s=900)
+    assert fleet.server_pids() == after
+
+
+def test_a_host_killed_mid_roll_stops_it_the_router_serves_and_the_old_file_restores(fleet: Fleet) -> None:
+    before = fleet.server_pids()
+    canary = next(w["id"] for w in fleet.workers() if w["url"] == fleet.urls(0)[0])
+    fleet.write(BASE_FLAGS + "    max_running_requests: 48\n")
+    done: list[subprocess.CompletedProcess[str]] = []
+    rolling = threading.Thread(target=lambda: done.append(fleet.rollout()))
+    with Load(fleet.router) as load:
+        rolling.start()
+        # Host 1 dies (its server and its sshd) once the canary is back in the router, before the
+        # roll reaches it.
+        deadline = time.monotonic() + 600
+        while not [w for w in fleet.workers() if w["url"] == fleet.urls(0)[0] and w["id"] != canary]:
+            assert time.monotonic() < deadline and rolling.is_alive(), "the canary never came back"
+            time.sleep(0.2)
+        os.kill(before[1], signal.SIGKILL)
+        fleet.host1_sshd.close()
+        served_before = load.ok
+        rolling.join(900)
+        time.sleep(2)
+    said = done[0].stdout + done[0].stderr
+    assert done[0].returncode == 3, said  # failed, not at the canary: nothing is rolled back
+    assert "Nothing accepts SSH connections at" in said and "connection refused" in said, said
+    assert "failed (see above), not at its canary gate" in said, said
+    assert load.ok > served_before  # the router kept answering after the host died
+    assert load.failed == [], f"{len(load.failed)} failed of {load.ok + len(load.failed)}: {load.failed[:3]}"
+    assert sorted(w["url"] for w in fleet.workers()) == fleet.urls(0, 2)
+    assert fleet.server_pids()[2] == before[2]  # the roll stopped before host 2
+
+    fleet.host1_sshd.open()  # the host is back, its server still dead: the refresh notices that
+    fleet.write(BASE_FLAGS + "    max_running_requests: 64\n")
+    fleet.workspace.run("up", "--yes", "--skip-preview", "--refresh", "-s", STACK, timeout_s=900)
+    assert sorted(w["url"] for w in fleet.workers()) == fleet.urls()
+    assert fleet.served_flags("max_running_requests") == [64, 64, 64]

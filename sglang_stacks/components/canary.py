@@ -3,7 +3,9 @@ replaced replica is benchmarked beside a replica still on the current configurat
 router's machine, and must not be slower (tok/s, TTFT) beyond the rollout's tolerances.
 
 The gate runs once per canary launch. A regressed canary fails the update: the replicas after it
-are never touched, the canary stays out of the router, and the router keeps serving from the rest.
+are never touched, the canary stays out of the router, and the router keeps serving from the rest
+(``sglang-stacks rollout`` then rolls the canary back: see `sglang_stacks.fleet_rollback`). A
+canary on the configuration the router lists for the reference is not judged.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Annotated, Any
 import pulumi
 import pulumi.dynamic as dynamic
 
+from sglang_stacks.components import _router_api
 from sglang_stacks.components._provider import (
     LABEL,
     REPLACES,
@@ -44,6 +47,10 @@ class CanaryInputs(HostInputs):
     workload: Annotated[BenchmarkSpec, LABEL]
     rollout: Annotated[RolloutSpec, LABEL]
     state_dir: Annotated[str, LABEL]
+    router_url: Annotated[str, LABEL] = ""
+    """The router, whose worker labels say which configuration the reference serves."""
+    config_digest: Annotated[str, LABEL] = ""
+    """The configuration the canary runs (see `RouterWorker`'s label)."""
 
 
 class CanaryOutputs(Props):
@@ -104,23 +111,51 @@ def judge(canary: stats.BenchmarkResult, reference: stats.BenchmarkResult, rollo
     return problems
 
 
+def _served(inputs: CanaryInputs) -> dict[str, str]:
+    """The router's workers and the configuration digest each serves ({} without a router)."""
+    import httpx
+
+    try:
+        return _router_api.worker_configs(inputs.router_url) if inputs.router_url else {}
+    except httpx.HTTPError:
+        return {}
+
+
+def pick_reference(inputs: CanaryInputs) -> tuple[str | None, str]:
+    """The replica to judge the canary against, or None and why there is nothing to judge.
+
+    The declared reference first, then any other replica in the router: a dead reference must not
+    let a regression through unjudged. A reference the router lists with the canary's own
+    configuration (a roll back, a restored stack file) means there is no change to judge, only the
+    noise of two measurements.
+    """
+    served = _served(inputs)
+    canary = inputs.canary_url.rstrip("/")
+    others = [url for url in served if url not in (canary, inputs.reference_url.rstrip("/"))]
+    for url in [inputs.reference_url.rstrip("/"), *others]:
+        if not _reachable(url):
+            continue
+        if inputs.config_digest and served.get(url) == inputs.config_digest:
+            return None, "the canary runs the configuration the fleet serves: no change to judge"
+        return url, ""
+    return None, "no replica on the current configuration answered: nothing to compare with"
+
+
 def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
     """Measures the canary and the reference; BenchmarkError when the canary regressed."""
     canary = _measure(inputs, inputs.canary_url, inputs.canary_instance)
-    if not _reachable(inputs.reference_url):
-        return CanaryOutputs(
-            canary_tok_s=round(canary.tok_s_mean, 2),
-            reference_tok_s=None,
-            verdict="no replica on the current configuration answered: nothing to compare with",
-        )
-    reference = _measure(inputs, inputs.reference_url, "reference")
+    reference_url, unjudged = pick_reference(inputs)
+    if reference_url is None:
+        return CanaryOutputs(canary_tok_s=round(canary.tok_s_mean, 2), reference_tok_s=None, verdict=unjudged)
+    reference = _measure(inputs, reference_url, "reference")
     problems = judge(canary, reference, inputs.rollout)
     if problems:
         raise BenchmarkError(
             f"The canary of fleet {inputs.stack} regressed: {'; '.join(problems)}. The roll stopped "
             "before the other hosts; the canary stays out of the router and the other replicas serve. "
-            f"Restore the previous stack file and run `pulumi up -s {inputs.stack}`, which relaunches "
-            "the canary on it, or loosen fleet.rollout's tolerances."
+            f"`sglang-stacks rollout {inputs.stack}` rolls it back by itself (fleet.rollout.on_regression: "
+            f"roll_back); after a plain `pulumi up`, restore the previous stack file and run `pulumi up -s "
+            f"{inputs.stack}`, which relaunches the canary on it. Or loosen fleet.rollout's tolerances."
         )
     return CanaryOutputs(
         canary_tok_s=round(canary.tok_s_mean, 2),
@@ -162,9 +197,13 @@ class CanaryGate(dynamic.Resource, module="sglang", name="CanaryGate"):
         workload: BenchmarkSpec,
         rollout: RolloutSpec,
         state_dir: str,
+        router_url: pulumi.Input[str],
+        config_digest: str,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         inputs = {
+            "router_url": router_url,
+            "config_digest": config_digest,
             "connection": connection,
             "stack": stack,
             "python": python,

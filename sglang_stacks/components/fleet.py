@@ -17,6 +17,7 @@ from typing import Any
 
 import pulumi
 
+from sglang_stacks.components import _fleet_preview
 from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan
 from sglang_stacks.components._provider import host_connection
 from sglang_stacks.components._wiring import (
@@ -33,6 +34,19 @@ from sglang_stacks.config import preflight
 from sglang_stacks.config.fleet import FleetHostSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
+
+
+def config_digest(spec: StackSpec) -> str:
+    """A digest of what every replica's server is launched from (flags, release, pins, variables,
+    emulator settings, draft model): equal digests, the same configuration. The router lists it
+    for each worker, so the canary gate knows which configuration a replica serves."""
+    return flags_digest(
+        {
+            "flags": render_flags(spec),
+            "environment": spec.environment.model_dump(mode="json"),
+            "draft_model": spec.draft_model.model_dump(mode="json") if spec.draft_model else None,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -81,7 +95,14 @@ class Fleet(pulumi.ComponentResource):
             found = preflight.run_preflight(spec.for_host(index), spec.environment.sglang_release)
             preflight.raise_on_errors(found)
         self._update_id = uuid.uuid4().hex[:12]
+        self._config_digest = config_digest(spec)
         self._name, self._args = name, args
+        key = args.ssh_private_key
+        self._connections = [
+            host_connection(connection_args(spec.for_host(i), key)) for i in range(len(fleet.hosts))
+        ]
+        if pulumi.runtime.is_dry_run():
+            _fleet_preview.announce(self, spec, args.stack, self._connections)
         local = host_connection(None)
         router = SGLangRouter(
             f"{name}-router",
@@ -172,7 +193,7 @@ class Fleet(pulumi.ComponentResource):
         name = f"{self._name}-host{host}"
         spec = args.spec.for_host(host)
         entry = args.spec.fleet.hosts[host]
-        connection = host_connection(connection_args(spec, args.ssh_private_key))
+        connection = self._connections[host]
         parts = build_replica_parts(
             self, args.spec, index, lambda node: self._plan(node, after, environment_before)
         )
@@ -199,7 +220,7 @@ class Fleet(pulumi.ComponentResource):
         if index == 0 and fleet.rollout.canary and len(batches) > 1:
             # Judged before it joins the router: a regressed canary never serves.
             reference = fleet.hosts[fleet.replica_hosts(batches[1][0])[0]]
-            self._gate = self._canary(url, server.instance, benchmark, reference, host_connection(None))
+            self._gate = self._canary(url, server.instance, benchmark, reference, router)
             waits.append(self._gate)
         worker = RouterWorker(
             f"{name}-worker",
@@ -207,6 +228,7 @@ class Fleet(pulumi.ComponentResource):
             router_url=router.url,
             worker_url=url,
             server_instance=server.instance,
+            config_digest=self._config_digest,
             drain_timeout_s=fleet.router.drain_timeout_s,
             opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
@@ -225,7 +247,7 @@ class Fleet(pulumi.ComponentResource):
         return HostPlan(
             f"{self._name}-host{host}",
             args.stack,
-            host_connection(connection_args(spec, args.ssh_private_key)),
+            self._connections[host],
             self._update_id,
             hub_token=args.hub_token,
             venv_path=f"{spec.host.state_dir.rstrip('/')}/venv" if emulated else None,
@@ -239,7 +261,7 @@ class Fleet(pulumi.ComponentResource):
         instance: pulumi.Output[str],
         benchmark: Benchmark,
         reference: FleetHostSpec,
-        local: pulumi.Output[Any],
+        router: SGLangRouter,
     ) -> CanaryGate:
         """The gate on the first batch's first replica, against the next batch's first host."""
         spec = self._args.spec
@@ -247,7 +269,7 @@ class Fleet(pulumi.ComponentResource):
         port = reference.server_port or spec.server.port or DEFAULT_PORT
         return CanaryGate(
             f"{self._name}-canary",
-            connection=local,
+            connection=host_connection(None),
             stack=self._args.stack,
             python=sys.executable,
             canary_url=url,
@@ -256,5 +278,7 @@ class Fleet(pulumi.ComponentResource):
             workload=spec.benchmark,
             rollout=spec.fleet.rollout,
             state_dir=spec.fleet.router.state_dir,
+            router_url=router.url,
+            config_digest=self._config_digest,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[benchmark]),
         )

@@ -18,6 +18,7 @@ import httpx
 import pulumi
 import pulumi.dynamic as dynamic
 
+from sglang_stacks.components import _router_api
 from sglang_stacks.components._provider import (
     LABEL,
     REPLACES,
@@ -29,8 +30,6 @@ from sglang_stacks.components._provider import (
 )
 from sglang_stacks.errors import RouterError
 from sglang_stacks.hostops import programs
-
-_POLL_S = 0.2
 
 
 class RouterInputs(HostInputs):
@@ -175,6 +174,8 @@ class WorkerInputs(HostInputs):
     """The replica's URL as the router reaches it."""
     server_instance: Annotated[str, REPLACES]
     """The server launch registered: a relaunched replica is drained and added anew."""
+    config_digest: Annotated[str, LABEL] = ""
+    """The configuration the replica serves, as a label in the router: the canary gate reads it."""
     ready_timeout_s: Annotated[float, LABEL] = 60.0
     drain_timeout_s: Annotated[float, LABEL] = 120.0
 
@@ -185,21 +186,15 @@ class WorkerOutputs(Props):
     worker_id: str
 
 
-def _workers(router_url: str) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{router_url}/workers", timeout=10)
-    answer.raise_for_status()
-    listed: list[dict[str, Any]] = answer.json()["workers"]
-    return listed
-
-
-def _listed(router_url: str, worker_url: str) -> dict[str, Any] | None:
-    return next((w for w in _workers(router_url) if w["url"].rstrip("/") == worker_url.rstrip("/")), None)
+def _registration(inputs: WorkerInputs) -> dict[str, Any]:
+    labels = {_router_api.CONFIG_LABEL: inputs.config_digest} if inputs.config_digest else {}
+    return {"url": inputs.worker_url, "labels": labels}
 
 
 def add_worker(inputs: WorkerInputs) -> WorkerOutputs:
     """Registers the replica and waits until the router lists it healthy."""
     try:
-        answer = httpx.post(f"{inputs.router_url}/workers", json={"url": inputs.worker_url}, timeout=30)
+        answer = httpx.post(f"{inputs.router_url}/workers", json=_registration(inputs), timeout=30)
         if answer.status_code >= 400:
             raise RouterError(
                 f"The router at {inputs.router_url} refused worker {inputs.worker_url} "
@@ -207,10 +202,10 @@ def add_worker(inputs: WorkerInputs) -> WorkerOutputs:
             )
         deadline = time.monotonic() + inputs.ready_timeout_s
         while time.monotonic() < deadline:
-            found = _listed(inputs.router_url, inputs.worker_url)
+            found = _router_api.listed(inputs.router_url, inputs.worker_url)
             if found is not None and found.get("is_healthy"):
                 return WorkerOutputs(worker_id=str(found["id"]))
-            time.sleep(_POLL_S)
+            time.sleep(_router_api.POLL_S)
     except httpx.HTTPError as error:
         raise RouterError(
             f"The router at {inputs.router_url} did not answer ({error}); `pulumi refresh` notices a "
@@ -229,34 +224,20 @@ def drain_worker(inputs: WorkerInputs, worker_id: str) -> None:
     finish on the replica, which ``/get_load`` counts (SGLang's per-rank ``num_reqs``).
     """
     try:
-        found = _listed(inputs.router_url, inputs.worker_url)
+        found = _router_api.listed(inputs.router_url, inputs.worker_url)
         if found is not None:
             httpx.delete(f"{inputs.router_url}/workers/{found['id']}", timeout=30).raise_for_status()
         deadline = time.monotonic() + inputs.drain_timeout_s
-        while _listed(inputs.router_url, inputs.worker_url) is not None:
+        while _router_api.listed(inputs.router_url, inputs.worker_url) is not None:
             if time.monotonic() > deadline:
                 raise RouterError(
                     f"The router still lists {inputs.worker_url} {inputs.drain_timeout_s:g} s after its "
                     "removal; check the router's log."
                 )
-            time.sleep(_POLL_S)
+            time.sleep(_router_api.POLL_S)
     except httpx.HTTPError:
         pass  # a router that is gone sends the replica nothing more
-    _wait_idle(inputs.worker_url, time.monotonic() + inputs.drain_timeout_s)
-
-
-def _wait_idle(worker_url: str, deadline: float) -> None:
-    while time.monotonic() < deadline:
-        try:
-            answer = httpx.get(f"{worker_url}/get_load", timeout=5)
-            if answer.status_code == 404:
-                return  # a release without /get_load: nothing to wait on
-            ranks = answer.json()
-            if sum(int(r.get("num_reqs", 0)) + int(r.get("num_waiting_reqs", 0)) for r in ranks) == 0:
-                return
-        except (httpx.HTTPError, ValueError):
-            return  # the replica is gone: nothing of it is left to wait for
-        time.sleep(_POLL_S)
+    _router_api.wait_idle(inputs.worker_url, time.monotonic() + inputs.drain_timeout_s)
 
 
 class RouterWorkerProvider(TypedProvider[WorkerInputs, WorkerOutputs]):
@@ -273,7 +254,7 @@ class RouterWorkerProvider(TypedProvider[WorkerInputs, WorkerOutputs]):
 
     def read_typed(self, inputs: WorkerInputs, outputs: WorkerOutputs) -> WorkerOutputs | None:
         try:
-            found = _listed(inputs.router_url, inputs.worker_url)
+            found = _router_api.listed(inputs.router_url, inputs.worker_url)
         except httpx.HTTPError:
             return None  # the router is gone, and with it the registration
         return WorkerOutputs(worker_id=str(found["id"])) if found else None
@@ -296,6 +277,7 @@ class RouterWorker(dynamic.Resource, module="sglang", name="RouterWorker"):
         router_url: pulumi.Input[str],
         worker_url: str,
         server_instance: pulumi.Input[str],
+        config_digest: str,
         drain_timeout_s: float,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
@@ -304,6 +286,7 @@ class RouterWorker(dynamic.Resource, module="sglang", name="RouterWorker"):
             "router_url": router_url,
             "worker_url": worker_url,
             "server_instance": server_instance,
+            "config_digest": config_digest,
             "drain_timeout_s": drain_timeout_s,
         }
         super().__init__(

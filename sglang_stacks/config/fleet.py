@@ -71,7 +71,11 @@ class RolloutSpec(_Section):
     tok_s_tolerance_pct: float | None = Field(default=5.0, ge=0, le=100)
     """The canary may be this much slower in tok/s than the current replica; none: not judged."""
     ttft_tolerance_pct: float | None = Field(default=None, ge=0)
-    """The canary's mean TTFT may be this much higher; none: not judged."""
+    """The canary's median TTFT may be this much higher; none: not judged."""
+    on_regression: Literal["roll_back", "stop"] = "roll_back"
+    """After a regressed canary, ``sglang-stacks rollout`` relaunches the changed hosts on the
+    fleet's current configuration and puts them back in the router (``roll_back``), or leaves them
+    out of it (``stop``). A plain ``pulumi up`` always stops."""
 
     @model_validator(mode="after")
     def _judges_something(self) -> RolloutSpec:

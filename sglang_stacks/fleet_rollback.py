@@ -1,0 +1,151 @@
+"""``sglang-stacks rollout`` of a fleet: ``pulumi up`` of the stack; when its canary regresses and
+``fleet.rollout.on_regression`` is ``roll_back``, ``pulumi up`` again with the fleet's current
+configuration, which relaunches the changed hosts on it and puts them back in the router.
+
+The fleet's current configuration is the config of the stack's last successful update, as its
+history records it (secrets as the stack file holds them, encrypted). It is deployed through a
+config file of its own (``pulumi up --config-file``): the stack file stays as the user wrote it,
+with the rejected change in it to fix or drop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+from pulumi import automation as auto
+
+from sglang_stacks.config.fleet import FleetSpec
+from sglang_stacks.config.stackfile import stack_path
+from sglang_stacks.orchestrate import EXIT_PASSED, EXIT_REGRESSION, EXIT_UPDATE_FAILED
+from sglang_stacks.project import stacks_dir
+
+_CANARY = ":CanaryGate::"
+"""What the URN of a fleet's canary gate contains (its resource type, ``sglang:CanaryGate``)."""
+
+
+@dataclass
+class _CanaryErrors:
+    """Collects the errors Pulumi reports for the canary gate during an update."""
+
+    messages: list[str] = field(default_factory=list)
+
+    def __call__(self, event: auto.EngineEvent) -> None:
+        found = event.diagnostic_event
+        if found and found.severity == "error" and found.urn and _CANARY in found.urn:
+            self.messages.append(found.message.strip())
+
+    def numbers(self) -> str:
+        """The canary's measurements, as the gate wrote them ("tok/s 40.1 against 88.0 (...)")."""
+        text = " ".join(self.messages)
+        found = re.search(r"regressed: (.*?)\. The roll stopped", text, re.S)
+        return found.group(1) if found else text
+
+
+def deployed_config(stack: auto.Stack) -> tuple[str, dict[str, auto.ConfigValue]] | None:
+    """When the stack's last successful ``pulumi up`` started, and its config (secrets left out:
+    they are never decrypted here), or None."""
+    for update in stack.history(show_secrets=False):
+        if update.kind == "update" and update.result == "succeeded":
+            return f"{update.start_time:%Y-%m-%d %H:%M:%S} UTC", dict(update.config)
+    return None
+
+
+def rollback_file(stack_file: Path, config: dict[str, auto.ConfigValue], folder: Path) -> Path:
+    """A stack file holding ``config``: its plain values as recorded, its secrets and the secrets
+    settings (``encryptionsalt``) as the stack file has them now, never decrypted."""
+    document: dict[str, Any] = yaml.safe_load(stack_file.read_text(encoding="utf-8")) or {}
+    current = document.get("config") or {}
+    values: dict[str, Any] = {}
+    for key, item in config.items():
+        if item.secret:
+            if key in current:
+                values[key] = current[key]
+            continue
+        text = item.value
+        values[key] = json.loads(text) if isinstance(text, str) and text[:1] in "[{" else text
+    document["config"] = values
+    path = folder / stack_file.name
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    os.chmod(path, 0o600)
+    return path
+
+
+@dataclass(frozen=True)
+class FleetRollout:
+    """One rollout of a fleet stack."""
+
+    project: Path
+    target: auto.Stack
+    fleet: FleetSpec
+    out: TextIO
+    err: TextIO
+
+    def say(self, line: str) -> None:
+        print(f"rollout: {line}", file=self.out, flush=True)
+
+    def up(self, on_event: Callable[[auto.EngineEvent], None] | None = None, **options: Any) -> bool:
+        """``pulumi up`` of the fleet, its output streamed; False when it failed."""
+        self.say(f"pulumi up -s {self.target.name}" + (" (rolling back)" if options else ""))
+        try:
+            self.target.up(
+                on_output=lambda line: print(line, file=self.out, flush=True),
+                on_error=lambda line: print(line, file=self.err, flush=True),
+                on_event=on_event,
+                color="always" if self.out.isatty() else "never",
+                **options,
+            )
+        except auto.CommandError:
+            return False  # Pulumi has printed why
+        return True
+
+    def run(self) -> int:
+        name, before = self.target.name, deployed_config(self.target)
+        canary = _CanaryErrors()
+        if self.up(on_event=canary):
+            self.say(f"{name} is up: every replica serves the new configuration through the router.")
+            return EXIT_PASSED
+        if not canary.messages:
+            self.say(
+                f"the update of {name} failed (see above), not at its canary gate. The hosts it did not "
+                "reach still serve the current configuration through the router; `pulumi up` of the "
+                "previous stack file restores the others."
+            )
+            return EXIT_UPDATE_FAILED
+        self.say(f"the canary of {name} regressed: {canary.numbers()}.")
+        if self.fleet.rollout.on_regression == "stop":
+            self.say("fleet.rollout.on_regression is stop: the canary stays out of the router.")
+            return EXIT_REGRESSION
+        if before is None:
+            self.say(f"{name} has no earlier successful update to roll back to: the canary stays out.")
+            return EXIT_REGRESSION
+        return self._roll_back(*before, canary)
+
+    def _roll_back(self, started: str, config: dict[str, auto.ConfigValue], canary: _CanaryErrors) -> int:
+        name = self.target.name
+        self.say(
+            "rolling the changed hosts back to the fleet's current configuration (that of the update "
+            f"of {started}); the stack file is left as it is"
+        )
+        with tempfile.TemporaryDirectory(prefix="sglang-stacks-rollback-") as folder:
+            path = rollback_file(stack_path(name, stacks_dir(self.project)), config, Path(folder))
+            done = self.up(config_file=str(path))
+        if not done:
+            self.say(
+                f"rolling back failed (see above); restore the previous stack file and run `pulumi up -s "
+                f"{name}` once the cause is fixed."
+            )
+            return EXIT_REGRESSION
+        self.say(
+            f"rolled back: all {self.fleet.replica_count} replicas serve the configuration of the update of "
+            f"{started} through the router again. The change stays in the stack file, rejected by its "
+            f"canary ({canary.numbers()}): fix it, or restore the previous file."
+        )
+        return EXIT_REGRESSION
