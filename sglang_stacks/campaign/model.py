@@ -138,6 +138,22 @@ class PoolHost(_Section):
     emulator_state_dir: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_./~-]+$")
     """Where this host's emulated GPUs record their memory (emulator hosts on one machine need
     their own folder each, like their own ``host.state_dir``)."""
+    ssh_key_stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    """The stack whose ``sshPrivateKey`` secret the trials on this host get (ssh only; default: the
+    campaign's ``base``). ``sweep run`` copies it to each trial stack as a secret, encrypted for
+    that stack; the key itself never appears in the campaign, a command line or a log."""
+
+    @model_validator(mode="after")
+    def _key_needs_ssh(self) -> PoolHost:
+        if self.ssh_key_stack is not None and not self.host.needs_ssh_key:
+            raise ValueError(
+                "ssh_key_stack applies to a host of kind: ssh only; remove it or set host.kind: ssh"
+            )
+        return self
+
+    def key_stack(self, base: str) -> str | None:
+        """The stack to copy the SSH key from; None when the host needs none."""
+        return (self.ssh_key_stack or base) if self.host.needs_ssh_key else None
 
 
 class ObjectiveSpec(_Section):

@@ -19,12 +19,14 @@ from typing import Any, TextIO
 from pulumi import automation as auto
 
 from sglang_stacks.campaign import progress
+from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.model import PoolHost
 from sglang_stacks.campaign.objective import samples
 from sglang_stacks.campaign.plan import Plan, PlanRow
 from sglang_stacks.campaign.state import SweepState, TrialRecord
 from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.errors import StacksError
+from sglang_stacks.project import stacks_dir
 from sglang_stacks.results import history
 
 __all__ = ["EXIT_DONE", "EXIT_INTERRUPTED", "Sweep", "run_sweep"]
@@ -152,7 +154,9 @@ def run_sweep(plan: Plan, *, project: Path, reports: Path, db_path: Path, out: T
     """Run the plan's sweep; 0 when every trial has run (passed or failed), 130 when interrupted."""
     folder = reports / plan.name
     state = SweepState.open(folder, plan.name)
-    sweep = Sweep(plan, project, folder, db_path, state, TrialRunner(project, folder / "logs", plan.name))
+    check_pool_keys(plan.campaign, stacks_dir(project))  # before anything is launched
+    trials = TrialRunner(project, folder / "logs", plan.name, plan.campaign.base)
+    sweep = Sweep(plan, project, folder, db_path, state, trials)
     sweep.sync()
     sweep.recover()
     workers = [

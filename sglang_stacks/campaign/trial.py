@@ -18,6 +18,7 @@ from pulumi import automation as auto
 
 from sglang_stacks import orchestrate
 from sglang_stacks.campaign.axes import bind_host
+from sglang_stacks.campaign.keys import give_key
 from sglang_stacks.campaign.model import PoolHost
 from sglang_stacks.campaign.plan import PlanRow
 
@@ -67,10 +68,12 @@ def classify(output: str) -> TrialFailure:
 class TrialRunner:
     """Deploys, measures and destroys trial stacks of one campaign in one project."""
 
-    def __init__(self, project: Path, logs: Path, campaign: str) -> None:
+    def __init__(self, project: Path, logs: Path, campaign: str, base: str) -> None:
         self.project = project
         self.logs = logs
         self.campaign = campaign
+        self.base = base
+        """The campaign's base stack: where an ssh pool host's key comes from by default."""
         self._write_lock = threading.Lock()  # stack creation touches the workspace's settings
 
     def log_path(self, stack: str) -> Path:
@@ -106,6 +109,7 @@ class TrialRunner:
         )
         with self._write_lock:
             stack = orchestrate.write_stack(self.project, row.stack, sections, header)
+            give_key(stack, host, self.base)  # after the write: it replaces the file's config
         (handle, write), _ = self._stream(row.stack, "up")
         try:
             done = stack.up(on_output=write, on_error=write, color="never")
