@@ -85,6 +85,17 @@ def test_two_hosts_on_one_port_are_refused(tmp_path: Path) -> None:
         load_campaign(path)
 
 
+def test_an_early_stop_that_leaves_no_repetition_to_stop_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "base: baseline\naxes:\n  - {key: server.cuda_graph_max_bs, values: [128]}\n"
+        "workload: {repetitions: 3}\nearly_stop: {after_repetitions: 3}\n" + POOL
+    )
+
+    with pytest.raises(SpecError, match=r"early_stop\.after_repetitions 3 leaves nothing to stop"):
+        load_campaign(path)
+
+
 def test_an_ssh_key_stack_on_an_emulator_pool_host_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(

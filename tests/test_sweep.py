@@ -227,11 +227,13 @@ def test_promote_writes_the_winners_flags_and_preview_shows_exactly_them(project
 
 
 REMOTE = """\
-description: one trial on a host reached over SSH; its key comes from the base stack
+description: a host reached over SSH, its key from the base stack; the kernel over PCIe stops early
 base: base
 axes:
   - {{key: environment.runtime, values: [emulator]}}
-workload: {{input_len: 32, output_len: 64, warmup_requests: 1, repetitions: 2, requests_per_repetition: 1}}
+  - {{key: server.disable_custom_all_reduce, values: [true, false]}}
+workload: {{input_len: 32, output_len: 64, warmup_requests: 1, repetitions: 4, requests_per_repetition: 1}}
+early_stop: {{after_repetitions: 2}}
 pool:
   - name: ssh-a
     host: {{kind: ssh, address: {address}, port: {ssh_port}, user: {user}, host_key: "{host_key}",
@@ -291,14 +293,14 @@ def test_an_ssh_pool_host_gets_its_key_only_as_a_secret_of_the_trial_stack(
         watcher.join()
 
     trials = json.loads((project.workspace.path / "reports" / "remote" / "sweep.json").read_text())["trials"]
-    [(stack, trial)] = trials.items()
-    assert (trial["status"], trial["host"]) == ("done", "ssh-a") and trial["levels"], trial
-    assert sshd.connections() > logins  # the trial reached its host through the sshd
-    listed = project.workspace.run("config", "-s", stack).stdout
-    assert re.search(r"^sshPrivateKey\s+\[secret\]$", listed, re.MULTILINE), listed
-    stack_file = project.workspace.path / "stacks" / f"Pulumi.{stack}.yaml"
-    secret = yaml.safe_load(stack_file.read_text())["config"]["sglang-stacks:sshPrivateKey"]
-    assert set(secret) == {"secure"} and secret["secure"].startswith("v1:")
+    assert [(t["status"], t["host"]) for t in trials.values()] == [("done", "ssh-a")] * 2, trials
+    assert sshd.connections() > logins  # the trials reached their host through the sshd
+    for stack in trials:
+        listed = project.workspace.run("config", "-s", stack).stdout
+        assert re.search(r"^sshPrivateKey\s+\[secret\]$", listed, re.MULTILINE), listed
+        stack_file = project.workspace.path / "stacks" / f"Pulumi.{stack}.yaml"
+        secret = yaml.safe_load(stack_file.read_text())["config"]["sglang-stacks:sshPrivateKey"]
+        assert set(secret) == {"secure"} and secret["secure"].startswith("v1:")
     body = sshd.client_key.strip().splitlines()[2]
     places = [
         project.workspace.path / "stacks",
@@ -312,3 +314,26 @@ def test_an_ssh_pool_host_gets_its_key_only_as_a_secret_of_the_trial_stack(
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0  # the trial's server is gone
     assert not (project.tmp / "ssh-a" / "host" / "claim.json").exists()
+
+
+def test_a_candidate_clearly_worse_after_its_first_repetitions_is_stopped_early(project: Project) -> None:
+    trials = json.loads((project.workspace.path / "reports" / "remote" / "sweep.json").read_text())["trials"]
+    by_kernel = {t["labels"]["server.disable_custom_all_reduce"]: (s, t) for s, t in trials.items()}
+    fast_stack, fast = by_kernel["true"]  # NCCL: the faster, measured first and in full
+    slow_stack, slow = by_kernel["false"]  # the custom all-reduce kernel over PCIe
+
+    assert fast["stopped_early"] is None and len(fast["levels"][0]["tok_s_runs"]) == 4
+    assert len(slow["levels"][0]["tok_s_runs"]) == 2
+    assert slow["stopped_early"].startswith("after 2 of 4 repetitions its 95 % interval")
+    assert f"lies below the best's ({fast_stack}:" in slow["stopped_early"]
+    # The fast trial ran its repetitions in two parts, the stopped one only its first.
+    rows = [row.stack for row in history.rows(project.history_path, [fast_stack, slow_stack])]
+    assert sorted(rows) == sorted([fast_stack, fast_stack, slow_stack])
+
+    project.sweep("report", "remote")
+
+    report = (project.workspace.path / "reports" / "remote" / "report.md").read_text()
+    stopped = report.split("## Stopped early", 1)[1].split("##", 1)[0]
+    assert f"`{slow_stack}`" in stopped and "lies below the best's" in stopped
+    row = next(line for line in report.splitlines() if line.startswith("| 2 |"))
+    assert slow_stack in row and "significantly worse, stopped early" in row

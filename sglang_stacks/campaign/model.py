@@ -22,6 +22,7 @@ __all__ = [
     "Axis",
     "BudgetSpec",
     "CampaignSpec",
+    "EarlyStopSpec",
     "ObjectiveSpec",
     "PoolHost",
     "RangeSpec",
@@ -174,6 +175,15 @@ class BudgetSpec(_Section):
     """No new trial starts after this many hours of sweeping (resumed sweeps count their earlier time)."""
 
 
+class EarlyStopSpec(_Section):
+    """Fewer repetitions for a candidate clearly worse than the best so far: each trial measures
+    ``after_repetitions`` first, and the rest of the workload's repetitions only when the 95 %
+    interval of its mean reaches the best full trial's."""
+
+    after_repetitions: int = Field(default=2, ge=2)
+    """Repetitions measured before the comparison (at least 2, for an interval)."""
+
+
 class CampaignSpec(_Section):
     """A whole campaign file."""
 
@@ -191,6 +201,8 @@ class CampaignSpec(_Section):
     """What the ranking maximizes."""
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     """Limits on trials and hours."""
+    early_stop: EarlyStopSpec | None = None
+    """Stop clearly worse candidates after their first repetitions; default: every trial runs all."""
 
     @model_validator(mode="after")
     def _pool_is_consistent(self) -> CampaignSpec:
@@ -212,6 +224,15 @@ class CampaignSpec(_Section):
         titles = [a.title for a in self.axes]
         if len(set(titles)) != len(titles):
             raise ValueError(f"axes {titles} repeat a key or name; list each once")
+        if (
+            self.early_stop is not None
+            and self.workload is not None
+            and self.early_stop.after_repetitions >= self.workload.repetitions
+        ):
+            raise ValueError(
+                f"early_stop.after_repetitions {self.early_stop.after_repetitions} leaves nothing to stop: "
+                f"workload.repetitions is {self.workload.repetitions}; make it smaller than that"
+            )
         if self.workload is not None and self.objective.concurrency not in self.workload.concurrency:
             raise ValueError(
                 f"objective.concurrency {self.objective.concurrency} is not a level of workload.concurrency "

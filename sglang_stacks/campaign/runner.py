@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from pulumi import automation as auto
 
 from sglang_stacks.campaign import progress
+from sglang_stacks.campaign.early_stop import clearly_worse, merge_levels
 from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.model import PoolHost
 from sglang_stacks.campaign.objective import samples
@@ -71,7 +72,8 @@ class Sweep:
         for record in self.state.trials():
             if record.status not in ("running", "measured"):
                 continue
-            levels = record.levels or self._recorded_levels(record)
+            # An early-stopping trial's history row may be its first part only: run it again.
+            levels = record.levels or ([] if self.plan.campaign.early_stop else self._recorded_levels(record))
             self.say(f"{record.stack}: interrupted on {record.host}; destroying its stack")
             if not self._destroyed(record.stack, clear_pending=True):
                 raise StacksError(
@@ -103,10 +105,12 @@ class Sweep:
         stack = row.stack
         self.say(f"{stack} started on {host.name}")
         try:
-            levels = self.trials.deploy(row, host)
+            levels, stopped = self.measure(row, host)
             value = samples(self.plan.campaign.objective, levels)
-            self.state.update(stack, status="measured", levels=levels)
+            self.state.update(stack, status="measured", levels=levels, stopped_early=stopped)
             self.say(f"{stack} measured on {host.name}: {sum(value) / len(value):.1f}")
+            if stopped:
+                self.say(f"{stack} stopped early: {stopped}")
         except Exception as error:  # one trial's failure, whatever it is, must not end the sweep
             if self.stop.is_set():
                 # Ctrl-C reaches every Pulumi process of the sweep, whichever step it was in.
@@ -122,6 +126,22 @@ class Sweep:
             record = document.trials[stack]
             final = "done" if record.status == "measured" else record.status
             document.trials[stack] = record.model_copy(update={"status": final, "finished_at": time.time()})
+
+    def measure(self, row: PlanRow, host: PoolHost) -> tuple[list[dict[str, Any]], str | None]:
+        """Deploy and benchmark a trial: its levels, and why it stopped early (None: it did not)."""
+        early = self.plan.campaign.early_stop
+        total = row.spec.benchmark.repetitions if row.spec else 0
+        if early is None or early.after_repetitions >= total:
+            return self.trials.deploy(row, host), None
+        first = self.trials.deploy(row, host, {"benchmark.repetitions": early.after_repetitions})
+        objective = self.plan.campaign.objective
+        stopped = clearly_worse(objective, first, self.state.trials(), total)
+        if stopped:
+            return first, stopped
+        rest = self.trials.deploy(
+            row, host, {"benchmark.repetitions": total - early.after_repetitions}, benchmark_again=True
+        )
+        return merge_levels(first, rest), None
 
     def _destroyed(self, stack: str, clear_pending: bool = False) -> bool:
         """Destroy a trial's stack; once more when Ctrl-C cut the first attempt short."""
