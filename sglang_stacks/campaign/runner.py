@@ -72,8 +72,7 @@ class Sweep:
         for record in self.state.trials():
             if record.status not in ("running", "measured"):
                 continue
-            # An early-stopping trial's history row may be its first part only: run it again.
-            levels = record.levels or ([] if self.plan.campaign.early_stop else self._recorded_levels(record))
+            levels = record.levels or self._recorded_levels(record)
             self.say(f"{record.stack}: interrupted on {record.host}; destroying its stack")
             if not self._destroyed(record.stack, clear_pending=True):
                 raise StacksError(
@@ -88,7 +87,10 @@ class Sweep:
                 self.state.update(record.stack, status="pending", host=None, started_at=None)
 
     def _recorded_levels(self, record: TrialRecord) -> list[dict[str, Any]]:
-        """The result a trial's benchmark wrote to the history after the trial started, if any."""
+        """The result a trial's benchmark wrote to the history after the trial started, if any.
+        Nothing with early stop: the row may hold the first part of a trial only (it runs again)."""
+        if self.plan.campaign.early_stop is not None:
+            return []
         since = record.started_at or 0.0
         found = [r for r in history.rows(self.db_path, [record.stack]) if r.recorded_at.timestamp() >= since]
         return [found[-1].result.model_dump(mode="json")] if found else []
