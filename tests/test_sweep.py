@@ -1,7 +1,8 @@
 """Campaign sweeps through the real CLI, Automation API and emulator: a campaign on a pool of two
 emulator hosts, interrupted with Ctrl-C midway and resumed, a trial that fails without stopping the
-sweep, the report's files, the winner's promotion and the preview it makes, and a trial on a pool
-host reached over SSH (a real sshd) with its key given to the trial stack only as a secret.
+sweep, the report's files, the winner's promotion and the preview it makes, and two trials on a pool
+host reached over SSH (a real sshd), with its key given to each trial stack only as a secret and
+the clearly slower one stopped early.
 
 The campaign here is a short one (five trials, a small workload, fast emulator startup); the
 shipped campaign's plan is checked in test_campaign_plan. The tests share one workspace and run in
