@@ -6,16 +6,27 @@ trials (CUDA-graph max bs 128/256/512 x custom all-reduce on/off). Runs ``sglang
 run`` with a pool of one host, then, in a fresh backend, of two hosts, and prints both wall times
 and their ratio. Every trial is a real ``pulumi up`` and ``pulumi destroy`` through the Automation
 API. Run: ``python benchmarks/sweep_pool.py`` (with ``. scripts/env.sh`` done).
+
+Beside the wall times it prints what explains them: each trial's own duration (from the sweep
+file), how much of the wall time both hosts were busy at once, the CPU time the sweep and every
+process it waited for used (Pulumi, the program, its providers), and the machine's load average
+sampled during each run. Trials that overlap but each take longer with two hosts point at a
+shared CPU; trials that do not overlap would point at the scheduler.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -36,8 +47,33 @@ pool:
 {hosts}"""
 
 
-def sweep_wall_time_s(hosts: int) -> tuple[float, dict[str, int]]:
-    """Wall time of ``sweep run`` with ``hosts`` pool hosts, and how many trials each host ran."""
+@dataclass(frozen=True)
+class Run:
+    """One sweep: its wall time and what it is made of."""
+
+    wall_s: float
+    per_host: dict[str, int]
+    trial_s: list[float]
+    both_busy_s: float
+    cpu_s: float
+    load: list[float]
+
+
+def _both_busy_s(spans: dict[str, list[tuple[float, float]]]) -> float:
+    """Seconds during which every host ran a trial (the overlap of the hosts' busy spans)."""
+    hosts = list(spans.values())
+    if len(hosts) < 2:
+        return 0.0
+    return sum(max(0.0, min(a[1], b[1]) - max(a[0], b[0])) for a in hosts[0] for b in hosts[1])
+
+
+def _sample_load(samples: list[float], done: threading.Event) -> None:
+    while not done.wait(2.0):
+        samples.append(os.getloadavg()[0])
+
+
+def sweep(hosts: int) -> Run:
+    """``sweep run`` with ``hosts`` pool hosts, timed."""
     tmp = Path(tempfile.mkdtemp(prefix=f"sweep-{hosts}-"))
     workspace = Workspace.create(tmp)
     workspace.extra_env["SGLANG_STACKS_HISTORY"] = str(tmp / "history.sqlite")
@@ -45,29 +81,52 @@ def sweep_wall_time_s(hosts: int) -> tuple[float, dict[str, int]]:
     pool = "".join(HOST.format(name=f"emu-{i}", tmp=tmp, port=free_port()) for i in range(hosts))
     (workspace.path / "campaigns").mkdir()
     (workspace.path / "campaigns" / "pool.yaml").write_text(CAMPAIGN.format(hosts=pool))
+    load: list[float] = []
+    done = threading.Event()
+    sampler = threading.Thread(target=_sample_load, args=(load, done), daemon=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    subprocess.run(
-        [sys.executable, "-m", "sglang_stacks.cli", "sweep", "run", "pool"],
-        cwd=workspace.path,
-        env=workspace.env(),
-        check=True,
-        capture_output=True,
-        timeout=3600,
-    )
+    sampler.start()
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "sglang_stacks.cli", "sweep", "run", "pool"],
+            cwd=workspace.path,
+            env=workspace.env(),
+            check=True,
+            capture_output=True,
+            timeout=3600,
+        )
+    finally:
+        done.set()
     wall_s = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     trials = json.loads((workspace.path / "reports" / "pool" / "sweep.json").read_text())["trials"]
     per_host: dict[str, int] = {}
+    spans: dict[str, list[tuple[float, float]]] = {}
     for trial in trials.values():
         per_host[trial["host"]] = per_host.get(trial["host"], 0) + 1
-    return wall_s, per_host
+        spans.setdefault(trial["host"], []).append((trial["started_at"], trial["finished_at"]))
+    trial_s = [end - start for host in spans.values() for start, end in host]
+    return Run(wall_s, per_host, trial_s, _both_busy_s(spans), cpu_s, load)
+
+
+def _line(name: str, run: Run) -> str:
+    load = f"{fmean(run.load):.1f} (max {max(run.load):.1f})" if run.load else "n/a"
+    return (
+        f"{name}: {run.wall_s:6.1f} s  trials per host {run.per_host}  trial {fmean(run.trial_s):.1f} s "
+        f"mean ({min(run.trial_s):.1f} to {max(run.trial_s):.1f})  both hosts busy {run.both_busy_s:.1f} s  "
+        f"CPU {run.cpu_s:.1f} s  load average {load}"
+    )
 
 
 def main() -> None:
-    one_s, one_hosts = sweep_wall_time_s(1)
-    print(f"1 host : {one_s:6.1f} s  trials per host {one_hosts}", flush=True)
-    two_s, two_hosts = sweep_wall_time_s(2)
-    print(f"2 hosts: {two_s:6.1f} s  trials per host {two_hosts}", flush=True)
-    print(f"two hosts take {two_s / one_s:.2f} of one host's wall time")
+    print(f"cores: {os.cpu_count()}  load average before: {os.getloadavg()[0]:.1f}", flush=True)
+    one = sweep(1)
+    print(_line("1 host ", one), flush=True)
+    two = sweep(2)
+    print(_line("2 hosts", two), flush=True)
+    print(f"two hosts take {two.wall_s / one.wall_s:.2f} of one host's wall time")
 
 
 if __name__ == "__main__":

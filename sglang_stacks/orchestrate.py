@@ -1,5 +1,6 @@
 """What spans stacks, driven through Pulumi's Automation API: selecting a stack, writing a new
-stack's file and creating it (``write_stack``, for campaign trials), reading a stack's outputs, and
+stack's file and creating it (``write_stack``, for campaign trials), copying a secret from one
+stack to another (``copy_secret``, a pool host's SSH key to a trial), reading a stack's outputs, and
 ``rollout``, which deploys a stack and, when its regression gate fails and its stack file says
 ``on_regression: hand_back``, deploys the baseline stack again so the host serves it.
 
@@ -33,6 +34,7 @@ __all__ = [
     "EXIT_PASSED",
     "EXIT_REGRESSION",
     "EXIT_UPDATE_FAILED",
+    "copy_secret",
     "find_project_dir",
     "rollout",
     "select_stack",
@@ -78,6 +80,27 @@ def write_stack(project_dir: Path, stack: str, sections: dict[str, Any], header:
     comments = "".join(f"# {line}\n" for line in header.splitlines())
     path.write_text(comments + yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
     return selected
+
+
+def copy_secret(target: auto.Stack, key: str, source: str) -> None:
+    """Set ``key`` of ``target`` to the secret ``key`` of stack ``source``, encrypted for ``target``:
+    ``pulumi config cp``, run by the Automation API's own command runner. The value stays inside
+    the Pulumi CLI; ``Stack.set_config`` would pass it as an argument, which ``ps`` shows."""
+    workspace = target.workspace
+    assert isinstance(workspace, auto.LocalWorkspace)  # select_stack and write_stack make local ones
+    try:
+        workspace.pulumi_command.run(
+            ["config", "cp", key, "--stack", source, "--dest", target.name],
+            workspace.work_dir,
+            dict(workspace.env_vars),
+        )
+    except auto.CommandError as error:
+        said = [line.strip() for line in str(error).splitlines() if "error:" in line]
+        raise SpecError(
+            f"Pulumi could not copy the secret {key} of stack {source!r} to stack {target.name!r} "
+            f"({said[-1] if said else 'see above'}). Check that `pulumi config -s {source}` lists {key} "
+            "as [secret] and that the passphrase of both stacks is set."
+        ) from None
 
 
 def stack_outputs(stack: str, project_dir: Path | None = None) -> dict[str, Any]:

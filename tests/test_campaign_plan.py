@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from sglang_stacks.campaign.axes import apply
+from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.model import ObjectiveSpec, campaign_json_schema, load_campaign
 from sglang_stacks.campaign.rank import rank
 from sglang_stacks.campaign.state import TrialRecord
+from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
 from sglang_stacks.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,6 +83,65 @@ def test_two_hosts_on_one_port_are_refused(tmp_path: Path) -> None:
 
     with pytest.raises(SpecError, match="two pool hosts share a host and port; give each its own port"):
         load_campaign(path)
+
+
+def test_an_early_stop_that_leaves_no_repetition_to_stop_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "base: baseline\naxes:\n  - {key: server.cuda_graph_max_bs, values: [128]}\n"
+        "workload: {repetitions: 3}\nearly_stop: {after_repetitions: 3}\n" + POOL
+    )
+
+    with pytest.raises(SpecError, match=r"early_stop\.after_repetitions 3 leaves nothing to stop"):
+        load_campaign(path)
+
+
+def test_an_ssh_key_stack_on_an_emulator_pool_host_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "base: baseline\naxes:\n  - {key: server.cuda_graph_max_bs, values: [128]}\npool:\n"
+        "  - {name: a, host: {kind: emulator}, ssh_key_stack: gpu-box}\n"
+    )
+
+    with pytest.raises(SpecError, match=r"pool\.0: ssh_key_stack applies to a host of kind: ssh only"):
+        load_campaign(path)
+
+
+def _ssh_campaign(tmp_path: Path, key_stack: str = "") -> Path:
+    facts = ", ".join(f"{key}: {json.dumps(value)}" for key, value in EMULATOR_HOST_FACTS.items())
+    path = tmp_path / "remote.yaml"
+    path.write_text(
+        "base: base\naxes:\n  - {key: server.cuda_graph_max_bs, values: [128]}\npool:\n"
+        f"  - name: gpu-a\n    host: {{kind: ssh, address: gpu-a, user: ubuntu, {facts}, "
+        "host_key: ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHb3}\n"
+        + (f"    ssh_key_stack: {key_stack}\n" if key_stack else "")
+    )
+    return path
+
+
+def test_an_ssh_pool_host_whose_key_stack_has_no_key_is_refused_with_the_command_that_sets_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "Pulumi.base.yaml").write_text("config:\n  sglang-stacks:server: {tp_size: 8}\n")
+    campaign = load_campaign(_ssh_campaign(tmp_path))
+
+    with pytest.raises(SpecError) as error:
+        check_pool_keys(campaign, tmp_path)
+
+    message = str(error.value)
+    assert message.startswith("pool.0.ssh_key_stack (default: base) is 'base', whose stack file has no")
+    assert "`pulumi config set --secret sshPrivateKey -s base < ~/.ssh/id_ed25519`" in message
+
+
+def test_an_ssh_pool_host_takes_its_key_from_the_stack_it_names(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.base.yaml").write_text("config:\n  sglang-stacks:server: {tp_size: 8}\n")
+    (tmp_path / "Pulumi.gpu-box.yaml").write_text(
+        "config:\n  sglang-stacks:sshPrivateKey:\n    secure: v1:bm9uY2U=:Y2lwaGVy\n"
+    )
+
+    check_pool_keys(load_campaign(_ssh_campaign(tmp_path, key_stack="gpu-box")), tmp_path)
+    with pytest.raises(SpecError, match=r"pool\.0\.ssh_key_stack names stack 'nowhere', which cannot"):
+        check_pool_keys(load_campaign(_ssh_campaign(tmp_path, key_stack="nowhere")), tmp_path)
 
 
 def test_auto_removes_a_key_and_values_set_nested_keys() -> None:

@@ -1,6 +1,8 @@
 """Campaign sweeps through the real CLI, Automation API and emulator: a campaign on a pool of two
 emulator hosts, interrupted with Ctrl-C midway and resumed, a trial that fails without stopping the
-sweep, the report's files and the winner's promotion.
+sweep, the report's files, the winner's promotion and the preview it makes, and two trials on a pool
+host reached over SSH (a real sshd), with its key given to each trial stack only as a secret and
+the clearly slower one stopped early.
 
 The campaign here is a short one (five trials, a small workload, fast emulator startup); the
 shipped campaign's plan is checked in test_campaign_plan. The tests share one workspace and run in
@@ -9,12 +11,15 @@ file order: each step is what a user does next.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,9 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
 from sglang_stacks.results import history
 from tests._pulumi import Workspace, emulator_stack, free_port
+from tests.sshd import SshServer, start_sshd
 
 pytestmark = pytest.mark.integration
 
@@ -93,12 +101,18 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     history_path = tmp / "history.sqlite"
     workspace.extra_env[history.ENV_VAR] = str(history_path)
     ports = (free_port(), free_port())
-    workspace.init_stack("base", emulator_stack(port=ports[0], state_dir=tmp / "base"))
+    # Every candidate sets cuda_graph_max_bs, so the base's 256 changes no trial; it makes the
+    # deployed base differ from any winner in that flag.
+    base = emulator_stack(port=ports[0], state_dir=tmp / "base", server="    cuda_graph_max_bs: 256\n")
+    workspace.init_stack("base", base)
     (workspace.path / "campaigns").mkdir()
     (workspace.path / "campaigns" / "pool.yaml").write_text(
         CAMPAIGN.format(tmp=tmp, port_a=ports[0], port_b=ports[1])
     )
     yield Project(workspace, tmp, ports, history_path)
+    workspace.run(
+        "destroy", "--yes", "--skip-preview", "-s", "base", check=False
+    )  # deployed by promote's test
 
 
 def test_a_sweep_interrupted_with_ctrl_c_resumes_without_repeating_a_trial(project: Project) -> None:
@@ -177,14 +191,150 @@ def test_the_report_ranks_bs128_first_and_says_which_fractions_are_within_noise(
     assert "| `pool-" in report and "nccl" in report
 
 
-def test_promote_writes_the_winners_flags_into_the_target_stack(project: Project) -> None:
+def _server_section(path: Path) -> dict[str, Any]:
+    section: dict[str, Any] = yaml.safe_load(path.read_text())["config"]["sglang-stacks:server"]
+    return section
+
+
+def test_promote_writes_the_winners_flags_and_preview_shows_exactly_them(project: Project) -> None:
+    project.workspace.run("up", "--yes", "--skip-preview", "-s", "base")  # the host serves the base
     base_file = project.workspace.path / "stacks" / "Pulumi.base.yaml"
-    before = base_file.read_text()
+    before, deployed = base_file.read_text(), _server_section(base_file)
 
     result = project.sweep("promote", "pool", "--to", "base", "--yes")
 
-    after = base_file.read_text()
+    after, promoted = base_file.read_text(), _server_section(base_file)
     assert "leads at" in result.stdout
-    changed = {line for line in after.splitlines() if line not in before.splitlines()}
-    assert all("mem_fraction_static" in line for line in changed), changed
+    winner = next(t for s, t in project.state().items() if result.stdout.startswith(f"{s} ("))
+    changed_lines = {line for line in after.splitlines() if line not in before.splitlines()}
+    assert changed_lines and all(
+        "mem_fraction_static" in line or "cuda_graph_max_bs: 128" in line for line in changed_lines
+    ), changed_lines
     assert f"port: {project.ports[0]}" in after  # the pool port did not travel into the target
+
+    preview = project.workspace.json("preview", "--diff", "--json", "-s", "base")
+
+    server = next(
+        step for step in preview["steps"] if step["urn"].endswith("::base-server") and step["op"] != "refresh"
+    )
+    assert server["op"] == "replace" and "flags" in server["replaceReasons"]
+    old_flags, new_flags = server["oldState"]["inputs"]["flags"], server["newState"]["inputs"]["flags"]
+    changed = {flag for flag in {*old_flags, *new_flags} if old_flags.get(flag) != new_flags.get(flag)}
+    # Exactly the flags in which the winner's server section differs from the deployed base's.
+    assert changed == {key for key in {*deployed, *promoted} if deployed.get(key) != promoted.get(key)}
+    assert new_flags["cuda_graph_max_bs"] == 128
+    fraction = winner["labels"]["variant"].removeprefix("bs128-")
+    assert new_flags.get("mem_fraction_static") == (None if fraction == "auto" else float(fraction))
+
+
+REMOTE = """\
+description: a host reached over SSH, its key from the base stack; the kernel over PCIe stops early
+base: base
+axes:
+  - {{key: environment.runtime, values: [emulator]}}
+  - {{key: server.disable_custom_all_reduce, values: [true, false]}}
+workload: {{input_len: 32, output_len: 64, warmup_requests: 1, repetitions: 4, requests_per_repetition: 1}}
+early_stop: {{after_repetitions: 2}}
+pool:
+  - name: ssh-a
+    host: {{kind: ssh, address: {address}, port: {ssh_port}, user: {user}, host_key: "{host_key}",
+            state_dir: {tmp}/ssh-a/host, {facts}}}
+    port: {port}
+    emulator_state_dir: {tmp}/ssh-a/gpus
+"""
+
+
+@pytest.fixture(scope="module")
+def sshd() -> Iterator[SshServer]:
+    with start_sshd() as server:
+        yield server
+
+
+def _command_lines(seen: set[str], done: threading.Event) -> None:
+    """Every process's command line, sampled until ``done``."""
+    while not done.is_set():
+        for path in Path("/proc").glob("[0-9]*/cmdline"):
+            with contextlib.suppress(OSError):
+                seen.add(path.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        time.sleep(0.02)
+
+
+def test_an_ssh_pool_host_gets_its_key_only_as_a_secret_of_the_trial_stack(
+    project: Project, sshd: SshServer
+) -> None:
+    facts = ", ".join(f"{key}: {json.dumps(value)}" for key, value in EMULATOR_HOST_FACTS.items())
+    port = free_port()
+    (project.workspace.path / "campaigns" / "remote.yaml").write_text(
+        REMOTE.format(
+            address=sshd.host,
+            ssh_port=sshd.port,
+            user=sshd.user,
+            host_key=sshd.host_key,
+            tmp=project.tmp,
+            facts=facts,
+            port=port,
+        )
+    )
+    refused = project.sweep("run", "remote", check=False)
+    assert refused.returncode == 2
+    assert "pool.0.ssh_key_stack (default: base) is 'base', whose stack file has no sshPrivateKey" in (
+        refused.stderr
+    )
+    assert not list((project.workspace.path / "stacks").glob("Pulumi.remote-*.yaml"))  # nothing launched
+    project.workspace.run("config", "set", "--secret", "sshPrivateKey", "-s", "base", stdin=sshd.client_key)
+    logins = sshd.connections()
+    seen: set[str] = set()
+    done = threading.Event()
+    watcher = threading.Thread(target=_command_lines, args=(seen, done), daemon=True)
+    watcher.start()
+    try:
+        ran = project.sweep("run", "remote")
+    finally:
+        done.set()
+        watcher.join()
+
+    trials = json.loads((project.workspace.path / "reports" / "remote" / "sweep.json").read_text())["trials"]
+    assert [(t["status"], t["host"]) for t in trials.values()] == [("done", "ssh-a")] * 2, trials
+    assert sshd.connections() > logins  # the trials reached their host through the sshd
+    for stack in trials:
+        listed = project.workspace.run("config", "-s", stack).stdout
+        assert re.search(r"^sshPrivateKey\s+\[secret\]$", listed, re.MULTILINE), listed
+        stack_file = project.workspace.path / "stacks" / f"Pulumi.{stack}.yaml"
+        secret = yaml.safe_load(stack_file.read_text())["config"]["sglang-stacks:sshPrivateKey"]
+        assert set(secret) == {"secure"} and secret["secure"].startswith("v1:")
+    body = sshd.client_key.strip().splitlines()[2]
+    places = [
+        project.workspace.path / "stacks",
+        project.workspace.path / "reports",
+        project.workspace.backend,
+    ]
+    files = [f for place in places for f in place.rglob("*") if f.is_file()]
+    assert files and not [f for f in files if body in f.read_text(errors="replace")]
+    assert body not in ran.stdout + ran.stderr
+    assert seen and not [line for line in seen if body in line]  # never on a command line
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0  # the trial's server is gone
+    assert not (project.tmp / "ssh-a" / "host" / "claim.json").exists()
+
+
+def test_a_candidate_clearly_worse_after_its_first_repetitions_is_stopped_early(project: Project) -> None:
+    trials = json.loads((project.workspace.path / "reports" / "remote" / "sweep.json").read_text())["trials"]
+    by_kernel = {t["labels"]["server.disable_custom_all_reduce"]: (s, t) for s, t in trials.items()}
+    fast_stack, fast = by_kernel["true"]  # NCCL: the faster, measured first and in full
+    slow_stack, slow = by_kernel["false"]  # the custom all-reduce kernel over PCIe
+
+    assert fast["stopped_early"] is None and len(fast["levels"][0]["tok_s_runs"]) == 4
+    assert len(slow["levels"][0]["tok_s_runs"]) == 2
+    assert slow["stopped_early"].startswith("after 2 of 4 repetitions its 95 % interval")
+    assert f"lies below the best's ({fast_stack}:" in slow["stopped_early"]
+    # The fast trial ran its repetitions in two parts, the stopped one only its first.
+    rows = [row.stack for row in history.rows(project.history_path, [fast_stack, slow_stack])]
+    assert sorted(rows) == sorted([fast_stack, fast_stack, slow_stack])
+
+    project.sweep("report", "remote")
+
+    report = (project.workspace.path / "reports" / "remote" / "report.md").read_text()
+    stopped = report.split("## Stopped early", 1)[1].split("##", 1)[0]
+    assert f"`{slow_stack}`" in stopped and "lies below the best's" in stopped
+    row = next(line for line in report.splitlines() if line.startswith("| 2 |"))
+    assert slow_stack in row and "significantly worse, stopped early" in row

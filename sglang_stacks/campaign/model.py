@@ -22,6 +22,7 @@ __all__ = [
     "Axis",
     "BudgetSpec",
     "CampaignSpec",
+    "EarlyStopSpec",
     "ObjectiveSpec",
     "PoolHost",
     "RangeSpec",
@@ -138,6 +139,22 @@ class PoolHost(_Section):
     emulator_state_dir: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_./~-]+$")
     """Where this host's emulated GPUs record their memory (emulator hosts on one machine need
     their own folder each, like their own ``host.state_dir``)."""
+    ssh_key_stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    """The stack whose ``sshPrivateKey`` secret the trials on this host get (ssh only; default: the
+    campaign's ``base``). ``sweep run`` copies it to each trial stack as a secret, encrypted for
+    that stack; the key itself never appears in the campaign, a command line or a log."""
+
+    @model_validator(mode="after")
+    def _key_needs_ssh(self) -> PoolHost:
+        if self.ssh_key_stack is not None and not self.host.needs_ssh_key:
+            raise ValueError(
+                "ssh_key_stack applies to a host of kind: ssh only; remove it or set host.kind: ssh"
+            )
+        return self
+
+    def key_stack(self, base: str) -> str | None:
+        """The stack to copy the SSH key from; None when the host needs none."""
+        return (self.ssh_key_stack or base) if self.host.needs_ssh_key else None
 
 
 class ObjectiveSpec(_Section):
@@ -158,6 +175,15 @@ class BudgetSpec(_Section):
     """No new trial starts after this many hours of sweeping (resumed sweeps count their earlier time)."""
 
 
+class EarlyStopSpec(_Section):
+    """Fewer repetitions for a candidate clearly worse than the best so far: each trial measures
+    ``after_repetitions`` first, and the rest of the workload's repetitions only when the 95 %
+    interval of its mean reaches the best full trial's."""
+
+    after_repetitions: int = Field(default=2, ge=2)
+    """Repetitions measured before the comparison (at least 2, for an interval)."""
+
+
 class CampaignSpec(_Section):
     """A whole campaign file."""
 
@@ -175,6 +201,8 @@ class CampaignSpec(_Section):
     """What the ranking maximizes."""
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     """Limits on trials and hours."""
+    early_stop: EarlyStopSpec | None = None
+    """Stop clearly worse candidates after their first repetitions; default: every trial runs all."""
 
     @model_validator(mode="after")
     def _pool_is_consistent(self) -> CampaignSpec:
@@ -196,6 +224,15 @@ class CampaignSpec(_Section):
         titles = [a.title for a in self.axes]
         if len(set(titles)) != len(titles):
             raise ValueError(f"axes {titles} repeat a key or name; list each once")
+        if (
+            self.early_stop is not None
+            and self.workload is not None
+            and self.early_stop.after_repetitions >= self.workload.repetitions
+        ):
+            raise ValueError(
+                f"early_stop.after_repetitions {self.early_stop.after_repetitions} leaves nothing to stop: "
+                f"workload.repetitions is {self.workload.repetitions}; make it smaller than that"
+            )
         if self.workload is not None and self.objective.concurrency not in self.workload.concurrency:
             raise ValueError(
                 f"objective.concurrency {self.objective.concurrency} is not a level of workload.concurrency "

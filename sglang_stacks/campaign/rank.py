@@ -31,6 +31,8 @@ class RankedTrial:
     p_value: float | None
     """Welch's two-sided p against the best; None for the best, or with fewer than two samples."""
     ttft_p50_ms: float | None
+    stopped_early: str | None = None
+    """Why it measured only its first repetitions (campaign ``early_stop``), or None."""
 
     @property
     def within_noise(self) -> bool:
@@ -110,6 +112,7 @@ def rank(objective: ObjectiveSpec, records: list[TrialRecord]) -> Ranking:
                 change_pct=0.0 if first else change_pct(mean(values), mean(best_samples)),
                 p_value=None if first else welch_t_test(values, best_samples).p_value,
                 ttft_p50_ms=_ttft(objective, record.levels),
+                stopped_early=record.stopped_early,
             )
         )
     failed = tuple(r for r in records if r.status == "failed")

@@ -39,6 +39,8 @@ def _table(ranking: Ranking) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in ranking.trials:
         verdict = "best" if t.rank == 1 else ("within noise" if t.within_noise else "significantly worse")
+        if t.stopped_early:
+            verdict += ", stopped early"
         p = "" if t.p_value is None else ("<0.001" if t.p_value < 0.001 else f"{t.p_value:.3f}")
         cells = [
             str(t.rank),
@@ -88,6 +90,11 @@ def write_report(plan: Plan, reports: Path) -> Path:
     ):
         if name in figures:
             lines += [f"![{title}]({figures[name].name})", ""]
+    stopped = [t for t in ranking.trials if t.stopped_early]
+    if stopped:
+        lines += ["## Stopped early", ""]
+        lines += [f"- `{t.stack}` ({', '.join(t.labels.values())}): {t.stopped_early}." for t in stopped]
+        lines.append("")
     if ranking.failed:
         lines += ["## Failed trials", "", "| stack | cause | message |", "|---|---|---|"]
         lines += [

@@ -19,12 +19,15 @@ from typing import Any, TextIO
 from pulumi import automation as auto
 
 from sglang_stacks.campaign import progress
+from sglang_stacks.campaign.early_stop import clearly_worse, merge_levels
+from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.model import PoolHost
 from sglang_stacks.campaign.objective import samples
 from sglang_stacks.campaign.plan import Plan, PlanRow
 from sglang_stacks.campaign.state import SweepState, TrialRecord
 from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.errors import StacksError
+from sglang_stacks.project import stacks_dir
 from sglang_stacks.results import history
 
 __all__ = ["EXIT_DONE", "EXIT_INTERRUPTED", "Sweep", "run_sweep"]
@@ -84,7 +87,10 @@ class Sweep:
                 self.state.update(record.stack, status="pending", host=None, started_at=None)
 
     def _recorded_levels(self, record: TrialRecord) -> list[dict[str, Any]]:
-        """The result a trial's benchmark wrote to the history after the trial started, if any."""
+        """The result a trial's benchmark wrote to the history after the trial started, if any.
+        Nothing with early stop: the row may hold the first part of a trial only (it runs again)."""
+        if self.plan.campaign.early_stop is not None:
+            return []
         since = record.started_at or 0.0
         found = [r for r in history.rows(self.db_path, [record.stack]) if r.recorded_at.timestamp() >= since]
         return [found[-1].result.model_dump(mode="json")] if found else []
@@ -101,10 +107,12 @@ class Sweep:
         stack = row.stack
         self.say(f"{stack} started on {host.name}")
         try:
-            levels = self.trials.deploy(row, host)
+            levels, stopped = self.measure(row, host)
             value = samples(self.plan.campaign.objective, levels)
-            self.state.update(stack, status="measured", levels=levels)
+            self.state.update(stack, status="measured", levels=levels, stopped_early=stopped)
             self.say(f"{stack} measured on {host.name}: {sum(value) / len(value):.1f}")
+            if stopped:
+                self.say(f"{stack} stopped early: {stopped}")
         except Exception as error:  # one trial's failure, whatever it is, must not end the sweep
             if self.stop.is_set():
                 # Ctrl-C reaches every Pulumi process of the sweep, whichever step it was in.
@@ -120,6 +128,22 @@ class Sweep:
             record = document.trials[stack]
             final = "done" if record.status == "measured" else record.status
             document.trials[stack] = record.model_copy(update={"status": final, "finished_at": time.time()})
+
+    def measure(self, row: PlanRow, host: PoolHost) -> tuple[list[dict[str, Any]], str | None]:
+        """Deploy and benchmark a trial: its levels, and why it stopped early (None: it did not)."""
+        early = self.plan.campaign.early_stop
+        total = row.spec.benchmark.repetitions if row.spec else 0
+        if early is None or early.after_repetitions >= total:
+            return self.trials.deploy(row, host), None
+        first = self.trials.deploy(row, host, {"benchmark.repetitions": early.after_repetitions})
+        objective = self.plan.campaign.objective
+        stopped = clearly_worse(objective, first, self.state.trials(), total)
+        if stopped:
+            return first, stopped
+        rest = self.trials.deploy(
+            row, host, {"benchmark.repetitions": total - early.after_repetitions}, benchmark_again=True
+        )
+        return merge_levels(first, rest), None
 
     def _destroyed(self, stack: str, clear_pending: bool = False) -> bool:
         """Destroy a trial's stack; once more when Ctrl-C cut the first attempt short."""
@@ -152,7 +176,9 @@ def run_sweep(plan: Plan, *, project: Path, reports: Path, db_path: Path, out: T
     """Run the plan's sweep; 0 when every trial has run (passed or failed), 130 when interrupted."""
     folder = reports / plan.name
     state = SweepState.open(folder, plan.name)
-    sweep = Sweep(plan, project, folder, db_path, state, TrialRunner(project, folder / "logs", plan.name))
+    check_pool_keys(plan.campaign, stacks_dir(project))  # before anything is launched
+    trials = TrialRunner(project, folder / "logs", plan.name, plan.campaign.base)
+    sweep = Sweep(plan, project, folder, db_path, state, trials)
     sweep.sync()
     sweep.recover()
     workers = [

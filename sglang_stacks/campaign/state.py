@@ -44,6 +44,8 @@ class TrialRecord(BaseModel):
     ``other``."""
     message: str | None = None
     """A failed trial's explanation."""
+    stopped_early: str | None = None
+    """Why a trial measured only its first repetitions (campaign ``early_stop``), or None."""
 
 
 class _Document(BaseModel):

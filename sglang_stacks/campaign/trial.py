@@ -18,6 +18,7 @@ from pulumi import automation as auto
 
 from sglang_stacks import orchestrate
 from sglang_stacks.campaign.axes import bind_host
+from sglang_stacks.campaign.keys import give_key
 from sglang_stacks.campaign.model import PoolHost
 from sglang_stacks.campaign.plan import PlanRow
 
@@ -67,10 +68,12 @@ def classify(output: str) -> TrialFailure:
 class TrialRunner:
     """Deploys, measures and destroys trial stacks of one campaign in one project."""
 
-    def __init__(self, project: Path, logs: Path, campaign: str) -> None:
+    def __init__(self, project: Path, logs: Path, campaign: str, base: str) -> None:
         self.project = project
         self.logs = logs
         self.campaign = campaign
+        self.base = base
+        """The campaign's base stack: where an ssh pool host's key comes from by default."""
         self._write_lock = threading.Lock()  # stack creation touches the workspace's settings
 
     def log_path(self, stack: str) -> Path:
@@ -91,10 +94,18 @@ class TrialRunner:
         return (handle, write), lines
 
     def deploy(
-        self, row: PlanRow, host: PoolHost, overrides: dict[str, Any] | None = None
+        self,
+        row: PlanRow,
+        host: PoolHost,
+        overrides: dict[str, Any] | None = None,
+        *,
+        benchmark_again: bool = False,
     ) -> list[dict[str, Any]]:
         """Write the trial's stack file for ``host`` and ``pulumi up`` it; its benchmark levels.
-        Raises TrialFailure-carrying ``auto.CommandError`` (see ``failure``) when the update fails."""
+        ``overrides`` set ``section.field`` keys of the file; ``benchmark_again`` replaces the
+        benchmark even when its workload did not change (the second part of an early-stopping
+        trial may ask for as many repetitions as the first). Raises ``auto.CommandError`` (see
+        ``failure``) when the update fails."""
         sections = bind_host(row.candidate.sections, host)
         for key, value in (overrides or {}).items():
             section, field = key.split(".", 1)
@@ -106,13 +117,20 @@ class TrialRunner:
         )
         with self._write_lock:
             stack = orchestrate.write_stack(self.project, row.stack, sections, header)
+            give_key(stack, host, self.base)  # after the write: it replaces the file's config
+        replace = [self._benchmark_urn(stack)] if benchmark_again else None
         (handle, write), _ = self._stream(row.stack, "up")
         try:
-            done = stack.up(on_output=write, on_error=write, color="never")
+            done = stack.up(on_output=write, on_error=write, color="never", replace=replace)
         finally:
             handle.close()
         levels = done.outputs.get("benchmark_levels")
         return list(levels.value) if levels is not None else []
+
+    @staticmethod
+    def _benchmark_urn(stack: auto.Stack) -> str:
+        resources = (stack.export_stack().deployment or {}).get("resources") or []
+        return next(str(r["urn"]) for r in resources if str(r["urn"]).endswith(f"::{stack.name}-benchmark"))
 
     def failure(self, stack: str, error: Exception) -> TrialFailure:
         """The classified cause of the last failed update, from the trial's log (or the error, when
