@@ -195,6 +195,10 @@ def compare_level(
     }
 
 
+def _pct(value: float, reference: float) -> float:
+    return 100.0 * (value - reference) / reference
+
+
 def _max_running(base_url: str) -> int:
     with urllib.request.urlopen(base_url + "/server_info", timeout=10) as reply:
         return int(json.loads(reply.read())["internal_states"][0]["effective_max_running_requests_per_dp"])
@@ -273,7 +277,9 @@ def main() -> int:
     print(f"load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     _table(rows)
     failed = [
-        f"{row['load']}: {row['error_pct']:+.2f} % is beyond {bound} %"
+        f"{row['load']}: {row['error_pct']:+.2f} % is beyond {bound} %; the emulator itself was "
+        f"{_pct(row['emulator_tok_s'], row['truth_tok_s']):+.2f} % off its model and the load generator "
+        f"{row['error_vs_emulator_pct']:+.2f} % off the emulator"
         for row in rows
         for c, bound in BOUNDS_PCT.items()
         if row["load"] == f"c={c}" and abs(row["error_pct"]) > bound
