@@ -16,8 +16,10 @@ tok/s (each request's send time plus the latency the emulator itself reports for
 ``e2e_latency`` of its last chunk) against the truth is the emulator falling behind its schedule
 (a starved process); the load generator's against the emulator's is what delivery and the client
 add. A watcher task in the client's event loop records how late it wakes from a 5 ms sleep: a
-client that keeps up wakes within a millisecond. Also reported: TTFT p50 and mean E2E of each
-side, the share of inter-token gaps under 1 ms, and the issue's bounds (1 % at c=1, 2 % at c=64).
+client that keeps up wakes within a millisecond; the emulator's share of a core (its process's
+CPU time over the level) says whether it had the CPU its schedule needs. Also reported: TTFT
+p50 and mean E2E of each side, the share of inter-token gaps under 1 ms, and the issue's bounds
+(1 % at c=1, 2 % at c=64).
 The benchmark runs the load generator in this process so it can keep the records and the
 server's latencies, which the document does not carry.
 
@@ -195,6 +197,12 @@ def compare_level(
     }
 
 
+def _cpu_s(pid: int) -> float:
+    """A process's user+system CPU seconds so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _pct(value: float, reference: float) -> float:
     return 100.0 * (value - reference) / reference
 
@@ -219,9 +227,9 @@ def _table(rows: list[dict[str, Any]]) -> None:
     print(
         "\n| load | loadgen tok/s | truth tok/s | error | worst repetition | emulator's own tok/s "
         "| loadgen vs emulator | TTFT p50 ms (loadgen / truth) | mean E2E ms (loadgen / emulator / truth) "
-        "| gaps < 1 ms | client loop lag p50 / p99 ms |"
+        "| gaps < 1 ms | client loop lag p50 / p99 ms | emulator core % |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         cells = [
             row["load"],
@@ -235,6 +243,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
             f"{row['e2e_ms_loadgen']:.0f} / {row['e2e_ms_emulator']:.0f} / {row['e2e_ms_truth']:.0f}",
             f"{row['itl_bunched_pct']:.1f} %",
             f"{row['loop_lag_ms_p50']:.1f} / {row['loop_lag_ms_p99']:.1f}",
+            f"{row['emulator_core_pct']:.0f}",
         ]
         print("| " + " | ".join(cells) + " |")
 
@@ -263,12 +272,16 @@ def main() -> int:
                 url=server.base_url, input_len=args.input_len, output_len=args.output_len,
                 warmup_requests=2, repetitions=args.repetitions, **shape,
             )  # fmt: skip
-            started = time.monotonic()
+            started, cpu_before = time.monotonic(), _cpu_s(server.process.pid)
             _REPETITIONS.clear()
             document, lags = uvloop.run(_run_watching_the_loop(workload))
             (level,) = document["levels"]
             row = {"load": name, **compare_level(model, max_running, level["tok_s_runs"], _REPETITIONS)}
-            row.update(itl_bunched_pct=level["itl_bunched_pct"], wall_s=time.monotonic() - started)
+            wall_s = time.monotonic() - started
+            emulator_core_pct = 100 * (_cpu_s(server.process.pid) - cpu_before) / wall_s
+            row.update(
+                itl_bunched_pct=level["itl_bunched_pct"], wall_s=wall_s, emulator_core_pct=emulator_core_pct
+            )
             row.update(
                 loop_lag_ms_p50=1000 * _percentile(lags, 50), loop_lag_ms_p99=1000 * _percentile(lags, 99)
             )
