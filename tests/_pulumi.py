@@ -132,10 +132,12 @@ def emulator_stack(
     host: str = "  sglang-stacks:host:\n    kind: emulator\n",
     server: str = "    cuda_graph_max_bs: 128\n",
     draft: str = "",
+    benchmark: str = "",
     extra: str = "",
 ) -> str:
     """A stack file's `config:` for a quick deployment to the emulator: the campaign's host and
-    model, a startup thousands of times faster than a real one, and a small benchmark."""
+    model, a startup thousands of times faster than a real one, and a small benchmark (``benchmark``
+    adds keys to its section)."""
     return (
         "config:\n"
         f"{host}"
@@ -161,6 +163,7 @@ def emulator_stack(
         "    warmup_requests: 1\n"
         "    repetitions: 3\n"
         "    requests_per_repetition: 1\n"
+        f"{benchmark}"
         "  sglang-stacks:launch:\n"
         "    ready_timeout_s: 120\n"
         "    stop_timeout_s: 30\n"

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 
 import sglang_stacks.hostops.environment as hostenv
@@ -72,19 +72,21 @@ def host_python(python: str, code: str, **env: str) -> str:
 def emulator_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Props, Props]]:
     """One emulator environment, installed once for the module: (inputs, outputs).
 
-    It is installed with this interpreter's site-packages (which hold httpx) on PYTHONPATH, as a
-    caller's environment might have it: pip must still install httpx into the new venv.
+    It is installed with this interpreter's site-packages (which hold aiohttp) on PYTHONPATH, as a
+    caller's environment might have it: pip must still install aiohttp into the new venv.
     """
     venv = tmp_path_factory.mktemp("envs") / "emulator"
     props = props_for(venv)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", str(Path(httpx.__file__).parent.parent))
+        patch.setenv("PYTHONPATH", str(Path(aiohttp.__file__).parent.parent))
         outs = PythonEnvironmentProvider().create(props).outs or {}
     yield props, outs
     shutil.rmtree(venv, ignore_errors=True)
 
 
-def test_emulator_environment_holds_the_emulator_flags_and_httpx(emulator_env: tuple[Props, Props]) -> None:
+def test_emulator_environment_holds_the_emulator_and_the_loadgen_client(
+    emulator_env: tuple[Props, Props],
+) -> None:
     props, outs = emulator_env
     assert outs["venv_path"] == props["requested_venv_path"]
     assert outs["python"] == f"{props['requested_venv_path']}/bin/python"
@@ -92,10 +94,11 @@ def test_emulator_environment_holds_the_emulator_flags_and_httpx(emulator_env: t
     assert outs["launcher_module"] == "sglang_emulator"
     located = host_python(
         outs["python"],
-        "import httpx, sglang_emulator, sglang_flags; print(httpx.__version__, sglang_emulator.__file__)",
+        "import aiohttp, uvloop, sglang_emulator, sglang_flags; "
+        "print(aiohttp.__version__, sglang_emulator.__file__)",
     )
     version, module_file = located.split()
-    assert version == "0.28.1"
+    assert version == "3.14.5"
     assert module_file.startswith(props["requested_venv_path"] + "/lib/")
 
 

@@ -20,10 +20,13 @@ BASELINE_RUNS = (89.4, 89.6, 89.5)
 EAGLE3_RUNS = (54.0, 54.2, 54.1)
 
 
-def result(runs: tuple[float, ...], *, output_len: int = 512) -> BenchmarkResult:
+def result(
+    runs: tuple[float, ...], *, output_len: int = 512, concurrency: int = 1, request_rate: float | None = None
+) -> BenchmarkResult:
     average, spread = mean(runs), stdev(runs)
     return BenchmarkResult(
-        concurrency=1,
+        concurrency=concurrency,
+        request_rate=request_rate,
         input_len=1024,
         output_len=output_len,
         repetitions=len(runs),
@@ -118,6 +121,37 @@ def test_a_baseline_with_another_workload_is_not_compared(db: Path) -> None:
     assert "baseline was benchmarked with input_len 1024, output_len 512 at concurrency 1" in message
     assert "eagle3-bs128 with input_len 1024, output_len 64 at concurrency 1" in message
     assert "same sglang-stacks:benchmark workload" in message
+
+
+def test_an_open_loop_result_is_matched_by_its_request_rate(db: Path) -> None:
+    # An open-loop result at 4 req/s that had at most 16 requests in flight reports concurrency 16;
+    # a closed loop of 16 streams is another load, and another rate is too.
+    record = "python -m sglang.launch_server"
+    history.record(db, "baseline", "digest", "0.5.8", record, result(BASELINE_RUNS, concurrency=16))
+    open_loop = result(EAGLE3_RUNS, concurrency=16, request_rate=4.0)
+    with pytest.raises(BenchmarkError) as raised:
+        gate.check("eagle3-bs128", open_loop, gate_spec(), db)
+    message = str(raised.value)
+    assert "baseline was benchmarked with input_len 1024, output_len 512 at concurrency 16" in message
+    assert "eagle3-bs128 with input_len 1024, output_len 512 at request rate 4/s" in message
+
+    history.record(
+        db, "baseline", "digest", "0.5.8", record, result((86.0, 86.1), concurrency=9, request_rate=2.0)
+    )
+    with pytest.raises(
+        BenchmarkError, match=r"at request rate 2/s and eagle3-bs128 with .* at request rate 4/s"
+    ):
+        gate.check("eagle3-bs128", open_loop, gate_spec(), db)
+
+    history.record(
+        db, "baseline", "digest", "0.5.8", record, result(BASELINE_RUNS, concurrency=11, request_rate=4.0)
+    )
+    # Same rate: compared, whatever the most requests in flight were; 54.1 against 89.5 regressed.
+    with pytest.raises(BenchmarkError, match=r"54\.1 tok/s, 39\.6 % slower than baseline's 89\.5 tok/s"):
+        gate.check("eagle3-bs128", open_loop, gate_spec(), db)
+    assert gate.evaluate(
+        "baseline-bs512", result((89.0, 89.2, 89.1), concurrency=12, request_rate=4.0), gate_spec(), db
+    ).passed
 
 
 def test_the_verdict_fails_a_regression_with_both_numbers() -> None:

@@ -253,7 +253,7 @@ def test_the_script_exits_1_with_a_sentence_when_nothing_answers(tmp_path: Path)
     assert "Check that the server at http://127.0.0.1:9 is ready" in done.stderr
 
 
-def test_the_package_imports_only_the_standard_library_httpx_and_itself() -> None:
+def test_the_package_imports_only_the_standard_library_aiohttp_uvloop_and_itself() -> None:
     for module in Path(loadgen.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(module.read_text())):
             if isinstance(node, ast.Import):
@@ -264,7 +264,8 @@ def test_the_package_imports_only_the_standard_library_httpx_and_itself() -> Non
                 continue  # not an import, or a relative one: the package itself
             for name in names:
                 top = name.split(".")[0]
-                assert top in sys.stdlib_module_names or top in ("__future__", "httpx"), (module.name, name)
+                allowed = top in sys.stdlib_module_names or top in ("__future__", "aiohttp", "uvloop")
+                assert allowed, (module.name, name)
 
 
 def test_a_stack_benchmark_section_is_a_workload_and_its_command_line() -> None:
@@ -315,19 +316,23 @@ def _arrival_gaps_s(document: dict[str, Any]) -> list[float]:
 def test_an_open_loop_run_arrives_at_the_declared_rate(server: FakeSGLang) -> None:
     from scipy import stats as scipy_stats
 
-    server.schedule = Schedule(ttft_s=0.05, interval_s=0.01, tokens_per_chunk=1, speculative=False)
-    rate = 40.0
+    # Gaps of 50 ms on average and few chunks (the fake server's threads share this process's
+    # GIL with the client): a loaded machine delays a send by milliseconds, which neither the
+    # mean gap nor the shape of the distribution notices at this scale.
+    server.schedule = Schedule(ttft_s=0.1, interval_s=0.04, tokens_per_chunk=1, speculative=False)
+    rate = 20.0
     workload = _workload(
-        server, output_len=20, arrival="poisson", request_rate=(rate,), warmup_requests=0,
-        repetitions=1, requests_per_repetition=120,
+        server, output_len=10, arrival="poisson", request_rate=(rate,), warmup_requests=0,
+        repetitions=1, requests_per_repetition=80,
     )  # fmt: skip
     document = client.run(workload)
     gaps = _arrival_gaps_s(document)
     (level,) = document["levels"]
     assert level["request_rate"] == rate and level["concurrency"] is None
     assert level["errors"] == 0
-    # Requests overlap (each takes about 240 ms, one arrives every 25 ms): nothing waited for a stream.
+    # Requests overlap (each takes about 460 ms, one arrives every 50 ms): nothing waited for a stream.
     assert level["repetitions"][0]["concurrency_measured"] > 4
+    # A late send only delays the ones after it by as much, so the span of the run keeps the rate.
     assert sum(gaps) / len(gaps) == pytest.approx(1 / rate, rel=0.25)
     # The gaps are exponential with the declared rate (Kolmogorov-Smirnov).
     assert scipy_stats.kstest(gaps, "expon", args=(0, 1 / rate)).pvalue > 0.01

@@ -36,7 +36,7 @@ __all__ = [
 EMULATOR_PACKAGES = ("sglang_flags", "sglang_emulator")
 """The stdlib-only packages copied from this checkout into an emulator environment."""
 
-LOADGEN_PINS = ("httpx==0.28.1",)
+LOADGEN_PINS = ("aiohttp==3.14.5", "uvloop==0.23.0")
 """What the benchmark's load generator needs next to the emulator; it runs with the env's python."""
 
 CHECK_TIMEOUT_S = 120.0

@@ -50,7 +50,13 @@ def check(stack: str, result: BenchmarkResult, gate: GateSpec, db_path: str | os
 
 
 def _workload(result: BenchmarkResult) -> str:
-    return f"input_len {result.input_len}, output_len {result.output_len} at concurrency {result.concurrency}"
+    """The load a result was measured under, in words: two results compare only when these match."""
+    lengths = f"input_len {result.input_len}, output_len {result.output_len}"
+    if result.request_rate is not None:
+        # An open-loop result's concurrency is only the most requests it saw in flight: its load is
+        # the rate it sent at, never comparable with a closed loop's streams.
+        return f"{lengths} at request rate {result.request_rate:g}/s"
+    return f"{lengths} at concurrency {result.concurrency}"
 
 
 def _comparable_result(
@@ -63,7 +69,8 @@ def _comparable_result(
             f"The gate compares {stack} with {baseline_stack}, which has no recorded benchmark yet. "
             f"Run `pulumi up -s {baseline_stack}` first, or remove the gate from this stack."
         )
-    # Numbers from another prompt length, output length or concurrency say nothing about a regression.
+    # Numbers from another prompt length, output length, concurrency or request rate say nothing
+    # about a regression.
     same = [row.result for row in recorded if _workload(row.result) == _workload(result)]
     if not same:
         raise BenchmarkError(

@@ -1,5 +1,5 @@
 """The load generator, run on the GPU host next to the server: ``contract`` (standard library only)
-says what it takes and prints, ``client`` (the standard library and httpx) does the measuring.
+says what it takes and prints, ``client`` (the standard library and aiohttp) does the measuring.
 
 The package reaches the host as it is, as a tar stream (``bundle``), and runs there with the
 host's Python as ``python -m loadgen``; so its modules import each other only relatively, and

@@ -4,7 +4,6 @@ repetitions) over one of the server's streaming routes, into one JSON document.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import secrets
@@ -13,7 +12,8 @@ import time
 from dataclasses import fields
 from typing import Any
 
-import httpx
+import aiohttp
+import uvloop
 
 from .contract import RECORD_COLUMNS, SCHEMA, LoadgenError, Workload, parse_args
 from .progress import Progress
@@ -32,7 +32,7 @@ BUNCHED_GAP_S = 0.001
 class _Run:
     """One run's shared state: the client, the numbered prompts, the progress file."""
 
-    def __init__(self, client: httpx.AsyncClient, workload: Workload, prompts: PromptSource, model: str):
+    def __init__(self, client: aiohttp.ClientSession, workload: Workload, prompts: PromptSource, model: str):
         self.client = client
         self.workload = workload
         self.prompts = prompts
@@ -155,18 +155,27 @@ async def run_level(run: _Run, level: float) -> dict[str, Any]:
     return summarize_level(workload, level, runs, warm)
 
 
-async def _prepare(client: httpx.AsyncClient, workload: Workload, nonce: int) -> tuple[PromptSource, str]:
+async def _json(client: aiohttp.ClientSession, url: str, body: dict[str, Any] | None = None) -> Any:
+    """A preparing request's JSON answer (GET without a body, POST with one)."""
+    call = client.get(url) if body is None else client.post(url, json=body)
+    async with call as reply:
+        reply.raise_for_status()
+        return await reply.json(content_type=None)
+
+
+async def _prepare(client: aiohttp.ClientSession, workload: Workload, nonce: int) -> tuple[PromptSource, str]:
     """What the prompts need from the server: the model's name, the chat template's length, the
     length of ShareGPT answers (counted by the server, without generating)."""
+    base = workload.url.rstrip("/")
     model = ""
     if workload.endpoint != "generate":
-        listed = (await client.get("/v1/models")).json()
+        listed = await _json(client, base + "/v1/models")
         model = str(listed["data"][0]["id"])
     overhead = 0
     if workload.endpoint == "chat" and workload.dataset != "sharegpt":
         words = " ".join(random.Random(f"{nonce}/probe").choices(WORDS, k=16))
         body = {"model": model, "messages": [{"role": "user", "content": words}], "max_tokens": 1}
-        usage = (await client.post("/v1/chat/completions", json=body)).json()["usage"]
+        usage = (await _json(client, base + "/v1/chat/completions", body))["usage"]
         overhead = int(usage["prompt_tokens"]) - 16
     if workload.dataset != "sharegpt":
         return PromptSource(workload, nonce, chat_overhead=overhead), model
@@ -174,7 +183,7 @@ async def _prepare(client: httpx.AsyncClient, workload: Workload, nonce: int) ->
     answers = []
     for conversation in conversations:
         body = {"text": conversation.answer, "sampling_params": {"max_new_tokens": 0}}
-        reply = (await client.post("/generate", json=body)).json()
+        reply = await _json(client, base + "/generate", body)
         answers.append(max(1, int(reply["meta_info"]["prompt_tokens"])))
     return PromptSource(workload, nonce, conversations=conversations, answer_tokens=answers), model
 
@@ -183,14 +192,15 @@ async def run_async(workload: Workload, nonce: int | None = None) -> dict[str, A
     """The whole benchmark: every level in order, as the document ``main`` prints."""
     workload.check()
     nonce = secrets.randbits(62) if nonce is None else nonce
-    streams = None if workload.open_loop else max(workload.concurrency)
-    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
-    timeout_s = workload.request_timeout_s
+    # Closed loop: one connection per stream, kept alive; open loop: as many as are in flight.
+    streams = 0 if workload.open_loop else max(workload.concurrency)
+    connector = aiohttp.TCPConnector(limit=streams, limit_per_host=0)
+    timeout = aiohttp.ClientTimeout(total=workload.request_timeout_s)
     started = time.time()
-    async with httpx.AsyncClient(base_url=workload.url, limits=limits, timeout=timeout_s) as client:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
         try:
             prompts, model = await _prepare(client, workload, nonce)
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as exc:
             raise LoadgenError(
                 f"The server at {workload.url} did not answer the preparing requests ({exc!r}); "
                 "check that it is ready (GET /health) and serves the route."
@@ -212,7 +222,8 @@ async def run_async(workload: Workload, nonce: int | None = None) -> dict[str, A
 
 def run(workload: Workload, nonce: int | None = None) -> dict[str, Any]:
     """Blocking form of ``run_async`` for callers without an event loop."""
-    return asyncio.run(run_async(workload, nonce))
+    # uvloop's event loop (libuv) costs about half the CPU per streamed chunk of asyncio's own.
+    return uvloop.run(run_async(workload, nonce))
 
 
 def main(argv: list[str] | None = None) -> int:

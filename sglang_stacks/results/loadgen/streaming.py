@@ -10,11 +10,12 @@ than incremental ones this way.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
 from .contract import Workload
 from .prompts import Prompt
@@ -23,7 +24,9 @@ __all__ = ["RequestRecord", "request_body", "stream_one"]
 
 _PATHS = {"generate": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _COUNT = b'"completion_tokens":'
+_DIGITS = re.compile(rb"\s*([0-9]+)")
 _EMPTY_DELTAS = (b'"content":""', b'"text":""')
+_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -81,11 +84,8 @@ def _count_after(payload: bytes, previous: int) -> int:
     at = payload.rfind(_COUNT)
     if at < 0:
         return previous
-    start = at + len(_COUNT)
-    end = start
-    while end < len(payload) and payload[end] in b"0123456789 ":
-        end += 1
-    return int(payload[start:end])
+    found = _DIGITS.match(payload, at + len(_COUNT))
+    return int(found.group(1)) if found else previous
 
 
 class _Reader:
@@ -146,9 +146,11 @@ class _Reader:
         self.record.completion_tokens = int(usage.get("completion_tokens") or self.record.completion_tokens)
 
 
-async def _read_events(response: httpx.Response, reader: _Reader) -> None:
+async def _read_events(content: aiohttp.StreamReader, reader: _Reader) -> None:
+    # iter_any hands over whatever the socket brought (aiohttp's C parser has already removed the
+    # chunked framing): one await per read, not per line.
     buffer = b""
-    async for data in response.aiter_raw():
+    async for data in content.iter_any():
         now = time.perf_counter()
         buffer = buffer + data if buffer else data
         start = 0
@@ -161,32 +163,26 @@ async def _read_events(response: httpx.Response, reader: _Reader) -> None:
                 if reader.done:
                     return
             start = end + 2
-        buffer = buffer[start:]
+        buffer = buffer[start:] if start else buffer
 
 
 async def stream_one(
-    client: httpx.AsyncClient, workload: Workload, prompt: Prompt, model: str = ""
+    session: aiohttp.ClientSession, workload: Workload, prompt: Prompt, model: str = ""
 ) -> RequestRecord:
     """Send one streaming request and time every chunk it returns."""
     body = json.dumps(request_body(workload, prompt, model), separators=(",", ":")).encode()
-    headers = {"Content-Type": "application/json"}
+    url = workload.url.rstrip("/") + _PATHS[workload.endpoint]
     record = RequestRecord(sent_s=time.perf_counter())
     reader = _Reader(record, native=workload.endpoint == "generate")
     try:
-        async with client.stream(
-            "POST",
-            _PATHS[workload.endpoint],
-            content=body,
-            headers=headers,
-            timeout=workload.request_timeout_s,
-        ) as response:
-            if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")[:200]
-                record.error = f"HTTP {response.status_code}: {text}"
+        async with session.post(url, data=body, headers=_HEADERS) as response:
+            if response.status != 200:
+                text = (await response.read()).decode(errors="replace")[:200]
+                record.error = f"HTTP {response.status}: {text}"
                 return record
-            await _read_events(response, reader)
+            await _read_events(response.content, reader)
         reader.finish()
-    except (httpx.HTTPError, ValueError) as exc:
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         record.error = f"{type(exc).__name__}: {exc}"[:200]
         return record
     finally:
