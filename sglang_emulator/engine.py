@@ -25,6 +25,7 @@ from sglang_emulator.tokenizer import GENERATED_WORDS
 __all__ = ["Chunk", "Engine", "EngineStats", "Request"]
 
 _PREFIX_CACHE_ENTRIES = 256
+_MAX_CATCH_UP_S = 1.0
 
 
 @dataclass
@@ -187,8 +188,10 @@ class Engine:
         if deadline > now:
             time.sleep(deadline - now)
             return deadline
-        # Far behind (the loop was starved): restart the clock rather than burst to catch up.
-        return now if now - deadline > 0.05 else deadline
+        # Behind because the machine's CPU was busy elsewhere (a GPU does not slow down with its host's
+        # load): catch up, so the emitted rate stays the model's. A stall longer than a second (a
+        # stopped process, a suspended machine) restarts the clock rather than bursting out of it.
+        return now if now - deadline > _MAX_CATCH_UP_S else deadline
 
     def _prefill(self, admitted: list[Request], deadline: float) -> float:
         new_tokens = 0
