@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from sglang_stacks.errors import ClaimError, SpecError
+from pydantic import ValidationError
+
+from sglang_stacks.errors import ClaimError, HostError, SpecError
 from sglang_stacks.project import find_project_dir
 
 __all__ = ["EXIT_CLEAN", "EXIT_LEFT_FOR_YOU", "Pending", "pending_operations", "recover", "warning"]
@@ -141,8 +143,8 @@ def warning(stack: str, pending: Sequence[Pending]) -> str:
     listed = "; ".join(p.label for p in pending)
     return (
         f"stack {stack} has {len(pending)} pending operation(s) an interrupted update left ({listed}). "
-        f"`sglang-stacks recover {stack}` clears those that left nothing on the host and says what "
-        "to run for the rest."
+        f"`sglang-stacks recover {stack}` clears those this tool knows are stale (stopping a server "
+        "they left running) and says what to run for the rest."
     )
 
 
@@ -210,7 +212,14 @@ def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.st
     for op in _operations(decrypted):
         pending = _pending(op)
         if pending.kind == "creating" and pending.type in _SAFE_CREATES:
-            found = _settle_server(pending, tracked) if pending.type == _SERVER else "safe to run again"
+            try:
+                found = _settle_server(pending, tracked) if pending.type == _SERVER else "safe to run again"
+            except (HostError, ValidationError) as error:
+                if isinstance(error, ClaimError):
+                    raise  # an update runs: nothing is settled now
+                print(f"  {pending.label}: left for you: its host could not be checked: {error}", file=out)
+                remaining += 1
+                continue
             print(f"  {pending.label}: {found}; stale (the next `pulumi up` creates it).", file=out)
             stale += 1
         else:

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.integration
 
 BENCHMARK = "pulumi-python:dynamic/sglang:Benchmark"
 ROUTER = "pulumi-python:dynamic/sglang:Router"
+SERVER = "pulumi-python:dynamic/sglang:Server"
 
 
 @pytest.fixture
@@ -54,6 +55,7 @@ def test_what_the_tool_cannot_settle_is_left_in_place_with_its_command(project: 
         ("creating", BENCHMARK, "tuned-benchmark"),
         ("deleting", BENCHMARK, "tuned-old-benchmark"),
         ("creating", ROUTER, "tuned-router"),
+        ("creating", SERVER, "tuned-server"),  # recorded without the inputs that name its host
     )
     out = io.StringIO()
 
@@ -63,12 +65,14 @@ def test_what_the_tool_cannot_settle_is_left_in_place_with_its_command(project: 
     assert code == recover.EXIT_LEFT_FOR_YOU, said
     assert "deleting tuned-old-benchmark (sglang:Benchmark): left for you: `pulumi refresh -s tuned`" in said
     assert "creating tuned-router (sglang:Router): left for you: check whether it created anything" in said
+    assert "creating tuned-server (sglang:Server): left for you: its host could not be checked" in said
     assert "`pulumi refresh --clear-pending-creates -s tuned` clears every pending operation" in said
     # Clearing only some is impossible (an import drops them all): nothing was cleared.
     assert pending(project) == [
         "creating tuned-benchmark",
         "deleting tuned-old-benchmark",
         "creating tuned-router",
+        "creating tuned-server",
     ]
 
 
