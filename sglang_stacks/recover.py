@@ -2,9 +2,9 @@
 recover <stack>``, which clears the ones this tool knows are stale and says what to run for the rest.
 
 Pulumi records an operation as pending while a provider works on it and drops it when the
-provider answers. A killed CLI never hears the answer: the operation stays in the state, and
-`pulumi up`, `refresh` and `destroy` only warn about it (a pending create even survives a refresh
-run with ``--non-interactive``). Every create of this project's own resources is safe to run
+provider answers. A killed CLI never hears the answer: the operation stays in the state, `pulumi
+up` only warns about it (suggesting an interactive `pulumi refresh`), and a refresh run with
+``--non-interactive`` keeps pending creates. Every create of this project's own resources is safe to run
 again, so a pending one is stale once the host holds nothing it left: the only thing one can
 leave is a server process the claim records but no state tracks, which is stopped here first.
 Anything else (an interrupted update or delete, another provider's create) is listed with the
