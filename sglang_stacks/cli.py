@@ -4,8 +4,9 @@ Each subcommand is a ``Command`` in ``COMMANDS``: a name, a one-line help, a fun
 its arguments and a function that runs it and returns the exit code. Exit codes: 0 fine; 1 the
 answer is no (render: the configuration has errors; compare: a stack is significantly slower than
 the first beyond the tolerance; rollout: the stack regressed past its gate, or a fleet's canary
-did; promote: nothing was written); 2 bad input; 3 (rollout) the update failed for another reason
-than its gate; 130 (sweep run) interrupted: the same command resumes it.
+did; promote: nothing was written; recover: pending operations are left for the user); 2 bad
+input; 3 (rollout) the update failed for another reason than its gate; 130 (sweep run)
+interrupted: the same command resumes it.
 """
 
 from __future__ import annotations
@@ -119,6 +120,16 @@ def _run_rollout(args: argparse.Namespace) -> int:
     return orchestrate.rollout(args.stack, db_path=history.default_history_path())
 
 
+def _configure_recover(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stack", help="a stack whose update was interrupted (killed, Ctrl-C twice)")
+
+
+def _run_recover(args: argparse.Namespace) -> int:
+    from sglang_stacks import recover  # the Automation API's CLI and the providers, only here
+
+    return recover.recover(args.stack)
+
+
 def _configure_logs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stack", help="a deployed stack: its host and log paths come from its state")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C stops)")
@@ -189,6 +200,15 @@ COMMANDS: dict[str, Command] = {
         help="copy a winning stack's server configuration into another stack's file (default: baseline)",
         configure=_configure_promote,
         run=_run_promote,
+    ),
+    "recover": Command(
+        name="recover",
+        help=(
+            "clear the pending operations an interrupted update left that left nothing on the host; "
+            "say what to run for the rest"
+        ),
+        configure=_configure_recover,
+        run=_run_recover,
     ),
     "render": Command(
         name="render",

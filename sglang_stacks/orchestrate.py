@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import yaml
 from pulumi import automation as auto
 
+from sglang_stacks import recover
 from sglang_stacks.config.spec import CONFIG_NAMESPACE, GateSpec
 from sglang_stacks.config.stackfile import load_stack_spec, stack_path
 from sglang_stacks.errors import BenchmarkError, SpecError
@@ -170,6 +171,10 @@ class _Rollout:
 
     def run(self) -> int:
         name = self.target.name
+        # Pulumi's own warning about them suggests an interactive refresh; say what clears them.
+        pending = recover.pending_operations(name, self.project)
+        if pending:
+            self.say(recover.warning(name, pending))
         before = history.latest(self.db_path, name)
         done = self.up(self.target)
         if done is not None:

@@ -111,6 +111,26 @@ class Workspace:
         stack_file = self.path / "stacks" / f"Pulumi.{stack}.yaml"
         stack_file.write_text(stack_file.read_text() + config_yaml)
 
+    def leave_pending(self, stack: str, *operations: tuple[str, str, str]) -> None:
+        """Puts in ``stack``'s state the pending operations a killed update leaves, each
+        ``(operation, resource type, resource name)``, e.g. ``("creating",
+        "pulumi-python:dynamic/sglang:Server", "baseline-server")``. Written into the backend's
+        file, since `pulumi stack import` drops pending operations."""
+        path = self.backend / ".pulumi" / "stacks" / "sglang-stacks" / f"{stack}.json"
+        document = json.loads(path.read_text())
+        document["checkpoint"].setdefault("latest", {})["pending_operations"] = [
+            {
+                "resource": {
+                    "urn": f"urn:pulumi:{stack}::sglang-stacks::{kind}::{name}",
+                    "custom": True,
+                    "type": kind,
+                },
+                "type": operation,
+            }
+            for operation, kind, name in operations
+        ]
+        path.write_text(json.dumps(document))
+
     def outputs(self, stack: str) -> dict[str, Any]:
         result: dict[str, Any] = self.json("stack", "output", "--json", "-s", stack)
         return result

@@ -238,6 +238,7 @@ def test_two_updates_racing_for_one_host_one_wins_the_other_launches_nothing(
 
 
 PULUMI_PROGRAM = """
+import os
 import time
 
 import pulumi
@@ -255,7 +256,13 @@ class ClaimProvider(dynamic.ResourceProvider):
 
 class ServerProvider(dynamic.ResourceProvider):
     def create(self, props):
-        time.sleep(props["loading_s"])
+        # "Loading" lasts until the test says so (a file appears): however slow the machine, the
+        # racing update meets the claim while this one holds it.
+        deadline = time.monotonic() + 300
+        while props["loaded_when"] and not os.path.exists(props["loaded_when"]):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test never let the server load")
+            time.sleep(0.1)
         if props["oom"]:
             raise RuntimeError("the server died: CUDA out of memory")
         return dynamic.CreateResult("server", props)
@@ -275,7 +282,7 @@ config = pulumi.Config()
 claimed = GpuClaim("claim", {"stack": pulumi.get_stack(), "state_dir": config.require("stateDir")})
 Server(
     "server",
-    {"loading_s": config.require_float("loadingS"), "oom": config.require_bool("oom")},
+    {"loaded_when": config.get("loadedWhen") or "", "oom": config.require_bool("oom")},
     pulumi.ResourceOptions(depends_on=[claimed]),
 )
 """
@@ -307,11 +314,13 @@ def test_pulumi_updates_hold_the_host_while_they_run_and_a_failed_one_frees_it(t
             [pulumi, *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
         )
 
-    for stack, loading_s, oom in (("eagle3-bs128", "6", "true"), ("baseline", "0", "false")):
+    # The doomed update's server loads until the racing update is over, then runs out of memory.
+    loaded = tmp_path / "loaded"
+    for stack, oom in (("eagle3-bs128", "true"), ("baseline", "false")):
         pulumi_cli("stack", "init", stack)
         pulumi_cli("config", "set", "-s", stack, "stateDir", host_state)
-        pulumi_cli("config", "set", "-s", stack, "loadingS", loading_s)
         pulumi_cli("config", "set", "-s", stack, "oom", oom)
+    pulumi_cli("config", "set", "-s", "eagle3-bs128", "loadedWhen", str(loaded))
 
     doomed = subprocess.Popen(
         [pulumi, "up", "--yes", "--skip-preview", "-s", "eagle3-bs128"],
@@ -332,6 +341,7 @@ def test_pulumi_updates_hold_the_host_while_they_run_and_a_failed_one_frees_it(t
         )
 
         racing = pulumi_cli("up", "--yes", "--skip-preview", "-s", "baseline")
+        loaded.touch()
         doomed_output = doomed.communicate(timeout=120)[0]
     finally:
         if doomed.poll() is None:

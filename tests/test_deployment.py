@@ -1,9 +1,9 @@
 """The whole deployment with the real Pulumi CLI, over a real OpenSSH server, in front of the
-SGLang emulator: up, a second up that changes nothing, a new key, a new workload, a replacement,
-the flag-by-flag diff of the EAGLE-3 change, the takeover by another stack and the rollback, a
-killed server relaunched, new draft-model content, destroy, a host that is not what the stack
-declares, a server that fails to start or dies mid-benchmark, an update killed after the launch,
-two racing updates.
+SGLang emulator: up, a second up that changes nothing, new emulator code, a new key, a new
+workload, a replacement, the flag-by-flag diff of the EAGLE-3 change, the takeover by another
+stack and the rollback, a killed server relaunched, new draft-model content, destroy, a host that
+is not what the stack declares, a server that fails to start or dies mid-benchmark, an update
+killed after the launch, two racing updates.
 """
 
 from __future__ import annotations
@@ -61,6 +61,16 @@ def ports() -> Iterator[list[int]]:
     for port in taken:
         for pid in emulator_pids(port):
             os.kill(pid, signal.SIGKILL)
+
+
+def change_emulator_code(workspace: Workspace) -> None:
+    """The workspace's emulator becomes a copy of the project's with a comment added: new code that
+    behaves the same, as after pulling a new version of the tool."""
+    linked = workspace.path / "sglang_emulator"
+    linked.unlink()
+    shutil.copytree(ROOT / "sglang_emulator", linked, ignore=shutil.ignore_patterns("__pycache__"))
+    with (linked / "__init__.py").open("a") as module:
+        module.write("# A comment: the environment's digest changes, the emulator's behaviour does not.\n")
 
 
 def new_port(ports: list[int]) -> int:
@@ -213,6 +223,18 @@ def test_up_over_ssh_benchmarks_a_second_up_changes_nothing_and_destroy_leaves_n
     assert server_pid(workspace, "baseline") == pid
     assert history_rows(history, "baseline") == 1
     assert workspace.outputs("baseline")["tok_s"] == outputs["tok_s"]
+
+    # New emulator code, the same configuration: only the environment changes. The preview cannot
+    # know the environment's Python and release yet, and announces no new server or benchmark
+    # (GPU time); the update indeed keeps the server and measures nothing again.
+    change_emulator_code(workspace)
+    preview = workspace.run("preview", "--diff", "-s", "baseline").stdout
+    assert "baseline-environment" in preview, preview
+    assert "replace" not in preview, preview
+    assert "sglang:Server" not in preview and "sglang:Benchmark" not in preview, preview
+    workspace.run("up", "--yes", "--skip-preview", "-s", "baseline")
+    assert server_pid(workspace, "baseline") == pid
+    assert history_rows(history, "baseline") == 1
 
     # A new key for the same host: the server keeps running and is not benchmarked again.
     rotated, rotated_public = new_key(tmp_path, "rotated")

@@ -73,6 +73,9 @@ def test_an_update_that_fails_before_its_benchmark_is_no_regression(project: Wor
     config = emulator_stack(port=free_port(), state_dir=project.path, server=DOOMED, extra=HAND_BACK)
     project.init_stack("candidate", config)
     project.init_stack("baseline", emulator_stack(port=free_port(), state_dir=project.path))
+    project.leave_pending(
+        "candidate", ("creating", "pulumi-python:dynamic/sglang:Server", "candidate-server")
+    )
     out, err = io.StringIO(), io.StringIO()
 
     code = orchestrate.rollout(
@@ -84,6 +87,10 @@ def test_an_update_that_fails_before_its_benchmark_is_no_regression(project: Wor
     assert "rollout: pulumi up -s candidate" in streamed
     assert "flashinfer" in streamed  # Pulumi's own output, streamed: the preflight error
     assert "not at its regression gate" in out.getvalue()
+    assert (
+        "rollout: stack candidate has 1 pending operation(s) an interrupted update left (creating "
+        "candidate-server (sglang:Server)). `sglang-stacks recover candidate` clears"
+    ) in out.getvalue()
     assert "pulumi up -s baseline" not in streamed  # nothing handed back
     assert project.json("stack", "history", "--json", "-s", "baseline") == []
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_stacks.hostops.artifacts import local_tree_digest
+from sglang_stacks.hostops.artifacts import local_tree_digest, put
+from sglang_stacks.hostops.transport import Connection
 from tests._programs import run_sh
 
 
@@ -57,9 +58,12 @@ def test_swap_replaces_the_folder_whole_and_removes_the_upload(tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == ["draft"]
 
 
-def test_swap_into_a_new_folder_with_the_home_folder(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
+def test_a_draft_model_put_under_the_home_folder_lands_there(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)  # where a folder literally named ~ would appear
     (tmp_path / "up").mkdir()
     (tmp_path / "up" / "f").write_text("x")
-    assert run_sh("swap_folder.sh", staging="~/up", folder="~/draft").returncode == 0
-    assert (tmp_path / "draft" / "f").read_text() == "x"
+    expected = local_tree_digest(tmp_path / "up").digest
+    put(Connection.local(), str(tmp_path / "up"), "~/draft", expected, timeout_s=60)
+    assert (tmp_path / "home" / "draft" / "f").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "up"]

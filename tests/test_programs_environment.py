@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sglang_stacks.hostops import environment as hostenv
+from sglang_stacks.hostops.transport import Connection
 from tests._programs import run_sh
 
 STAND_IN_PYTHON = """#!/bin/bash
@@ -62,10 +64,12 @@ def test_check_reports_the_folder_marker_and_version(tmp_path: Path) -> None:
     assert "No module named 'sglang'" in check(venv, runtime="sglang")["version_error"]
 
 
-def test_check_expands_the_home_folder(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    stand_in_venv(tmp_path / "envs" / "e")
-    assert check("~/envs/e")["venv"] == str(tmp_path / "envs" / "e")
+def test_an_environment_under_the_home_folder_is_found_there(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    stand_in_venv(tmp_path / "home" / "envs" / "e")
+    found = hostenv.read(Connection.local(), "~/envs/e", "emulator", "0.5.8")
+    assert found is not None and found.venv_path == str(tmp_path / "home" / "envs" / "e")
 
 
 def test_install_asks_pip_for_each_pin_swaps_packages_in_and_marks_it_done(tmp_path: Path) -> None:

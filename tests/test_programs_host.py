@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sglang_stacks.hostops import serving
+from sglang_stacks.hostops.transport import Connection
 from tests._programs import run_py, run_sh
 
 
@@ -83,7 +85,10 @@ def test_serving_note_program_records_reads_and_forgets_only_its_pid(tmp_path: P
     assert run_sh("serving_note.sh", op="read", note=note).stdout == ""
 
 
-def test_serving_note_program_expands_the_home_folder(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    run_sh("serving_note.sh", op="record", note="~/state/serving.json", stdin="{}")
-    assert (tmp_path / "state" / "serving.json").read_text() == "{}"
+def test_a_serving_note_under_the_home_folder_is_kept_there(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    serving.record(Connection.local(), "~/state", {"stack": "baseline", "pid": 7})
+    assert json.loads((tmp_path / "home" / "state" / "serving.json").read_text())["pid"] == 7
+    assert serving.read(Connection.local(), "~/state") == {"stack": "baseline", "pid": 7}
+    assert [p.name for p in tmp_path.iterdir()] == ["home"]

@@ -286,8 +286,13 @@ def emulator_running(port: int) -> bool:
 
 
 @pytest.mark.integration
-def test_started_server_is_ready_and_stop_waits_until_its_gpu_memory_is_free(host: Path) -> None:
-    props = server_props(host)
+def test_started_server_is_ready_and_stop_waits_until_its_gpu_memory_is_free(
+    host: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The log folder is under the host user's home, as the default (<host.state_dir>/logs) is.
+    monkeypatch.setenv("HOME", str(host / "home"))
+    monkeypatch.chdir(host)  # where a folder literally named ~ would appear
+    props = server_props(host, log_dir="~/logs")
     conn = Connection.local()
 
     started = start(props)
@@ -297,7 +302,10 @@ def test_started_server_is_ready_and_stop_waits_until_its_gpu_memory_is_free(hos
         assert process.is_running(conn, running(started))
         assert not process.is_running(conn, running(started, 1))
         assert started.pid in gpu_pids(props)
-        assert "The server is fired up and ready to roll!" in Path(started.log_path).read_text()
+        assert started.log_path.startswith("~/logs/baseline-")
+        log = host / "home" / "logs" / Path(started.log_path).name
+        assert "The server is fired up and ready to roll!" in log.read_text()
+        assert not (host / "~").exists()
         flags = flags_from_values(props["flags"])
         assert started.launch_command == render_command(
             flags, "0.5.8", sys.executable, props["env"], "sglang_emulator"

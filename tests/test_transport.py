@@ -23,7 +23,7 @@ import pytest
 from sglang_stacks.errors import HostError, SpecError
 from sglang_stacks.hostops import _ssh
 from sglang_stacks.hostops.session import open_session
-from sglang_stacks.hostops.transport import Connection, quote, quote_path, run, upload
+from sglang_stacks.hostops.transport import Connection, HostPath, quote, quote_path, run, upload
 from tests._pulumi import ROOT
 from tests.sshd import SshServer, free_port, new_key, start_sshd
 
@@ -402,6 +402,17 @@ def test_upload_copies_a_folder_and_replaces_a_file(conn: Connection, tmp_path: 
 def test_upload_of_missing_source_names_it(conn: Connection, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="missing-folder' does not exist"):
         upload(conn, tmp_path / "missing-folder", str(tmp_path / "anywhere"))
+
+
+def test_a_host_path_variable_reaches_the_script_with_the_home_folder_expanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    env = {"LOG": HostPath("~/logs/a b.log"), "PLAIN": "~/logs", "HOME_ITSELF": HostPath("~")}
+
+    result = run(Connection.local(), 'printf "%s|%s|%s" "$LOG" "$PLAIN" "$HOME_ITSELF"', timeout_s=5, env=env)
+
+    assert result.stdout == f"{tmp_path}/logs/a b.log|~/logs|{tmp_path}"
 
 
 def test_quote_path_keeps_home_relative_paths_relative_to_the_host_home() -> None:

@@ -30,6 +30,7 @@ from sglang_stacks.components._provider import (
 )
 from sglang_stacks.errors import RouterError
 from sglang_stacks.hostops import programs
+from sglang_stacks.hostops.transport import HostPath
 
 
 class RouterInputs(HostInputs):
@@ -80,7 +81,7 @@ def start_router(inputs: RouterInputs) -> RouterOutputs:
         metrics_port=inputs.metrics_port,
         policy=inputs.policy,
         health_interval_s=inputs.health_check_interval_s,
-        log=inputs.log_path,
+        log=HostPath(inputs.log_path),
         timeout_s=int(inputs.start_timeout_s),
     )
     words = printed.split()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sglang_stacks.errors import ArtifactError, HostError
 from sglang_stacks.hostops.programs import run_bash
-from sglang_stacks.hostops.transport import Connection, tail, upload
+from sglang_stacks.hostops.transport import Connection, HostPath, tail, upload
 
 __all__ = ["TreeDigest", "local_tree_digest", "measure", "put", "verify"]
 
@@ -90,7 +90,7 @@ def local_tree_digest(folder: str | os.PathLike[str]) -> TreeDigest:
 
 def measure(conn: Connection, path: str, timeout_s: float) -> TreeDigest | None:
     """The tree digest of ``path`` on the host, or None when there is no such folder."""
-    result = run_bash(conn, "tree_digest.sh", {"folder": path}, timeout_s=timeout_s)
+    result = run_bash(conn, "tree_digest.sh", {"folder": HostPath(path)}, timeout_s=timeout_s)
     first, _, listing = result.stdout.partition("\n")
     if not result.ok or not first.startswith(("absent", "present")):
         raise ArtifactError(
@@ -111,7 +111,10 @@ def put(conn: Connection, local_path: str, path: str, expected_digest: str, time
     staging = f"{path.rstrip('/')}.upload-{secrets.token_hex(4)}"
     upload(conn, local_path, staging, timeout_s=timeout_s)
     swapped = run_bash(
-        conn, "swap_folder.sh", {"staging": staging, "folder": path}, timeout_s=_SWAP_TIMEOUT_S
+        conn,
+        "swap_folder.sh",
+        {"staging": HostPath(staging), "folder": HostPath(path)},
+        timeout_s=_SWAP_TIMEOUT_S,
     )
     if not swapped.ok:
         raise HostError(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops.programs import run_bash
-from sglang_stacks.hostops.transport import Connection, tail, upload
+from sglang_stacks.hostops.transport import Connection, HostPath, tail, upload
 
 __all__ = [
     "EMULATOR_PACKAGES",
@@ -105,7 +105,7 @@ def _version_of(text: str) -> str:
 
 def _check(conn: Connection, venv: str, runtime: str, release: str) -> dict[str, str]:
     """``env_check.sh``'s key=value lines as a map."""
-    params = {"venv": venv, "runtime": runtime, "release": release, "marker": MARKER}
+    params = {"venv": HostPath(venv), "runtime": runtime, "release": release, "marker": MARKER}
     result = run_bash(conn, "env_check.sh", params, timeout_s=CHECK_TIMEOUT_S)
     if not result.ok:
         raise HostError(
@@ -178,9 +178,9 @@ def _install(
 ) -> None:
     pins = effective_pins(runtime, release, extra_pins)
     params: dict[str, str | int] = {
-        "venv": venv,
+        "venv": HostPath(venv),
         "pins": "\n".join(pins),
-        "staging": _upload_emulator(conn, venv) if runtime == "emulator" else "",
+        "staging": HostPath(_upload_emulator(conn, venv) if runtime == "emulator" else ""),
         "packages": "\n".join(EMULATOR_PACKAGES),
         "marker": MARKER,
         "fingerprint": fingerprint,

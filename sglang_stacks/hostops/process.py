@@ -15,7 +15,7 @@ from typing import Literal
 
 from sglang_stacks.errors import ServerError
 from sglang_stacks.hostops import claim, programs, serving
-from sglang_stacks.hostops.transport import Connection, quote
+from sglang_stacks.hostops.transport import Connection, HostPath, quote
 
 FailureClass = Literal["out_of_memory", "bad_flag", "nccl", "other"]
 
@@ -181,7 +181,7 @@ def launch(conn: Connection, spec: Launch) -> Running:
     printed = _server(
         conn,
         "launch",
-        {"python": spec.python, "port": spec.port, "log": spec.log_path, "command": spec.command},
+        {"python": spec.python, "port": spec.port, "log": HostPath(spec.log_path), "command": spec.command},
         timeout_s=60,
         secrets=spec.secret_env,
     )
@@ -210,7 +210,7 @@ def wait_ready(conn: Connection, spec: Launch, running: Running) -> None:
             "python": spec.python,
             "port": spec.port,
             "timeout_s": _whole_s(spec.ready_timeout_s),
-            "log": spec.log_path,
+            "log": HostPath(spec.log_path),
             "tail_lines": LOG_TAIL_LINES,
             "ready_line": spec.ready_line,
         },
@@ -224,7 +224,7 @@ def wait_ready(conn: Connection, spec: Launch, running: Running) -> None:
 
 def log_tail(conn: Connection, log_path: str) -> str:
     """The last lines of a server log on the host (empty when there is none)."""
-    return _server(conn, "log-tail", {"log": log_path, "tail_lines": LOG_TAIL_LINES}, timeout_s=30)
+    return _server(conn, "log-tail", {"log": HostPath(log_path), "tail_lines": LOG_TAIL_LINES}, timeout_s=30)
 
 
 def _shorten_lines(text: str) -> str:

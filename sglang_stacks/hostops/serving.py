@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from sglang_stacks.hostops.programs import run_bash
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.transport import Connection, HostPath
 
 NOTE = "serving.json"
 
 
-def _note(state_dir: str) -> str:
-    return f"{state_dir.rstrip('/')}/{NOTE}"
+def _note(state_dir: str) -> HostPath:
+    return HostPath(f"{state_dir.rstrip('/')}/{NOTE}")
 
 
 def record(conn: Connection, state_dir: str, note: Mapping[str, Any]) -> None:

@@ -39,6 +39,7 @@ from sglang_stacks.hostops.connection import Connection
 __all__ = [
     "CommandResult",
     "Connection",
+    "HostPath",
     "quote",
     "quote_path",
     "run",
@@ -92,6 +93,13 @@ def tail(text: str, lines: int = 12) -> str:
     """The last non-blank ``lines`` of ``text``, joined with `` | `` for a one-paragraph message."""
     kept = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
     return " | ".join(kept) if kept else "(no output)"
+
+
+class HostPath(str):
+    """A path on the host, as a variable of a script (`run`'s ``env``): a leading ``~/`` (or ``~``
+    alone) is the home folder of the host's user, expanded on the host by `quote_path`."""
+
+    __slots__ = ()
 
 
 def quote_path(path: str) -> str:
@@ -171,14 +179,18 @@ def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 def _exports(env: Mapping[str, str] | None) -> str:
-    """``export NAME=value`` lines for the top of a script, every value quoted."""
+    """``export NAME=value`` lines for the top of a script, every value quoted (a `HostPath` with
+    its ``~/`` left to the host's shell)."""
     for name in env or {}:
         if not is_env_name(name):
             raise SpecError(
                 f"Environment variable name {name!r} is not valid for bash; use letters, digits and "
                 "underscores, not starting with a digit."
             )
-    return "".join(f"export {name}={quote(value)}\n" for name, value in (env or {}).items())
+    return "".join(
+        f"export {name}={quote_path(value) if isinstance(value, HostPath) else quote(value)}\n"
+        for name, value in (env or {}).items()
+    )
 
 
 def _command_line(conn: Connection) -> list[str]:

@@ -4,6 +4,8 @@ the next `pulumi up` converges to exactly one healthy server with no manual step
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -21,7 +23,7 @@ from tests.faults.drill import (
 pytestmark = pytest.mark.integration
 
 
-def converges(drill: Drill, stack: str, port: int) -> None:
+def converges(drill: Drill, stack: str, port: int) -> str:
     """The next `up` (after `pulumi cancel`, which Pulumi's own lock of a killed CLI needs)
     succeeds and leaves exactly one healthy server and a claim no update holds."""
     drill.workspace.run("cancel", "--yes", "-s", stack, check=False)
@@ -32,6 +34,7 @@ def converges(drill: Drill, stack: str, port: int) -> None:
     assert holder is not None and (holder.stack, holder.updating) == (stack, False)
     assert holder.server_pid == servers(port)[0]
     assert drill.tool_processes() == []
+    return result.stdout + result.stderr
 
 
 def test_sigkill_of_pulumi_during_the_benchmark_lets_go_of_the_host(drill: Drill) -> None:
@@ -68,3 +71,38 @@ def test_sigint_twice_during_the_servers_start(drill: Drill) -> None:
     holder = drill.claim()
     assert holder is not None and holder.updating is False
     converges(drill, "interrupted", port)
+
+
+def test_sigkill_during_the_servers_start_leaves_a_pending_create_that_recover_clears(drill: Drill) -> None:
+    # Killed while the server starts: Pulumi keeps the server's create as pending, and the server
+    # the create launched runs on, recorded in the claim but in no state.
+    port = drill.add_stack("pending", faults="        slow_readiness_s: 6\n")
+    update = drill.start("up", "--yes", "--skip-preview", "-s", "pending")
+    wait_for(lambda: servers(port) or update.poll() is not None, 120, "the server to start")
+    assert update.poll() is None, update.communicate()[0]
+    interrupt(update, signal.SIGKILL)
+    update.wait()
+    wait_for(lambda: not drill.tool_processes(), 30, f"no orphans: {drill.tool_processes()}")
+    drill.workspace.run("cancel", "--yes", "-s", "pending")
+    left = drill.workspace.json("stack", "export", "-s", "pending")["deployment"]["pending_operations"]
+    assert [(op["type"], op["resource"]["type"]) for op in left] == [
+        ("creating", "pulumi-python:dynamic/sglang:Server")
+    ]
+
+    recovered = subprocess.run(
+        [sys.executable, "-m", "sglang_stacks.cli", "recover", "pending"],
+        cwd=drill.workspace.path,
+        env=drill.workspace.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    said = recovered.stdout + recovered.stderr
+    assert recovered.returncode == 0, said
+    assert "creating pending-server (sglang:Server)" in said and "stopped it" in said, said
+    assert "nothing remains. `pulumi up -s pending` converges" in said, said
+    assert servers(port) == [], "the server the killed update launched still runs"
+    assert "pending_operations" not in drill.workspace.json("stack", "export", "-s", "pending")["deployment"]
+    assert "pending operations" not in converges(drill, "pending", port)

@@ -6,7 +6,9 @@ host): a bash program is the script itself, its parameters exported at its top a
 variables; a Python program travels in the variable ``SGLANG_STACKS_PROGRAM`` and runs with
 ``python -c``, so the command's standard input stays free for data (``python=None`` picks the
 host's system python3, isolated from the user's site-packages, through ``system_python.sh``).
-Parameters never carry secrets on a command line: secrets go in ``stdin``.
+Parameters never carry secrets on a command line: secrets go in ``stdin``. A parameter that is a
+path on the host is a `HostPath`: its leading ``~/`` reaches the program already expanded to the
+host user's home folder, so no program repeats that expansion.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sglang_stacks.hostops.session import Session, open_session
-from sglang_stacks.hostops.transport import CommandResult, Connection, quote, run
+from sglang_stacks.hostops.transport import CommandResult, Connection, HostPath, quote, run
 
 FOLDER = Path(__file__).resolve().parent
 
 Param = str | int | float | bool
+"""A program parameter; a `HostPath` (a ``str``) is expanded on the host."""
 
 
 @functools.cache
@@ -31,6 +34,8 @@ def source(name: str) -> str:
 
 def _variables(params: Mapping[str, Param]) -> dict[str, str]:
     def word(value: Param) -> str:
+        if isinstance(value, HostPath):
+            return value  # exported by `transport.run` with its ~/ expanded on the host
         if isinstance(value, bool):
             return "1" if value else ""
         return f"{value:g}" if isinstance(value, float) else str(value)

@@ -1,12 +1,11 @@
 # Reports a Python environment as key=value lines: `state=absent`, or its absolute folder, the
 # marker an install leaves when it finished, and the version the environment answers (or why not).
-#   VENV     the venv folder (a leading ~/ is the user's home)
+#   VENV     the venv folder (absolute: the caller's HostPath expands ~/)
 #   RUNTIME  sglang or emulator;  RELEASE  the release the emulator emulates
 #   MARKER   the marker file's name in the folder
 # From / without the caller's Python search path: a checkout in the working folder (or another
 # venv on PYTHONPATH) must not stand in for what the environment holds.
 unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER
-case $VENV in "~/"*) VENV=$HOME/${VENV#"~/"} ;; esac
 cd / || exit 2
 
 ask_version() {

@@ -1,7 +1,7 @@
 # Makes a Python environment: creates the venv when missing, installs the pins, swaps in uploaded
 # packages, and marks it finished. Runs under a lock beside the folder, so two stacks installing
 # one environment take turns.
-#   VENV         the venv folder (a leading ~/ is the user's home)
+#   VENV         the venv folder (absolute: the caller's HostPath expands ~/)
 #   PINS         pip requirements, one per line
 #   STAGING      a folder of uploaded packages to put into site-packages, or empty
 #   PACKAGES     the package folders in STAGING, one per line
@@ -10,8 +10,6 @@
 # Exit codes that hostops/environment.py explains: 10 no venv, 11 pip failed, 12 the lock stayed
 # taken, 13 site-packages could not take the uploaded packages.
 unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER
-case $VENV in "~/"*) VENV=$HOME/${VENV#"~/"} ;; esac
-case $STAGING in "~/"*) STAGING=$HOME/${STAGING#"~/"} ;; esac
 cd / || exit 2
 set -u
 if [ -n "$STAGING" ]; then trap 'rm -rf "$STAGING"' EXIT; fi

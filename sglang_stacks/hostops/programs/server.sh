@@ -10,8 +10,6 @@
 # PYTHON runs PORT_PROBE (port_probe.py). Secret variables are exported above this text by the
 # caller, so the server inherits them without any command line showing them.
 set -u
-# A leading ~/ in LOG is the host user's home (the default log folder is under ~/.sglang-stacks).
-case ${LOG:-} in "~/"*) LOG=$HOME/${LOG#"~/"} ;; esac
 
 # Field 1 of /proc/PID/stat after the command name (which may hold spaces) is the state; field
 # 20 the start time in clock ticks since boot: a pid is ours only while its start time matches.

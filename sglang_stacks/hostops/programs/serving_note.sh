@@ -2,8 +2,7 @@
 #   OP    record: replace the note with stdin, in one rename
 #         forget: remove the note if it is about the server with pid PID
 #         read:   print the note (nothing when there is none)
-#   NOTE  the note's path (a leading ~/ is the user's home)
-case $NOTE in "~/"*) NOTE=$HOME/${NOTE#"~/"} ;; esac
+#   NOTE  the note's path (absolute: the caller's HostPath expands ~/)
 
 case $OP in
 record)

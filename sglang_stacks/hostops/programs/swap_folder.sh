@@ -1,9 +1,7 @@
 # Puts an uploaded folder in place of another, so no stale file of an older version survives; the
 # upload is removed whatever happens.
-#   STAGING  the uploaded folder;  FOLDER  where it belongs (a leading ~/ is the user's home)
+#   STAGING  the uploaded folder;  FOLDER  where it belongs (absolute: the caller's HostPath expands ~/)
 set -e
-case $STAGING in "~/"*) STAGING=$HOME/${STAGING#"~/"} ;; esac
-case $FOLDER in "~/"*) FOLDER=$HOME/${FOLDER#"~/"} ;; esac
 trap 'rm -rf "$STAGING"' EXIT
 old="$FOLDER.replaced-$$"
 if [ -e "$FOLDER" ]; then mv "$FOLDER" "$old"; fi

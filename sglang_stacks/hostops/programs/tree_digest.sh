@@ -1,8 +1,7 @@
 # Lists a folder for its tree digest: `absent`, or `present <total bytes>` and then one
 # `<sha256>  ./<path>` line per file (symbolic links followed), sorted by path byte by byte.
-#   FOLDER  the folder (a leading ~/ is the user's home)
+#   FOLDER  the folder (absolute: the caller's HostPath expands ~/)
 set -o pipefail
-case $FOLDER in "~/"*) FOLDER=$HOME/${FOLDER#"~/"} ;; esac
 if [ ! -d "$FOLDER" ]; then
     echo absent
     exit 0

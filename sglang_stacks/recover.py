@@ -1,0 +1,238 @@
+"""Pending operations: what an interrupted update left in a stack's state, and ``sglang-stacks
+recover <stack>``, which clears the ones this tool knows are stale and says what to run for the rest.
+
+Pulumi records an operation as pending while a provider works on it and drops it when the
+provider answers. A killed CLI never hears the answer: the operation stays in the state, `pulumi
+up` only warns about it (suggesting an interactive `pulumi refresh`), and a refresh run with
+``--non-interactive`` keeps pending creates. Every create of this project's own resources is safe to run
+again, so a pending one is stale once the host holds nothing it left: the only thing one can
+leave is a server process the claim records but no state tracks, which is stopped here first.
+Anything else (an interrupted update or delete, another provider's create) is listed with the
+command that settles it.
+
+The state is read and written with ``pulumi stack export``/``import`` in the project folder. The
+copy that is written back is the one exported without ``--show-secrets`` (secrets stay encrypted);
+the decrypted copy, needed to reach the host, stays in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import ValidationError
+
+from sglang_stacks.errors import ClaimError, HostError, SpecError
+from sglang_stacks.project import find_project_dir
+
+__all__ = ["EXIT_CLEAN", "EXIT_LEFT_FOR_YOU", "Pending", "pending_operations", "recover", "warning"]
+
+EXIT_CLEAN, EXIT_LEFT_FOR_YOU = 0, 1
+
+_DYNAMIC = "pulumi-python:dynamic/sglang:"
+# Our resources whose create runs again safely: the environment and draft model reuse what is
+# there, the probe only reads, the claim re-acquires, the benchmark stops a load generator left
+# running before it starts one, the canary measures again. The server is checked on the host.
+_SAFE_CREATES = frozenset(
+    _DYNAMIC + name
+    for name in (
+        "Server",
+        "Benchmark",
+        "PythonEnvironment",
+        "DraftModel",
+        "HostProbe",
+        "GpuClaim",
+        "CanaryGate",
+    )
+)
+_SERVER = _DYNAMIC + "Server"
+# How `pulumi stack export --show-secrets` marks a secret value (Pulumi's well-known signature).
+_SECRET_SIG = "4dabf18193072939515e22adb298388d"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One pending operation of a stack's state."""
+
+    urn: str
+    kind: str
+    """What was interrupted: ``creating``, ``updating``, ``deleting``, ``reading`` or ``importing``."""
+    type: str
+    inputs: Mapping[str, Any]
+    """The resource's inputs, secrets decrypted when the state was read with them (memory only)."""
+
+    @property
+    def name(self) -> str:
+        return self.urn.rsplit("::", 1)[-1]
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.name} ({self.type.removeprefix('pulumi-python:dynamic/')})"
+
+
+def _pulumi(project: Path, stack: str, *args: str, stdin: str | None = None) -> str:
+    """``pulumi <args> -s <stack>`` in the project folder, as typed there; its stdout."""
+    done = subprocess.run(
+        ["pulumi", *args, "-s", stack, "--non-interactive"],
+        cwd=project,
+        env=os.environ,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip()
+        fix = (
+            f"If no update of it runs any more (a killed `pulumi up`), `pulumi cancel -s {stack}` "
+            "lets go of Pulumi's lock; then run this again."
+            if "locked" in said
+            else "Put the project's Pulumi CLI on PATH, select its backend and passphrase with "
+            "`. scripts/env.sh`, and try again."
+        )
+        raise SpecError(f"`pulumi {' '.join(args[:2])}` of stack {stack!r} failed: {said}. {fix}")
+    return done.stdout
+
+
+def _plain(value: Any) -> Any:
+    """A value of an exported state with its secrets decoded (exported with ``--show-secrets``)."""
+    if isinstance(value, dict):
+        if _SECRET_SIG in value:
+            return _plain(json.loads(value["plaintext"])) if "plaintext" in value else None
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _export(project: Path, stack: str, *, secrets: bool) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(
+        _pulumi(project, stack, "stack", "export", *(["--show-secrets"] if secrets else []))
+    )
+    return document
+
+
+def _operations(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return list(document.get("deployment", {}).get("pending_operations") or [])
+
+
+def pending_operations(stack: str, project_dir: Path | None = None) -> list[Pending]:
+    """The pending operations of ``stack``'s state, secrets left encrypted."""
+    project = project_dir or find_project_dir()
+    return [_pending(op) for op in _operations(_export(project, stack, secrets=False))]
+
+
+def _pending(op: Mapping[str, Any]) -> Pending:
+    resource = op.get("resource", {})
+    return Pending(
+        urn=str(resource.get("urn", "")),
+        kind=str(op.get("type", "")),
+        type=str(resource.get("type", "")),
+        inputs=_plain(resource.get("inputs") or {}),
+    )
+
+
+def warning(stack: str, pending: Sequence[Pending]) -> str:
+    """What `rollout` says before updating a stack with pending operations."""
+    listed = "; ".join(p.label for p in pending)
+    return (
+        f"stack {stack} has {len(pending)} pending operation(s) an interrupted update left ({listed}). "
+        f"`sglang-stacks recover {stack}` clears those this tool knows are stale (stopping a server "
+        "they left running) and says what to run for the rest."
+    )
+
+
+def _tracked_servers(document: Mapping[str, Any]) -> set[int]:
+    """The pids of the servers the state tracks."""
+    return {
+        int(res["outputs"]["pid"])
+        for res in document.get("deployment", {}).get("resources") or []
+        if res.get("type") == _SERVER and isinstance(res.get("outputs", {}).get("pid"), int | float)
+    }
+
+
+def _settle_server(pending: Pending, tracked: set[int]) -> str:
+    """Stops the server an interrupted create launched, if it still runs untracked; says what was found."""
+    from sglang_stacks.components.server import ServerInputs  # the providers, only for this command
+    from sglang_stacks.hostops import claim, process
+
+    inputs = ServerInputs.model_validate(dict(pending.inputs))
+    conn = inputs.connection
+    holder = claim.read(conn, state_dir=inputs.state_dir)
+    if holder is None or holder.stack != inputs.stack:
+        return f"{conn.label} runs no server of {inputs.stack} that the state does not know"
+    if holder.updating:
+        raise ClaimError(
+            f"An update of stack {inputs.stack!r} is running on {conn.label} (since "
+            f"{holder.updating_since}). Let it finish (or stop it), then run `sglang-stacks recover "
+            f"{inputs.stack}` again."
+        )
+    pid, ticks = holder.server_pid, holder.server_start_ticks
+    gone = ticks is not None and not process.is_running(conn, process.Running(pid or 0, ticks))
+    if not pid or pid in tracked or gone:
+        return f"{conn.label} runs no server of {inputs.stack} that the state does not know"
+    process.stop_recorded(conn, holder, inputs.nvidia_smi, inputs.stop_timeout_s, inputs.state_dir)
+    return f"the server it had launched on {conn.label} (pid {pid}) still ran, known to no state: stopped it"
+
+
+def _remedy(stack: str, pending: Pending) -> str:
+    """What the user runs for a pending operation this tool does not settle itself."""
+    if pending.kind == "creating":
+        return "check whether it created anything (this tool cannot tell for this kind) and remove it"
+    return f"`pulumi refresh -s {stack}` reads it from its host"
+
+
+def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.stdout) -> int:
+    """Settles the pending operations of ``stack`` that this tool knows (stopping a server an
+    interrupted create left running) and clears them, or, when others remain, prints the command
+    for each: clearing only some is not possible, since ``pulumi stack import`` drops them all.
+    Returns 0 when nothing pending remains, 1 when something is left for the user."""
+    project = project_dir or find_project_dir()
+    encrypted = _export(project, stack, secrets=False)
+    if not _operations(encrypted):
+        print(f"recover: stack {stack} has no pending operations; nothing to do.", file=out)
+        return EXIT_CLEAN
+    decrypted = _export(project, stack, secrets=True)
+    if [op["resource"]["urn"] for op in _operations(decrypted)] != [
+        op["resource"]["urn"] for op in _operations(encrypted)
+    ]:
+        raise SpecError(
+            f"The state of stack {stack!r} changed while it was read: an update runs. Let it finish, "
+            f"then run `sglang-stacks recover {stack}` again."
+        )
+    tracked = _tracked_servers(decrypted)
+    stale, remaining = 0, 0
+    print(f"recover: stack {stack} has pending operations an interrupted update left:", file=out)
+    for op in _operations(decrypted):
+        pending = _pending(op)
+        if pending.kind == "creating" and pending.type in _SAFE_CREATES:
+            try:
+                found = _settle_server(pending, tracked) if pending.type == _SERVER else "safe to run again"
+            except (HostError, ValidationError) as error:
+                if isinstance(error, ClaimError):
+                    raise  # an update runs: nothing is settled now
+                print(f"  {pending.label}: left for you: its host could not be checked: {error}", file=out)
+                remaining += 1
+                continue
+            print(f"  {pending.label}: {found}; stale (the next `pulumi up` creates it).", file=out)
+            stale += 1
+        else:
+            print(f"  {pending.label}: left for you: {_remedy(stack, pending)}.", file=out)
+            remaining += 1
+    if remaining:
+        print(
+            f"recover: {remaining} left for you (above); once they are settled, `pulumi refresh "
+            f"--clear-pending-creates -s {stack}` clears every pending operation (the stale ones too).",
+            file=out,
+        )
+        return EXIT_LEFT_FOR_YOU
+    # Importing the state as it is drops its pending operations: the supported way to clear them.
+    _pulumi(project, stack, "stack", "import", stdin=json.dumps(encrypted))
+    print(f"recover: cleared {stale}; nothing remains. `pulumi up -s {stack}` converges.", file=out)
+    return EXIT_CLEAN
