@@ -14,7 +14,6 @@ import time
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-import httpx
 import pulumi
 import pulumi.dynamic as dynamic
 
@@ -186,6 +185,8 @@ class WorkerOutputs(Props):
 
 
 def _workers(router_url: str) -> list[dict[str, Any]]:
+    import httpx  # in the functions that talk to the router: the program never needs it
+
     answer = httpx.get(f"{router_url}/workers", timeout=10)
     answer.raise_for_status()
     listed: list[dict[str, Any]] = answer.json()["workers"]
@@ -198,6 +199,8 @@ def _listed(router_url: str, worker_url: str) -> dict[str, Any] | None:
 
 def add_worker(inputs: WorkerInputs) -> WorkerOutputs:
     """Registers the replica and waits until the router lists it healthy."""
+    import httpx  # in the functions that talk to the router: the program never needs it
+
     try:
         answer = httpx.post(f"{inputs.router_url}/workers", json={"url": inputs.worker_url}, timeout=30)
         if answer.status_code >= 400:
@@ -228,6 +231,8 @@ def drain_worker(inputs: WorkerInputs, worker_id: str) -> None:
     The router stops sending new requests once the worker is unlisted; requests already routed
     finish on the replica, which ``/get_load`` counts (SGLang's per-rank ``num_reqs``).
     """
+    import httpx  # in the functions that talk to the router: the program never needs it
+
     try:
         found = _listed(inputs.router_url, inputs.worker_url)
         if found is not None:
@@ -246,6 +251,8 @@ def drain_worker(inputs: WorkerInputs, worker_id: str) -> None:
 
 
 def _wait_idle(worker_url: str, deadline: float) -> None:
+    import httpx  # in the functions that talk to the router: the program never needs it
+
     while time.monotonic() < deadline:
         try:
             answer = httpx.get(f"{worker_url}/get_load", timeout=5)
@@ -272,6 +279,8 @@ class RouterWorkerProvider(TypedProvider[WorkerInputs, WorkerOutputs]):
         return add_worker(inputs)
 
     def read_typed(self, inputs: WorkerInputs, outputs: WorkerOutputs) -> WorkerOutputs | None:
+        import httpx
+
         try:
             found = _listed(inputs.router_url, inputs.worker_url)
         except httpx.HTTPError:
