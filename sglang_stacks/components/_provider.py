@@ -227,7 +227,7 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
             return dynamic.UpdateResult(self._state(new_inputs, outputs))
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
-        _import_providers()
+        _import_providers(type(self).__module__)
         with _sentences_only(), gathering():
             props = self.upgrade(props)
             inputs = self._inputs(props)
@@ -242,15 +242,20 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
             self.delete_typed(self._inputs(props), self._outputs(props))
 
 
-_PROVIDER_MODULES = ("host", "environment", "draft_model", "server", "benchmark", "router", "canary")
+_HOST_PROVIDERS = ("host", "environment", "draft_model", "server", "benchmark")
+"""The modules of the providers every host of a stack has (`_host_parts`, the benchmark)."""
+_FLEET_PROVIDERS = ("router", "canary")
+"""The modules of the providers only a fleet has, imported when a fleet's resource is read."""
 
 
-def _import_providers() -> None:
-    """Imports every provider module, so that the other reads of a refresh, each waiting to
-    unpickle its provider, reach `gathering` within milliseconds of this one and share its session
-    to the host. (A refresh reads every resource, so each module would be imported anyway.)"""
-    for name in _PROVIDER_MODULES:
-        importlib.import_module(f"sglang_stacks.components.{name}")
+def _import_providers(own_module: str) -> None:
+    """Imports the provider modules of the stack being read, so that the other reads of a refresh
+    (each waiting to unpickle its provider) reach `gathering` within milliseconds of this one and
+    share its session to the host. A refresh reads every resource: each module is needed anyway."""
+    package, _, own = own_module.rpartition(".")
+    fleet = _FLEET_PROVIDERS if own in _FLEET_PROVIDERS else ()
+    for name in (*_HOST_PROVIDERS, *fleet):
+        importlib.import_module(f"{package}.{name}")
 
 
 class _sentences_only:
