@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -108,15 +109,24 @@ def command(workspace: Workspace, *args: str) -> Callable[[], object]:
     return lambda: workspace.run(*args)
 
 
-Timing = tuple[float, int, int]
-"""Seconds, SSH connections and SSH sessions of one command."""
+Timing = tuple[float, int, int, float]
+"""Seconds, SSH connections, SSH sessions and CPU seconds of one command."""
+
+
+def cpu_s() -> float:
+    """CPU seconds (user and system) of this process's ended children and their descendants: on a
+    machine shared with other work, a command's CPU time varies far less than its duration."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def timed(sshd: SshServer, action: Callable[[], object]) -> Timing:
-    """Seconds ``action`` took and the SSH connections and sessions sshd started meanwhile."""
-    before, started = (sshd.connections(), sshd.sessions()), time.monotonic()
+    """Seconds ``action`` took, the SSH connections and sessions sshd started meanwhile, and the
+    CPU seconds it used on this machine (the host's side of the emulator included)."""
+    before, started, cpu = (sshd.connections(), sshd.sessions()), time.monotonic(), cpu_s()
     action()
-    return time.monotonic() - started, sshd.connections() - before[0], sshd.sessions() - before[1]
+    took = time.monotonic() - started
+    return took, sshd.connections() - before[0], sshd.sessions() - before[1], cpu_s() - cpu
 
 
 _WORK = {("Delete", "Server"), ("Create", "Server"), ("Create", "Benchmark")}
@@ -152,11 +162,11 @@ def _seconds(stamp: str) -> float:
 
 def flag_change(sshd: SshServer, project: Workspace, stack: str) -> tuple[Timing, float]:
     """The `up` that applies a changed flag, and the physical work in it (stop, start, benchmark)."""
-    before, started = (sshd.connections(), sshd.sessions()), time.monotonic()
+    before, started, cpu = (sshd.connections(), sshd.sessions()), time.monotonic(), cpu_s()
     # -v=7 logs each provider call; the log goes to a file, not the terminal, so it costs little.
     done = project.run("up", "--yes", "-s", stack, "-v=7", "--logflow", "--logtostderr")
     took = time.monotonic() - started
-    timing = (took, sshd.connections() - before[0], sshd.sessions() - before[1])
+    timing = (took, sshd.connections() - before[0], sshd.sessions() - before[1], cpu_s() - cpu)
     return timing, physical_work_s(done.stderr)
 
 
@@ -199,8 +209,8 @@ def main() -> None:
 
 
 def report(rows: dict[str, list[Timing]], change: dict[str, tuple[Timing, float]], proxied: int) -> None:
-    def median(name: str) -> float:
-        return statistics.median(timing[0] for timing in rows[name])
+    def median(name: str, column: int = 0) -> float:
+        return statistics.median(timing[column] for timing in rows[name])
 
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()}")
     print(
@@ -221,12 +231,26 @@ def report(rows: dict[str, list[Timing]], change: dict[str, tuple[Timing, float]
                 f"| {label} | {host} | {ours:.2f} | {empty:.2f} | {ours / empty:.2f}x | {dynamic:.2f} "
                 f"| {ours / dynamic:.2f}x | {opened} | {sessions} |"
             )
-    for host, ((took, opened, sessions), work_s) in change.items():
+    for host, ((took, opened, sessions, _), work_s) in change.items():
         print(
             f"| up after one flag change | {host} | {took:.2f} | physical work {work_s:.1f} "
             f"| overhead {took - work_s:.1f} s | | | {opened} | {sessions} |"
         )
     print(f"(the 50 ms proxy accepted {proxied} connections in all)")
+    print()
+    print("CPU seconds on this machine (medians; the commands' process trees):")
+    print("| command | host | sglang-stacks | empty | ratio | one dynamic resource | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for host in ("loopback", "50ms", "emulator"):
+        for verb in ("preview", "up"):
+            name = f"{host} {verb}"
+            if name not in rows:
+                continue
+            ours, empty, dynamic = (median(key, 3) for key in (name, f"empty {verb}", f"dynamic {verb}"))
+            print(
+                f"| {verb} | {host} | {ours:.2f} | {empty:.2f} | {ours / empty:.2f}x | {dynamic:.2f} "
+                f"| {ours / dynamic:.2f}x |"
+            )
 
 
 if __name__ == "__main__":
