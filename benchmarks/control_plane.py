@@ -55,6 +55,9 @@ class Thing(Resource):
 pulumi.export("answer", Thing("thing").id)
 """
 FLOORS = ("empty", "dynamic")
+# A release of its own gives the benchmark's stacks an environment of their own on this machine:
+# other stacks deployed here meanwhile (tests) share the 0.5.8 one and may copy other code into it.
+RELEASE = "0.5.8.post1"
 
 
 class DelayingProxy:
@@ -184,12 +187,14 @@ def main() -> None:
             floors[name].use_program(program)
             floors[name].init_stack(name)
             floors[name].run("up", "--yes", "--skip-preview", "-s", name)
-        project.init_stack("emulator", emulator_stack(port=free_port(), state_dir=root / "emulator"))
+        emulator = emulator_stack(port=free_port(), state_dir=root / "emulator")
+        project.init_stack("emulator", emulator.replace('"0.5.8"', f'"{RELEASE}"'))
         project.run("up", "--yes", "--skip-preview", "-s", "emulator")
         configs: dict[str, dict[str, Any]] = {}
         for name, port in (("loopback", sshd.port), ("50ms", proxy.port)):
             far = dataclasses.replace(sshd, port=port)
             configs[name] = ssh_config(far, root / name, port=free_port())
+            configs[name]["sglang-stacks:environment"]["sglang_release"] = RELEASE
             new_stack(project, name, far, configs[name])
             project.run("up", "--yes", "--skip-preview", "-s", name)
         for _ in range(args.rounds):
