@@ -1,11 +1,14 @@
-"""How long the everyday Pulumi commands take against a deployed stack, next to an empty Pulumi
-program (one export) on the same CLI and backend, and how many SSH connections each opens.
+"""How long the everyday Pulumi commands take against a deployed stack, next to two floors on the
+same CLI and backend: an empty Pulumi program (one export), and a program with one trivial dynamic
+resource (what any program with a dynamic provider pays: the provider process of each engine run).
+Also how many SSH connections (handshakes) and sessions (round trips) each opens at the host.
 
 Runs a real sshd on 127.0.0.1 (the tests' fixture) in front of the SGLang emulator, and the same
 sshd behind a TCP proxy that delays every chunk by 25 ms each way (a host 50 ms away; the kernel
 here has no netem). Commands run interleaved, ``--rounds`` times; medians are printed with their
-ratio to the empty program's. The one-flag change is printed with the work it cannot avoid
-(stop, start, benchmark: its time minus a no-op `up`'s), so the rest is the control plane's.
+ratio to each floor's. The one-flag change is printed with the work it cannot avoid: the old
+server's stop, the new one's start and the benchmark, timed by the engine's own log (the
+providers' Delete and Create calls), so the rest is the control plane's.
 
 Run: ``. .venv/sglang-stacks.env && python benchmarks/control_plane.py [--rounds 5]``.
 """
@@ -15,6 +18,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
+import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -32,6 +38,26 @@ from tests.sshd import SshServer, start_sshd
 from tests.test_deployment import new_stack, ssh_config, write_config
 
 EMPTY_PROGRAM = 'import pulumi\n\npulumi.export("answer", 42)\n'
+DYNAMIC_PROGRAM = """import pulumi
+from pulumi.dynamic import CreateResult, Resource, ResourceProvider
+
+
+class Noop(ResourceProvider):
+    def create(self, props):
+        return CreateResult("noop", props)
+
+
+class Thing(Resource):
+    def __init__(self, name):
+        super().__init__(Noop(), name, {"value": 1})
+
+
+pulumi.export("answer", Thing("thing").id)
+"""
+FLOORS = ("empty", "dynamic")
+# A release of its own gives the benchmark's stacks an environment of their own on this machine:
+# other stacks deployed here meanwhile (tests) share the 0.5.8 one and may copy other code into it.
+RELEASE = "0.5.8.post1"
 
 
 class DelayingProxy:
@@ -86,52 +112,100 @@ def command(workspace: Workspace, *args: str) -> Callable[[], object]:
     return lambda: workspace.run(*args)
 
 
-def timed(sshd: SshServer, action: Callable[[], object]) -> tuple[float, int]:
-    """Seconds ``action`` took and the SSH connections sshd accepted meanwhile."""
-    before, started = sshd.connections(), time.monotonic()
+Timing = tuple[float, int, int, float]
+"""Seconds, SSH connections, SSH sessions and CPU seconds of one command."""
+
+
+def cpu_s() -> float:
+    """CPU seconds (user and system) of this process's ended children and their descendants: on a
+    machine shared with other work, a command's CPU time varies far less than its duration."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def timed(sshd: SshServer, action: Callable[[], object]) -> Timing:
+    """Seconds ``action`` took, the SSH connections and sessions sshd started meanwhile, and the
+    CPU seconds it used on this machine (the host's side of the emulator included)."""
+    before, started, cpu = (sshd.connections(), sshd.sessions()), time.monotonic(), cpu_s()
     action()
-    return time.monotonic() - started, sshd.connections() - before
+    took = time.monotonic() - started
+    return took, sshd.connections() - before[0], sshd.sessions() - before[1], cpu_s() - cpu
 
 
-def flag_change(sshd: SshServer, project: Workspace, stack: str) -> tuple[float, int, float]:
-    """Seconds and SSH connections of the `up` that applies a changed flag, and its floor: the
-    old server's stop, the new one's start and the benchmark, as the next no-op `up` does none of
-    them, estimated as this `up` minus that one's time."""
-    before, started = sshd.connections(), time.monotonic()
-    project.run("up", "--yes", "-s", stack)
-    took, opened = time.monotonic() - started, sshd.connections() - before
-    started = time.monotonic()
-    project.run("up", "--yes", "-s", stack)
-    return took, opened, took - (time.monotonic() - started)
+_WORK = {("Delete", "Server"), ("Create", "Server"), ("Create", "Benchmark")}
+
+
+def physical_work_s(engine_log: str) -> float:
+    """Seconds the providers spent stopping the old server, starting the new one and benchmarking
+    it, from the engine's verbose log (each call's "executing" and "success" lines)."""
+    began: dict[tuple[str, str], float] = {}
+    total_s = 0.0
+    for line in engine_log.splitlines():
+        if not line.startswith("{") or '"Provider[' not in line:
+            continue
+        entry = json.loads(line)
+        message: str = entry["msg"]
+        call = message.split("].", 1)[1].split("(", 1)[0]
+        kind = message.split("(", 1)[1].split(")", 1)[0].rsplit("::", 1)[0].rsplit(":", 1)[-1]
+        if (call, kind) not in _WORK:
+            continue
+        when = _seconds(entry["time"])
+        if "executing" in message:
+            began[(call, kind)] = when
+        elif "success" in message and (call, kind) in began:
+            total_s += when - began.pop((call, kind))
+    return total_s
+
+
+def _seconds(stamp: str) -> float:
+    clock = stamp.rstrip("Z").split("T")[1]  # the same day: a benchmark run is minutes long
+    hours, minutes, seconds = clock.split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def flag_change(sshd: SshServer, project: Workspace, stack: str) -> tuple[Timing, float]:
+    """The `up` that applies a changed flag, and the physical work in it (stop, start, benchmark)."""
+    before, started, cpu = (sshd.connections(), sshd.sessions()), time.monotonic(), cpu_s()
+    # -v=7 logs each provider call; the log goes to a file, not the terminal, so it costs little.
+    done = project.run("up", "--yes", "-s", stack, "-v=7", "--logflow", "--logtostderr")
+    took = time.monotonic() - started
+    timing = (took, sshd.connections() - before[0], sshd.sessions() - before[1], cpu_s() - cpu)
+    return timing, physical_work_s(done.stderr)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    rows: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    rows: dict[str, list[Timing]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp, start_sshd() as sshd:
         root = Path(tmp)
         proxy = DelayingProxy(sshd.port, 0.025)
-        project, empty = Workspace.create(root / "stacks"), Workspace.create(root / "empty")
-        empty.use_program(EMPTY_PROGRAM)
-        empty.init_stack("empty")
-        project.init_stack("emulator", emulator_stack(port=free_port(), state_dir=root / "emulator"))
+        project = Workspace.create(root / "stacks")
+        floors = {name: Workspace.create(root / name) for name in FLOORS}
+        for name, program in zip(FLOORS, (EMPTY_PROGRAM, DYNAMIC_PROGRAM), strict=True):
+            floors[name].use_program(program)
+            floors[name].init_stack(name)
+            floors[name].run("up", "--yes", "--skip-preview", "-s", name)
+        emulator = emulator_stack(port=free_port(), state_dir=root / "emulator")
+        project.init_stack("emulator", emulator.replace('"0.5.8"', f'"{RELEASE}"'))
         project.run("up", "--yes", "--skip-preview", "-s", "emulator")
         configs: dict[str, dict[str, Any]] = {}
         for name, port in (("loopback", sshd.port), ("50ms", proxy.port)):
             far = dataclasses.replace(sshd, port=port)
             configs[name] = ssh_config(far, root / name, port=free_port())
+            configs[name]["sglang-stacks:environment"]["sglang_release"] = RELEASE
             new_stack(project, name, far, configs[name])
             project.run("up", "--yes", "--skip-preview", "-s", name)
         for _ in range(args.rounds):
-            rows["empty preview"].append(timed(sshd, command(empty, "preview", "-s", "empty")))
-            rows["empty up"].append(timed(sshd, command(empty, "up", "--yes", "-s", "empty")))
+            for name, floor in floors.items():
+                rows[f"{name} preview"].append(timed(sshd, command(floor, "preview", "-s", name)))
+                rows[f"{name} up"].append(timed(sshd, command(floor, "up", "--yes", "-s", name)))
             rows["emulator preview"].append(timed(sshd, command(project, "preview", "-s", "emulator")))
             for name in configs:
                 rows[f"{name} preview"].append(timed(sshd, command(project, "preview", "-s", name)))
                 rows[f"{name} up"].append(timed(sshd, command(project, "up", "--yes", "-s", name)))
-        change: dict[str, tuple[float, int, float]] = {}
+        change: dict[str, tuple[Timing, float]] = {}
         for name, config in configs.items():
             config["sglang-stacks:server"]["cuda_graph_max_bs"] = 512
             write_config(project, name, config)
@@ -139,26 +213,49 @@ def main() -> None:
     report(rows, change, proxy.accepted)
 
 
-def report(
-    rows: dict[str, list[tuple[float, int]]], change: dict[str, tuple[float, int, float]], proxied: int
-) -> None:
-    def median(name: str) -> float:
-        return statistics.median(took for took, _ in rows[name])
+def report(rows: dict[str, list[Timing]], change: dict[str, tuple[Timing, float]], proxied: int) -> None:
+    def median(name: str, column: int = 0) -> float:
+        return statistics.median(timing[column] for timing in rows[name])
 
-    print("| command | host | sglang-stacks (s) | empty program (s) | ratio | SSH connections |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()}")
+    print(
+        "| command | host | sglang-stacks (s) | empty (s) | ratio | one dynamic resource (s) | ratio "
+        "| SSH connections | SSH sessions |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for host in ("loopback", "50ms", "emulator"):
         for verb in ("preview", "up"):
             name = f"{host} {verb}"
             if name not in rows:
                 continue
-            ours, theirs = median(name), median(f"empty {verb}")
-            opened = max(count for _, count in rows[name])
+            ours, empty, dynamic = median(name), median(f"empty {verb}"), median(f"dynamic {verb}")
+            opened = max(timing[1] for timing in rows[name])
+            sessions = max(timing[2] for timing in rows[name])
             label = "up, nothing changed" if verb == "up" else "preview (refresh: always)"
-            print(f"| {label} | {host} | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f}x | {opened} |")
-    for host, (took, opened, floor) in change.items():
-        print(f"| up after one flag change | {host} | {took:.2f} | work {floor:.1f} | - | {opened} |")
+            print(
+                f"| {label} | {host} | {ours:.2f} | {empty:.2f} | {ours / empty:.2f}x | {dynamic:.2f} "
+                f"| {ours / dynamic:.2f}x | {opened} | {sessions} |"
+            )
+    for host, ((took, opened, sessions, _), work_s) in change.items():
+        print(
+            f"| up after one flag change | {host} | {took:.2f} | physical work {work_s:.1f} "
+            f"| overhead {took - work_s:.1f} s | | | {opened} | {sessions} |"
+        )
     print(f"(the 50 ms proxy accepted {proxied} connections in all)")
+    print()
+    print("CPU seconds on this machine (medians; the commands' process trees):")
+    print("| command | host | sglang-stacks | empty | ratio | one dynamic resource | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for host in ("loopback", "50ms", "emulator"):
+        for verb in ("preview", "up"):
+            name = f"{host} {verb}"
+            if name not in rows:
+                continue
+            ours, empty, dynamic = (median(key, 3) for key in (name, f"empty {verb}", f"dynamic {verb}"))
+            print(
+                f"| {verb} | {host} | {ours:.2f} | {empty:.2f} | {ours / empty:.2f}x | {dynamic:.2f} "
+                f"| {ours / dynamic:.2f}x |"
+            )
 
 
 if __name__ == "__main__":

@@ -8,8 +8,12 @@ Stdlib only, so it can be copied into a bare virtualenv next to ``sglang_flags``
 
 from __future__ import annotations
 
-from sglang_emulator.launcher import RunningEmulator, start_emulator
+from typing import TYPE_CHECKING, Any
+
 from sglang_emulator.profile import Profile, ProfileError, load_profile, shipped_profiles
+
+if TYPE_CHECKING:
+    from sglang_emulator.launcher import RunningEmulator, start_emulator
 
 __all__ = [
     "EMULATOR_NAME",
@@ -22,3 +26,13 @@ __all__ = [
 ]
 
 EMULATOR_NAME = "sglang-emulator"
+
+
+def __getattr__(name: str) -> Any:
+    # The launcher (HTTP client, subprocess) is imported on first use: the emulator's nvidia-smi,
+    # run three times by every probe of the host, needs only the profile and the GPU state.
+    if name in ("RunningEmulator", "start_emulator"):
+        from sglang_emulator import launcher
+
+        return getattr(launcher, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

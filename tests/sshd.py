@@ -64,6 +64,10 @@ class SshServer:
         """How many SSH connections (TCP connections, so handshakes) sshd has accepted so far."""
         return self.log().count("Connection from ")
 
+    def sessions(self) -> int:
+        """How many remote commands (sessions, multiplexed or not) sshd has started so far."""
+        return self.log().count("Starting session: ")
+
 
 def new_key(folder: Path, name: str) -> tuple[str, str]:
     """Makes an ed25519 key pair in ``folder``; returns (private key contents, public key line)."""
@@ -120,8 +124,8 @@ def start_sshd(startup_timeout_s: float = 10.0) -> Iterator[SshServer]:
             "StrictModes no\n"
             "MaxStartups 64\n"
             "MaxSessions 64\n"
-            # VERBOSE logs one "Connection from" line per accepted connection: the tests count
-            # handshakes with it.
+            # VERBOSE logs one "Connection from" line per accepted connection and one "Starting
+            # session" line per remote command: the tests count handshakes and round trips with them.
             "LogLevel VERBOSE\n"
         )
         if os.geteuid() == 0:

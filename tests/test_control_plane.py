@@ -1,5 +1,6 @@
 """The control plane with the real Pulumi CLI over a real sshd: one SSH handshake per command and
-host (counted at sshd), and a CLI killed mid-call that leaves no key and no connection behind.
+host and a refresh's reads in one session (both counted at sshd), and a CLI killed mid-call that
+leaves no key and no connection behind.
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     return Workspace.create(tmp_path)
 
 
-def handshakes(sshd: SshServer, workspace: Workspace, *args: str) -> int:
-    """How many SSH connections `pulumi <args>` opened to the host."""
-    before = sshd.connections()
+def handshakes(sshd: SshServer, workspace: Workspace, *args: str) -> tuple[int, int]:
+    """How many SSH connections and sessions (remote commands) `pulumi <args>` opened on the host."""
+    before = sshd.connections(), sshd.sessions()
     workspace.run(*args)
-    return sshd.connections() - before
+    return sshd.connections() - before[0], sshd.sessions() - before[1]
 
 
 def test_each_command_opens_one_ssh_connection_to_the_host(
@@ -65,7 +66,13 @@ def test_each_command_opens_one_ssh_connection_to_the_host(
     }
 
     # Before, each remote call was a connection of its own: 5 for a preview, 9 for a no-op up.
-    assert counts == dict.fromkeys(counts, 1)
+    assert {name: opened for name, (opened, _) in counts.items()} == dict.fromkeys(counts, 1)
+    # The four reads of a refresh (environment, probe, claim, server) share one session. A preview
+    # adds the program's look at what the host serves; `refresh --yes` and `up` each run the
+    # engine twice (a preview first), reading the host each time. Before, every read was a session
+    # of its own: 5 for a preview, 9 for a no-op up, 8 for a refresh.
+    sessions = {name: count for name, (_, count) in counts.items()}
+    assert (sessions["preview"], sessions["up, nothing changed"], sessions["refresh"]) == (2, 3, 2)
     # Every command's connection folder went with it (those of live processes may stay).
     wait_for(lambda: all(Path(f"/proc/{folder.name.split('-')[0]}").exists() for folder in folders()))
 

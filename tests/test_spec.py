@@ -1,5 +1,7 @@
 import copy
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -253,3 +255,15 @@ def test_the_ssh_connect_timeout_is_a_host_setting() -> None:
     assert load_spec({**SECTIONS, "host": SSH_HOST}, "test").host.connect_timeout_s == 10
     problems = _problems({**SECTIONS, "host": {**SSH_HOST, "connect_timeout_s": 0}})
     assert "host.connect_timeout_s" in problems
+
+
+def test_a_valid_config_loads_without_building_the_schema_validator() -> None:
+    # Each program run (twice per `pulumi up`) pays for what load_spec imports; the JSON Schema
+    # validator is only needed to describe a config with problems.
+    code = (
+        "import sys, json; from sglang_stacks.config.spec import load_spec; "
+        f"load_spec(json.loads({json.dumps(json.dumps(SECTIONS))}), 'test'); "
+        "print('jsonschema' in sys.modules)"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "False"

@@ -23,7 +23,7 @@ import pytest
 from sglang_stacks.errors import HostError, SpecError
 from sglang_stacks.hostops import _ssh
 from sglang_stacks.hostops.session import open_session
-from sglang_stacks.hostops.transport import Connection, HostPath, quote, quote_path, run, upload
+from sglang_stacks.hostops.transport import Connection, HostPath, gathering, quote, quote_path, run, upload
 from tests._pulumi import ROOT
 from tests.sshd import SshServer, free_port, new_key, start_sshd
 
@@ -467,3 +467,28 @@ def test_session_keeps_a_script_running_and_talks_to_it_line_by_line(conn: Conne
 def test_session_to_an_unreachable_host_fails_at_once(sshd: SshServer) -> None:
     with pytest.raises(HostError, match="connection refused"):
         open_session(sshd.connection(port=free_port()), "echo never")
+
+
+def test_reads_run_at_once_share_one_session_each_with_its_own_output(sshd: SshServer) -> None:
+    conn = sshd.connection()
+    run(conn, "true", timeout_s=30)  # the master is up: what follows is sessions only
+    before = sshd.sessions()
+
+    def read(index: int) -> tuple[int, str, str]:
+        with gathering():
+            found = run(
+                conn, f'echo "out $N"; echo "err $N" >&2; exit {index}', timeout_s=30, env={"N": str(index)}
+            )
+        return found.exit_code, found.stdout, found.stderr
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(read, range(4)))
+
+    assert answers == [(index, f"out {index}\n", f"err {index}\n") for index in range(4)]
+    assert sshd.sessions() - before == 1
+
+
+def test_a_gathered_read_keeps_its_own_time_limit(sshd: SshServer) -> None:
+    conn = sshd.connection()
+    with gathering(), pytest.raises(HostError, match="did not finish within 1 s"):
+        run(conn, "sleep 20", timeout_s=1)

@@ -10,6 +10,7 @@ decide by value: the connection replaces only when it names another machine.
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import lifetime
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.transport import Connection, gathering
 from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
 
 if TYPE_CHECKING:
@@ -226,7 +227,8 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
             return dynamic.UpdateResult(self._state(new_inputs, outputs))
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
-        with _sentences_only():
+        _import_providers(type(self).__module__)
+        with _sentences_only(), gathering():
             props = self.upgrade(props)
             inputs = self._inputs(props)
             found = self.read_typed(inputs, self._outputs(props))
@@ -238,6 +240,22 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
         with _sentences_only():
             props = self.upgrade(props)
             self.delete_typed(self._inputs(props), self._outputs(props))
+
+
+_HOST_PROVIDERS = ("host", "environment", "draft_model", "server", "benchmark")
+"""The modules of the providers every host of a stack has (`_host_parts`, the benchmark)."""
+_FLEET_PROVIDERS = ("router", "canary")
+"""The modules of the providers only a fleet has, imported when a fleet's resource is read."""
+
+
+def _import_providers(own_module: str) -> None:
+    """Imports the provider modules of the stack being read, so that the other reads of a refresh
+    (each waiting to unpickle its provider) reach `gathering` within milliseconds of this one and
+    share its session to the host. A refresh reads every resource: each module is needed anyway."""
+    package, _, own = own_module.rpartition(".")
+    fleet = _FLEET_PROVIDERS if own in _FLEET_PROVIDERS else ()
+    for name in (*_HOST_PROVIDERS, *fleet):
+        importlib.import_module(f"{package}.{name}")
 
 
 class _sentences_only:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
-
 POLL_S = 0.2
 CONFIG_LABEL = "sglang_stacks_config"
 """The worker label (``labels`` of ``POST /workers``, listed in ``metadata``) that holds the digest
@@ -18,6 +16,8 @@ of the configuration the replica serves: the fleet's configuration as the router
 
 def workers(router_url: str) -> list[dict[str, Any]]:
     """The router's workers as ``GET /workers`` lists them."""
+    import httpx  # where the router is talked to: a program that only declares resources never needs it
+
     answer = httpx.get(f"{router_url}/workers", timeout=10)
     answer.raise_for_status()
     listed: list[dict[str, Any]] = answer.json()["workers"]
@@ -38,6 +38,8 @@ def worker_configs(router_url: str) -> dict[str, str]:
 
 def wait_idle(worker_url: str, deadline: float) -> None:
     """Waits until the replica reports no running or waiting request, or is gone."""
+    import httpx
+
     while time.monotonic() < deadline:
         try:
             answer = httpx.get(f"{worker_url}/get_load", timeout=5)

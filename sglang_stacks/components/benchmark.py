@@ -33,9 +33,10 @@ from sglang_stacks.errors import BenchmarkError, HostError, StacksError
 from sglang_stacks.hostops import claim, programs
 from sglang_stacks.hostops import transport as transport
 from sglang_stacks.hostops.transport import quote, quote_path
-from sglang_stacks.results import gate as regression_gate
-from sglang_stacks.results import history, loadgen, stats, summary
-from sglang_stacks.results.loadgen.contract import Workload
+from sglang_stacks.results import stats
+
+# The results modules (history, gate, summary, the load generator's bundle) are imported in the
+# functions that measure: a program run or a refresh needs none of them.
 
 # The load generator arrives as a tar stream on stdin and runs from a scratch folder that goes
 # when the script ends; its progress file stays for `sglang-stacks logs`. It runs under
@@ -104,6 +105,9 @@ class BenchmarkOutputs(Props):
 
 def run_on_host(inputs: BenchmarkInputs) -> dict[str, Any]:
     """Ships the load generator to the host over the session, runs it there, returns its JSON."""
+    from sglang_stacks.results import loadgen
+    from sglang_stacks.results.loadgen.contract import Workload
+
     conn = inputs.connection
     settings = inputs.workload.model_dump(mode="json")
     extra: dict[str, bytes] = {}
@@ -185,6 +189,9 @@ def _check_no_errors(inputs: BenchmarkInputs, document: Mapping[str, Any]) -> No
 
 def measure(inputs: BenchmarkInputs) -> BenchmarkOutputs:
     """Runs the benchmark, records it in the history, judges the gate, and returns the outputs."""
+    from sglang_stacks.results import gate as regression_gate
+    from sglang_stacks.results import history, summary
+
     # GPU time belongs to the stack that holds the claim; a lost claim stops here.
     claim.acquire(
         inputs.connection,
@@ -237,6 +244,9 @@ class BenchmarkProvider(TypedProvider[BenchmarkInputs, BenchmarkOutputs]):
         self, olds: BenchmarkOutputs, old_inputs: BenchmarkInputs, news: BenchmarkInputs
     ) -> BenchmarkOutputs:
         # A new gate or price is applied to the result already measured: no GPU time.
+        from sglang_stacks.results import gate as regression_gate
+        from sglang_stacks.results import history, summary
+
         price = _host_price(news)
         levels = [
             level.model_copy(update={"cost_per_mtok": summary.cost_per_mtok(price, level.tok_s_mean)})

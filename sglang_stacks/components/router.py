@@ -14,7 +14,6 @@ import time
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-import httpx
 import pulumi
 import pulumi.dynamic as dynamic
 
@@ -194,6 +193,8 @@ def _registration(inputs: WorkerInputs) -> dict[str, Any]:
 
 def add_worker(inputs: WorkerInputs) -> WorkerOutputs:
     """Registers the replica and waits until the router lists it healthy."""
+    import httpx  # in the functions that talk to the router: the program never needs it
+
     try:
         answer = httpx.post(f"{inputs.router_url}/workers", json=_registration(inputs), timeout=30)
         if answer.status_code >= 400:
@@ -224,6 +225,8 @@ def drain_worker(inputs: WorkerInputs, worker_id: str) -> None:
     The router stops sending new requests once the worker is unlisted; requests already routed
     finish on the replica, which ``/get_load`` counts (SGLang's per-rank ``num_reqs``).
     """
+    import httpx  # in the functions that talk to the router: the program never needs it
+
     try:
         found = _router_api.listed(inputs.router_url, inputs.worker_url)
         if found is not None:
@@ -254,6 +257,8 @@ class RouterWorkerProvider(TypedProvider[WorkerInputs, WorkerOutputs]):
         return add_worker(inputs)
 
     def read_typed(self, inputs: WorkerInputs, outputs: WorkerOutputs) -> WorkerOutputs | None:
+        import httpx
+
         try:
             found = _router_api.listed(inputs.router_url, inputs.worker_url)
         except httpx.HTTPError:

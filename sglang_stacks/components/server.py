@@ -28,8 +28,7 @@ from sglang_stacks.components._provider import (
     resource_props,
 )
 from sglang_stacks.components.host import check_installed_release
-from sglang_stacks.config.flags import FlagValue
-from sglang_stacks.config.render import flags_from_values, render_command, values_from_argv
+from sglang_stacks.config.values import FlagValue
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import claim, process, serving
 from sglang_stacks.hostops.transport import Connection
@@ -88,6 +87,9 @@ class ServerInputs(HostInputs):
 
     def command(self) -> str:
         """The exact command line the server runs: variables, Python, launcher, argv."""
+        # The renderer builds the flag tables' models: imported only where a command is made.
+        from sglang_stacks.config.render import flags_from_values, render_command
+
         return render_command(
             flags_from_values(self.flags), self.release, self.python, self.env, self.launcher_module
         )
@@ -193,6 +195,8 @@ def upgrade_flags(props: Mapping[str, Any]) -> dict[str, Any]:
     flags = props.get("flags")
     if not isinstance(flags, Mapping) or not any(str(key).startswith("-") for key in flags):
         return dict(props)
+    from sglang_stacks.config.render import values_from_argv  # old state only
+
     argv: list[str] = []
     for option, value in flags.items():
         argv.append(str(option))

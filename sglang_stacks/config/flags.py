@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sglang_flags.renames import spellings
+from sglang_stacks.config.values import FlagValue
 
 __all__ = ["ExtraFlagValue", "FlagValue", "ServerFlags", "field_name"]
 
@@ -65,9 +66,6 @@ AttentionBackend = Literal[
     "intel_xpu",
 ]
 """Every attention backend of the shipped releases; each release accepts its own subset."""
-
-FlagValue = str | int | float | bool | list[str | int | float]
-"""A flag's value: a switch (bool), a scalar, or a list for nargs flags."""
 
 ExtraFlagValue = FlagValue
 """A value for a flag without a typed field."""

@@ -32,6 +32,7 @@ from typing import IO, Literal
 
 from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import HostError, SpecError, StacksError
+from sglang_stacks.hostops import _batch
 from sglang_stacks.hostops._ssh import client_argv
 from sglang_stacks.hostops._ssh_errors import ssh_failure
 from sglang_stacks.hostops.connection import Connection
@@ -40,6 +41,7 @@ __all__ = [
     "CommandResult",
     "Connection",
     "HostPath",
+    "gathering",
     "quote",
     "quote_path",
     "run",
@@ -130,7 +132,23 @@ def run(
         if stdin:
             pipe.write(stdin)
 
+    if stdin is None and _batch.active():
+        # A refresh's reads of one host share one session (`gathering`).
+        def execute(combined: str, limit_s: float) -> tuple[int, str, str]:
+            result = _execute(conn, combined, timeout_s=limit_s, feed=feed)
+            return result.exit_code, result.stdout, result.stderr
+
+        code, stdout, stderr, elapsed_s = _batch.run(conn, _exports(env) + script, timeout_s, execute)
+        if code in (124, 137) and elapsed_s >= timeout_s:
+            raise _timed_out(conn, timeout_s, stderr or stdout)
+        return CommandResult(exit_code=code, stdout=stdout, stderr=stderr)
     return _execute(conn, _exports(env) + script, timeout_s=timeout_s, feed=feed)
+
+
+def gathering() -> contextlib.AbstractContextManager[None]:
+    """Inside the block, scripts this thread runs without stdin may share one session with those
+    other threads run on the same host at about the same time (a refresh's reads)."""
+    return _batch.gathering()
 
 
 def upload(
@@ -307,11 +325,15 @@ def _result(
             "`setsid nohup COMMAND >LOG 2>&1 </dev/null &`."
         )
     if exit_code in (124, 137) and elapsed_s >= timeout_s:
-        raise HostError(
-            f"A script on {conn.label} did not finish within {timeout_s:g} s and was stopped there. "
-            f"{_tail(script_stderr or out_text)} Raise the timeout if the work is slow, or find what hangs."
-        )
+        raise _timed_out(conn, timeout_s, script_stderr or out_text)
     return CommandResult(exit_code=exit_code, stdout=out_text, stderr=script_stderr)
+
+
+def _timed_out(conn: Connection, timeout_s: float, output: str) -> HostError:
+    return HostError(
+        f"A script on {conn.label} did not finish within {timeout_s:g} s and was stopped there. "
+        f"{_tail(output)} Raise the timeout if the work is slow, or find what hangs."
+    )
 
 
 def _tail(text: str, lines: int = 5) -> str:
