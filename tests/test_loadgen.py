@@ -222,7 +222,13 @@ def _unpacked(folder: Path) -> Path:
     return folder
 
 
-def test_runs_as_the_host_runs_it_outside_the_project(server: FakeSGLang, tmp_path: Path) -> None:
+@pytest.mark.parametrize("uvloop_installed", [True, False])
+def test_runs_as_the_host_runs_it_outside_the_project(
+    server: FakeSGLang, tmp_path: Path, uvloop_installed: bool
+) -> None:
+    folder = _unpacked(tmp_path)
+    if not uvloop_installed:  # a host environment without uvloop: the module found first fails to import
+        (folder / "uvloop.py").write_text("raise ImportError('uvloop is not installed on this host')\n")
     workload = contract.Workload(
         url=server.url,
         input_len=8,
@@ -233,7 +239,7 @@ def test_runs_as_the_host_runs_it_outside_the_project(server: FakeSGLang, tmp_pa
         requests_per_repetition=2,
     )
     argv = [sys.executable, "-E", "-s", "-m", loadgen.PACKAGE_NAME, *workload.argv()]
-    done = subprocess.run(argv, cwd=_unpacked(tmp_path), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["schema"] == contract.SCHEMA

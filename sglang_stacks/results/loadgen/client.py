@@ -4,6 +4,7 @@ repetitions) over one of the server's streaming routes, into one JSON document.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import secrets
@@ -13,7 +14,6 @@ from dataclasses import fields
 from typing import Any
 
 import aiohttp
-import uvloop
 
 from .contract import RECORD_COLUMNS, SCHEMA, LoadgenError, Workload, parse_args
 from .progress import Progress
@@ -222,7 +222,12 @@ async def run_async(workload: Workload, nonce: int | None = None) -> dict[str, A
 
 def run(workload: Workload, nonce: int | None = None) -> dict[str, Any]:
     """Blocking form of ``run_async`` for callers without an event loop."""
-    # uvloop's event loop (libuv) costs about half the CPU per streamed chunk of asyncio's own.
+    # uvloop's event loop (libuv) costs about half the CPU per streamed chunk of asyncio's own. SGLang
+    # installs it with its server; a host environment without it measures with asyncio's loop.
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(run_async(workload, nonce))
     return uvloop.run(run_async(workload, nonce))
 
 
