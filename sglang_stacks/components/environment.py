@@ -52,10 +52,20 @@ _PIN = re.compile(
 )
 
 
+_EMULATOR_FOLDER_PINS = ("httpx==0.28.1",)
+"""What emulator environment folders are named after, for good: the load generator's first pin set.
+Its packages (``LOADGEN_PINS``) are installed in place when they change, as the emulator's code is,
+so an upgrade of this tool never moves a serving emulator to a new folder (and a new server)."""
+
+
 def default_venv_path(runtime: str, release: str, extra_pins: Sequence[str] = ()) -> str:
     """``~/.sglang-stacks/envs/<runtime>-<release>-<digest of the pins>``: stacks that ask for the
-    same software share one environment, and different pins never share one."""
-    pins = hostenv.effective_pins(runtime, release, extra_pins)
+    same software share one environment, and different pins never share one. (The emulator's
+    folder keeps one name per release: its pins are the tool's own, updated in place.)"""
+    if runtime == "emulator":
+        pins = list(_EMULATOR_FOLDER_PINS)
+    else:
+        pins = hostenv.effective_pins(runtime, release, extra_pins)
     digest = hashlib.sha256("\n".join(sorted(pins)).encode()).hexdigest()[:10]
     return f"~/.sglang-stacks/envs/{runtime}-{release}-{digest}"
 
@@ -115,6 +125,8 @@ class EnvironmentInputs(HostInputs):
     ``venv_path``. The ``venv_path`` output is the same folder, absolute."""
     emulator_digest: Annotated[str | None, UPDATES] = None
     """sha256 of this checkout's emulator packages: new emulator code is copied in place."""
+    loadgen_pins: Annotated[tuple[str, ...], UPDATES] = ()
+    """The load generator's packages in an emulator environment: new ones are installed in place."""
     install_timeout_s: Annotated[float, UPDATES] = 3600.0
     """How long one pip install may take on the host."""
     launcher_module: Annotated[str, UPDATES]
@@ -191,9 +203,9 @@ class PythonEnvironment(dynamic.Resource, module="sglang", name="PythonEnvironme
 
     ``runtime="sglang"`` installs ``sglang[all]==<release>`` and ``extra_pins`` with pip.
     ``runtime="emulator"`` copies ``sglang_flags`` and ``sglang_emulator`` from this checkout into
-    the venv and installs the load generator's ``httpx``; ``extra_pins`` (GPU libraries) do not
-    apply to it and are ignored. Deploying again when the environment is already right installs
-    nothing: a marker in the venv records what was installed, and the version is asked again.
+    the venv and installs the load generator's packages (``LOADGEN_PINS``); ``extra_pins`` (GPU
+    libraries) do not apply to it and are ignored. Deploying again when the environment is already
+    right installs nothing: a marker in the venv records what was installed, and the version is asked again.
 
     Changing the runtime, release, pins, folder or host replaces the resource; changed emulator
     code is copied in place. Destroying it leaves the venv on the host, because every stack that
@@ -231,6 +243,7 @@ class PythonEnvironment(dynamic.Resource, module="sglang", name="PythonEnvironme
             "extra_pins": list(extra_pins),
             "requested_venv_path": venv_path or default_venv_path(runtime, release, extra_pins),
             "emulator_digest": emulator_digest() if runtime == "emulator" else None,
+            "loadgen_pins": list(LOADGEN_PINS) if runtime == "emulator" else [],
             "install_timeout_s": install_timeout_s,
             "launcher_module": LAUNCHER_MODULES[runtime],
         }
