@@ -10,7 +10,7 @@ leave is a server process the claim records but no state tracks, which is stoppe
 Anything else (an interrupted update or delete, another provider's create) is listed with the
 command that settles it.
 
-The state is read and written with ``pulumi stack export``/``import`` in the project folder. The
+The state is read and written with ``pulumi stack export``/``import`` through the Automation API. The
 copy that is written back is the one exported without ``--show-secrets`` (secrets stay encrypted);
 the decrypted copy, needed to reach the host, stays in memory.
 """
@@ -18,16 +18,16 @@ the decrypted copy, needed to reach the host, stays in memory.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import pulumi.automation as auto
 from pydantic import ValidationError
 
+from sglang_stacks import orchestrate  # which imports this module: its names are read at call time
 from sglang_stacks.errors import ClaimError, HostError, SpecError
 from sglang_stacks.project import find_project_dir
 
@@ -76,28 +76,17 @@ class Pending:
         return f"{self.kind} {self.name} ({self.type.removeprefix('pulumi-python:dynamic/')})"
 
 
-def _pulumi(project: Path, stack: str, *args: str, stdin: str | None = None) -> str:
-    """``pulumi <args> -s <stack>`` in the project folder, as typed there; its stdout."""
-    done = subprocess.run(
-        ["pulumi", *args, "-s", stack, "--non-interactive"],
-        cwd=project,
-        env=os.environ,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
+def _failed(stack: str, what: str, error: auto.CommandError) -> SpecError:
+    """The sentence for a failed ``pulumi stack export``/``import``, with the fix."""
+    said = str(error).strip()
+    fix = (
+        f"If no update of it runs any more (a killed `pulumi up`), `pulumi cancel -s {stack}` "
+        "lets go of Pulumi's lock; then run this again."
+        if "locked" in said
+        else "Put the project's Pulumi CLI on PATH, select its backend and passphrase with "
+        "`. scripts/env.sh`, and try again."
     )
-    if done.returncode != 0:
-        said = (done.stderr or done.stdout).strip()
-        fix = (
-            f"If no update of it runs any more (a killed `pulumi up`), `pulumi cancel -s {stack}` "
-            "lets go of Pulumi's lock; then run this again."
-            if "locked" in said
-            else "Put the project's Pulumi CLI on PATH, select its backend and passphrase with "
-            "`. scripts/env.sh`, and try again."
-        )
-        raise SpecError(f"`pulumi {' '.join(args[:2])}` of stack {stack!r} failed: {said}. {fix}")
-    return done.stdout
+    return SpecError(f"`pulumi {what}` of stack {stack!r} failed: {said}. {fix}")
 
 
 def _plain(value: Any) -> Any:
@@ -111,10 +100,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _export(project: Path, stack: str, *, secrets: bool) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(
-        _pulumi(project, stack, "stack", "export", *(["--show-secrets"] if secrets else []))
-    )
+def _export(target: auto.Stack, *, secrets: bool) -> dict[str, Any]:
+    """The stack's state, read through the Automation API's command runner into memory (its own
+    ``export_stack`` has no ``--show-secrets``, and the decrypted copy must not reach a file)."""
+    workspace = target.workspace
+    assert isinstance(workspace, auto.LocalWorkspace)  # select_stack makes local ones
+    args = ["stack", "export", "--stack", target.name, *(["--show-secrets"] if secrets else [])]
+    try:
+        done = workspace.pulumi_command.run(args, workspace.work_dir, dict(workspace.env_vars))
+    except auto.CommandError as error:
+        raise _failed(target.name, "stack export", error) from None
+    document: dict[str, Any] = json.loads(done.stdout)
     return document
 
 
@@ -124,8 +120,8 @@ def _operations(document: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def pending_operations(stack: str, project_dir: Path | None = None) -> list[Pending]:
     """The pending operations of ``stack``'s state, secrets left encrypted."""
-    project = project_dir or find_project_dir()
-    return [_pending(op) for op in _operations(_export(project, stack, secrets=False))]
+    target = orchestrate.select_stack(project_dir or find_project_dir(), stack)
+    return [_pending(op) for op in _operations(_export(target, secrets=False))]
 
 
 def _pending(op: Mapping[str, Any]) -> Pending:
@@ -193,12 +189,12 @@ def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.st
     interrupted create left running) and clears them, or, when others remain, prints the command
     for each: clearing only some is not possible, since ``pulumi stack import`` drops them all.
     Returns 0 when nothing pending remains, 1 when something is left for the user."""
-    project = project_dir or find_project_dir()
-    encrypted = _export(project, stack, secrets=False)
+    target = orchestrate.select_stack(project_dir or find_project_dir(), stack)
+    encrypted = _export(target, secrets=False)
     if not _operations(encrypted):
         print(f"recover: stack {stack} has no pending operations; nothing to do.", file=out)
         return EXIT_CLEAN
-    decrypted = _export(project, stack, secrets=True)
+    decrypted = _export(target, secrets=True)
     if [op["resource"]["urn"] for op in _operations(decrypted)] != [
         op["resource"]["urn"] for op in _operations(encrypted)
     ]:
@@ -233,6 +229,9 @@ def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.st
         )
         return EXIT_LEFT_FOR_YOU
     # Importing the state as it is drops its pending operations: the supported way to clear them.
-    _pulumi(project, stack, "stack", "import", stdin=json.dumps(encrypted))
+    try:  # the copy imported keeps its secrets encrypted
+        target.import_stack(auto.Deployment(version=encrypted["version"], deployment=encrypted["deployment"]))
+    except auto.CommandError as error:
+        raise _failed(stack, "stack import", error) from None
     print(f"recover: cleared {stale}; nothing remains. `pulumi up -s {stack}` converges.", file=out)
     return EXIT_CLEAN
