@@ -4,7 +4,6 @@ deployment (or, for a stack with a fleet section, the fleet), exports its output
 import pulumi
 
 from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment, connection_args
-from sglang_stacks.components.fleet import Fleet, FleetArgs
 from sglang_stacks.config.spec import SECTION_KEYS, load_spec
 from sglang_stacks.errors import StacksError
 
@@ -15,6 +14,8 @@ try:
         {key: config.get_object(key) for key in SECTION_KEYS if config.get(key) is not None}, stack
     )
     if spec.fleet is not None:
+        from sglang_stacks.components.fleet import Fleet, FleetArgs  # a fleet's parts only for a fleet
+
         fleet = Fleet(
             stack,
             FleetArgs(

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sglang_stacks.config.docstrings import describe_fields
 from sglang_stacks.config.spec import BenchmarkSpec, HostSpec
 from sglang_stacks.errors import SpecError
 
@@ -39,7 +40,7 @@ _NAME = r"^[a-z0-9][a-z0-9-]*$"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=describe_fields)
 
 
 class RangeSpec(_Section):

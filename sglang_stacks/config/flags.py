@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sglang_flags.renames import spellings
+from sglang_stacks.config.docstrings import describe_fields
 from sglang_stacks.config.values import FlagValue
 
 __all__ = ["ExtraFlagValue", "FlagValue", "ServerFlags", "field_name"]
@@ -90,7 +91,7 @@ class ServerFlags(BaseModel):
     the stack spec fills them from its ``model`` and ``draftModel`` sections.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=describe_fields)
 
     # Model
     model_path: str | None = Field(default=None, min_length=1)

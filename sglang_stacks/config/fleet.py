@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sglang_stacks.config.docstrings import describe_fields
 from sglang_stacks.config.sections import HostSpec
 
 ROUTER_RELEASE = "0.3.2"
@@ -18,7 +19,7 @@ ROUTER_RELEASE = "0.3.2"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=describe_fields)
 
 
 class FleetHostSpec(HostSpec):

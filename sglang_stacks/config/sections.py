@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sglang_flags import known_releases, nearest_releases
+from sglang_stacks.config.docstrings import describe_fields
 from sglang_stacks.config.names import is_env_name
 
 CONFIG_NAMESPACE = "sglang-stacks"
@@ -38,7 +39,7 @@ _NO_CONTROL = r"^[^\x00-\x1f\x7f]+$"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=describe_fields)
 
 
 class HostSpec(_Section):

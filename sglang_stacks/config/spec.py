@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sglang_stacks.config import multinode
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec, SloSpec
+from sglang_stacks.config.docstrings import describe_fields
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.fleet import FleetSpec
 from sglang_stacks.config.sections import (
@@ -58,7 +59,7 @@ class StackSpec(BaseModel):
     """Everything one stack declares, one section per config key."""
 
     model_config = ConfigDict(
-        frozen=True, extra="forbid", use_attribute_docstrings=True, populate_by_name=True
+        frozen=True, extra="forbid", json_schema_extra=describe_fields, populate_by_name=True
     )
 
     host: HostSpec = Field(default_factory=HostSpec)
