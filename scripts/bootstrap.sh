@@ -83,8 +83,20 @@ export PULUMI_BACKEND_URL="\${PULUMI_BACKEND_URL:-file://\$HOME/.sglang-stacks/s
 ENV
 }
 
+# The project's modules compiled ahead: every Pulumi command starts several Python processes that
+# import them, and Python caches nothing itself when PYTHONDONTWRITEBYTECODE is set. Up-to-date
+# files are skipped; a file edited later is compiled from source until the next bootstrap.
+compile_modules() {
+    local package
+    for package in sglang_stacks sglang_flags sglang_emulator components toolchain; do
+        [[ -d "$ROOT/$package" ]] && "$ROOT/.venv/bin/python" -m compileall -q "$ROOT/$package" >/dev/null
+    done
+    return 0
+}
+
 main() {
     ensure_venv
+    compile_modules
     write_env "$(ensure_toolchain)"
 }
 

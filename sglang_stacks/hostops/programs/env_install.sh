@@ -33,6 +33,8 @@ if [ -n "$STAGING" ]; then
     for package in "${packages[@]}"; do
         rm -rf "${site:?}/$package"
         mv "$STAGING/$package" "$site/" || exit 13
+        # Compiled now, as pip compiles what it installs: its processes start often.
+        "$VENV/bin/python" -m compileall -q "$site/$package" >/dev/null 2>&1
     done
 fi
 printf '%s' "$FINGERPRINT" >"$VENV/$MARKER"
