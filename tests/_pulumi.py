@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests._ports import free_port as free_port  # where the tests find it
+
 ROOT = Path(__file__).resolve().parent.parent
 LINKED = (
     "Pulumi.yaml",
@@ -134,15 +136,6 @@ class Workspace:
     def outputs(self, stack: str) -> dict[str, Any]:
         result: dict[str, Any] = self.json("stack", "output", "--json", "-s", stack)
         return result
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def emulator_stack(

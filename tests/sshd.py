@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from sglang_stacks.hostops.transport import Connection
+from tests._ports import free_port
 
 INSTALL_HINT = "OpenSSH is not installed here; run scripts/ensure-sshd.sh once, then the tests again."
 
@@ -78,14 +79,6 @@ def new_key(folder: Path, name: str) -> tuple[str, str]:
         capture_output=True,
     )
     return path.read_text(), (folder / f"{name}.pub").read_text().strip()
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _sshd_binary() -> str:
