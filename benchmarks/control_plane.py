@@ -177,7 +177,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    rows: dict[str, list[Timing]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp, start_sshd() as sshd:
         root = Path(tmp)
         proxy = DelayingProxy(sshd.port, 0.025)
@@ -187,30 +186,48 @@ def main() -> None:
             floors[name].use_program(program)
             floors[name].init_stack(name)
             floors[name].run("up", "--yes", "--skip-preview", "-s", name)
-        emulator = emulator_stack(port=free_port(), state_dir=root / "emulator")
-        project.init_stack("emulator", emulator.replace('"0.5.8"', f'"{RELEASE}"'))
-        project.run("up", "--yes", "--skip-preview", "-s", "emulator")
-        configs: dict[str, dict[str, Any]] = {}
-        for name, port in (("loopback", sshd.port), ("50ms", proxy.port)):
-            far = dataclasses.replace(sshd, port=port)
-            configs[name] = ssh_config(far, root / name, port=free_port())
-            configs[name]["sglang-stacks:environment"]["sglang_release"] = RELEASE
-            new_stack(project, name, far, configs[name])
-            project.run("up", "--yes", "--skip-preview", "-s", name)
-        for _ in range(args.rounds):
-            for name, floor in floors.items():
-                rows[f"{name} preview"].append(timed(sshd, command(floor, "preview", "-s", name)))
-                rows[f"{name} up"].append(timed(sshd, command(floor, "up", "--yes", "-s", name)))
-            rows["emulator preview"].append(timed(sshd, command(project, "preview", "-s", "emulator")))
-            for name in configs:
-                rows[f"{name} preview"].append(timed(sshd, command(project, "preview", "-s", name)))
-                rows[f"{name} up"].append(timed(sshd, command(project, "up", "--yes", "-s", name)))
-        change: dict[str, tuple[Timing, float]] = {}
-        for name, config in configs.items():
-            config["sglang-stacks:server"]["cuda_graph_max_bs"] = 512
-            write_config(project, name, config)
-            change[name] = flag_change(sshd, project, name)
+        try:
+            rows, change = measure(sshd, proxy, project, floors, root, args.rounds)
+        finally:  # the servers would outlive the benchmark's folder
+            for stack in ("emulator", "loopback", "50ms"):
+                project.run("destroy", "--yes", "--skip-preview", "-s", stack, check=False)
     report(rows, change, proxy.accepted)
+
+
+def measure(
+    sshd: SshServer,
+    proxy: DelayingProxy,
+    project: Workspace,
+    floors: dict[str, Workspace],
+    root: Path,
+    rounds: int,
+) -> tuple[dict[str, list[Timing]], dict[str, tuple[Timing, float]]]:
+    """Deploys the three stacks, then times the commands ``rounds`` times, interleaved."""
+    rows: dict[str, list[Timing]] = defaultdict(list)
+    emulator = emulator_stack(port=free_port(), state_dir=root / "emulator")
+    project.init_stack("emulator", emulator.replace('"0.5.8"', f'"{RELEASE}"'))
+    project.run("up", "--yes", "--skip-preview", "-s", "emulator")
+    configs: dict[str, dict[str, Any]] = {}
+    for name, port in (("loopback", sshd.port), ("50ms", proxy.port)):
+        far = dataclasses.replace(sshd, port=port)
+        configs[name] = ssh_config(far, root / name, port=free_port())
+        configs[name]["sglang-stacks:environment"]["sglang_release"] = RELEASE
+        new_stack(project, name, far, configs[name])
+        project.run("up", "--yes", "--skip-preview", "-s", name)
+    for _ in range(rounds):
+        for name, floor in floors.items():
+            rows[f"{name} preview"].append(timed(sshd, command(floor, "preview", "-s", name)))
+            rows[f"{name} up"].append(timed(sshd, command(floor, "up", "--yes", "-s", name)))
+        rows["emulator preview"].append(timed(sshd, command(project, "preview", "-s", "emulator")))
+        for name in configs:
+            rows[f"{name} preview"].append(timed(sshd, command(project, "preview", "-s", name)))
+            rows[f"{name} up"].append(timed(sshd, command(project, "up", "--yes", "-s", name)))
+    change: dict[str, tuple[Timing, float]] = {}
+    for name, config in configs.items():
+        config["sglang-stacks:server"]["cuda_graph_max_bs"] = 512
+        write_config(project, name, config)
+        change[name] = flag_change(sshd, project, name)
+    return rows, change
 
 
 def report(rows: dict[str, list[Timing]], change: dict[str, tuple[Timing, float]], proxied: int) -> None:
