@@ -24,8 +24,9 @@ from sglang_stacks.errors import HostError, SpecError
 from sglang_stacks.hostops import _ssh
 from sglang_stacks.hostops.session import open_session
 from sglang_stacks.hostops.transport import Connection, HostPath, gathering, quote, quote_path, run, upload
+from tests._ports import free_port
 from tests._pulumi import ROOT
-from tests.sshd import SshServer, free_port, new_key, start_sshd
+from tests.sshd import SshServer, new_key, start_sshd
 
 T = TypeVar("T")
 
