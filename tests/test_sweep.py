@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -282,6 +283,8 @@ def test_an_ssh_pool_host_gets_its_key_only_as_a_secret_of_the_trial_stack(
     )
     assert not list((project.workspace.path / "stacks").glob("Pulumi.remote-*.yaml"))  # nothing launched
     project.workspace.run("config", "set", "--secret", "sshPrivateKey", "-s", "base", stdin=sshd.client_key)
+    token = "hf_" + secrets.token_hex(16)  # gated models download with it: every trial needs it too
+    project.workspace.run("config", "set", "--secret", "hubToken", "-s", "base", stdin=token)
     logins = sshd.connections()
     seen: set[str] = set()
     done = threading.Event()
@@ -298,10 +301,13 @@ def test_an_ssh_pool_host_gets_its_key_only_as_a_secret_of_the_trial_stack(
     assert sshd.connections() > logins  # the trials reached their host through the sshd
     for stack in trials:
         listed = project.workspace.run("config", "-s", stack).stdout
-        assert re.search(r"^sshPrivateKey\s+\[secret\]$", listed, re.MULTILINE), listed
         stack_file = project.workspace.path / "stacks" / f"Pulumi.{stack}.yaml"
-        secret = yaml.safe_load(stack_file.read_text())["config"]["sglang-stacks:sshPrivateKey"]
-        assert set(secret) == {"secure"} and secret["secure"].startswith("v1:")
+        for key in ("sshPrivateKey", "hubToken"):
+            assert re.search(rf"^{key}\s+\[secret\]$", listed, re.MULTILINE), listed
+            secret = yaml.safe_load(stack_file.read_text())["config"][f"sglang-stacks:{key}"]
+            assert set(secret) == {"secure"} and secret["secure"].startswith("v1:")
+        shown = project.workspace.run("config", "get", "hubToken", "-s", stack).stdout.strip()
+        assert shown == token
     body = sshd.client_key.strip().splitlines()[2]
     places = [
         project.workspace.path / "stacks",
@@ -309,9 +315,10 @@ def test_an_ssh_pool_host_gets_its_key_only_as_a_secret_of_the_trial_stack(
         project.workspace.backend,
     ]
     files = [f for place in places for f in place.rglob("*") if f.is_file()]
-    assert files and not [f for f in files if body in f.read_text(errors="replace")]
-    assert body not in ran.stdout + ran.stderr
-    assert seen and not [line for line in seen if body in line]  # never on a command line
+    for value in (body, token):
+        assert files and not [f for f in files if value in f.read_text(errors="replace")]
+        assert value not in ran.stdout + ran.stderr
+        assert seen and not [line for line in seen if value in line]  # never on a command line
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0  # the trial's server is gone
     assert not (project.tmp / "ssh-a" / "host" / "claim.json").exists()

@@ -1,11 +1,12 @@
-"""The SSH keys of a pool's ``kind: ssh`` hosts: checked before a sweep launches anything, and
-given to each trial stack as its ``sshPrivateKey`` secret.
+"""The secrets a trial stack gets: the SSH key of its pool host (``kind: ssh`` hosts), checked before
+a sweep launches anything, and the base stack's hub token, when it has one.
 
 A stack file holds its host's key as the Pulumi secret ``sshPrivateKey`` (set with ``pulumi config
 set --secret sshPrivateKey < ~/.ssh/id_ed25519``). A pool host names the stack that holds its key
 (``ssh_key_stack``, default the campaign's base stack), and each trial on that host gets a copy,
 re-encrypted for the trial's stack by the Pulumi CLI. The key is never in the campaign file, the
-sweep file, a log or a command line.
+sweep file, a log or a command line. The hub token (``hubToken``: gated models download with it)
+is copied the same way from the base stack to every trial, whatever its host.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from sglang_stacks.errors import SpecError
 if TYPE_CHECKING:
     from pulumi import automation as auto
 
-__all__ = ["SSH_KEY", "check_pool_keys", "give_key"]
+__all__ = ["HUB_TOKEN", "SSH_KEY", "check_pool_keys", "give_secrets"]
 
 SSH_KEY = "sshPrivateKey"
 """The config key (a Pulumi secret) of a stack's SSH private key."""
+HUB_TOKEN = "hubToken"
+"""The config key (a Pulumi secret) of a stack's model-hub token."""
 
 
 def check_pool_keys(campaign: CampaignSpec, stacks_dir: Path) -> None:
@@ -47,10 +50,13 @@ def check_pool_keys(campaign: CampaignSpec, stacks_dir: Path) -> None:
             )
 
 
-def give_key(trial: auto.Stack, pool_host: PoolHost, base: str) -> None:
-    """Copy the pool host's key, as a secret, into the trial stack's config (ssh hosts only)."""
+def give_secrets(trial: auto.Stack, pool_host: PoolHost, base: str, stacks_dir: Path) -> None:
+    """Copy into the trial stack's config, as secrets: the pool host's key (ssh hosts only), and the
+    base stack's hub token when it has one."""
     from sglang_stacks import orchestrate
 
     source = pool_host.key_stack(base)
     if source is not None:
         orchestrate.copy_secret(trial, SSH_KEY, source)
+    if HUB_TOKEN in read_stack_file(base, stacks_dir).secret_keys:
+        orchestrate.copy_secret(trial, HUB_TOKEN, base)

@@ -18,9 +18,10 @@ from pulumi import automation as auto
 
 from sglang_stacks import orchestrate
 from sglang_stacks.campaign.axes import bind_host
-from sglang_stacks.campaign.keys import give_key
+from sglang_stacks.campaign.keys import give_secrets
 from sglang_stacks.campaign.model import PoolHost
 from sglang_stacks.campaign.plan import PlanRow
+from sglang_stacks.project import stacks_dir
 
 __all__ = ["TrialFailure", "TrialRunner", "classify"]
 
@@ -117,7 +118,8 @@ class TrialRunner:
         )
         with self._write_lock:
             stack = orchestrate.write_stack(self.project, row.stack, sections, header)
-            give_key(stack, host, self.base)  # after the write: it replaces the file's config
+            # After the write, which replaces the file's config.
+            give_secrets(stack, host, self.base, stacks_dir(self.project))
         replace = [self._benchmark_urn(stack)] if benchmark_again else None
         (handle, write), _ = self._stream(row.stack, "up")
         try:
