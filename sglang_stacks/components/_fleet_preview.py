@@ -10,7 +10,7 @@ from typing import Any
 
 import pulumi
 
-from sglang_stacks.components._wiring import options_of, render_flags
+from sglang_stacks.components._wiring import options_of, render_flags, served_now
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import serving
@@ -24,15 +24,13 @@ def _host_line(index: int, fields: Mapping[str, Any], spec: StackSpec, stack: st
     try:
         conn = Connection(**fields)
         where = f"host {index} ({conn.label}, {host.host.state_dir})"
-        current = serving.read(conn, host.host.state_dir)
+        current = served_now(conn, host.host.state_dir, release)
     except StacksError:
         return f"host {index}: unreachable now (its probe will say why)"
     if current is None:
         return f"{where}: serves nothing of sglang-stacks; a replica of {stack} would start"
-    theirs = str(current.get("release", release))
-    changes = serving.flag_changes(
-        options_of(current.get("flags", {}), theirs), options_of(render_flags(host), release)
-    )
+    theirs = current["release"]
+    changes = serving.flag_changes(current["flags"], options_of(render_flags(host), release))
     if theirs != release:
         changes.insert(0, f"~ release {theirs} => {release}")
     if not changes:

@@ -17,6 +17,8 @@ from sglang_stacks.config import render
 from sglang_stacks.config.flags import FlagValue
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError, StacksError
+from sglang_stacks.hostops import serving
+from sglang_stacks.hostops.transport import Connection
 
 if TYPE_CHECKING:
     from pulumi_command.remote import ConnectionArgs
@@ -28,6 +30,7 @@ __all__ = [
     "nvidia_smi_command",
     "options_of",
     "render_flags",
+    "served_now",
 ]
 
 
@@ -71,6 +74,17 @@ def options_of(flags: Mapping[str, Any], release: str) -> dict[str, Any]:
         except StacksError:
             shown[name] = value
     return shown
+
+
+def served_now(conn: Connection, state_dir: str, release: str) -> dict[str, Any] | None:
+    """The note of the server the host serves now, with its ``release`` (``release`` when the note
+    names none) and its ``flags`` as that release's options, or None when it serves nothing of
+    sglang-stacks: what a preview compares a stack's flags with."""
+    current = serving.read(conn, state_dir)
+    if current is None:
+        return None
+    theirs = str(current.get("release", release))
+    return {**current, "release": theirs, "flags": options_of(current.get("flags", {}), theirs)}
 
 
 def emulator_env(spec: StackSpec) -> dict[str, str]:

@@ -22,6 +22,7 @@ from sglang_stacks.components._wiring import (
     flags_digest,
     options_of,
     render_flags,
+    served_now,
 )
 from sglang_stacks.components.benchmark import Benchmark
 from sglang_stacks.config import preflight
@@ -165,10 +166,7 @@ class SGLangDeployment(pulumi.ComponentResource):
         """Says in the preview how this stack differs from the server the host runs now."""
         try:
             conn = Connection(**fields)
-            current = serving.read(conn, state_dir)
-            if current is not None:
-                theirs = str(current.get("release", release))
-                current = {**current, "flags": options_of(current.get("flags", {}), theirs)}
+            current = served_now(conn, state_dir, release)
             note = serving.describe(current, stack, options_of(flags, release), conn.label)
         except StacksError:
             return  # an unreachable host fails the probe, with its own message
