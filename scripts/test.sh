@@ -17,6 +17,8 @@ echo "== mypy"
 mypy .
 echo "== pytest"
 # Test files run side by side, one worker per core (at most four), each file whole on one worker so
-# that the deployments its tests share are made once. SGLANG_STACKS_TEST_WORKERS=0 runs them all
-# in this process, one after another.
-python -m pytest -n "${SGLANG_STACKS_TEST_WORKERS:-auto}" --maxprocesses 4 --dist loadfile "$@"
+# that the deployments its tests share are made once, in the order tests/conftest.py gives them
+# (the slow files first). SGLANG_STACKS_TEST_WORKERS=0 runs them all in this process, one after
+# another.
+python -m pytest -n "${SGLANG_STACKS_TEST_WORKERS:-auto}" --maxprocesses 4 --dist loadfile \
+    --no-loadscope-reorder "$@"

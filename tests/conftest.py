@@ -10,6 +10,18 @@ import pytest
 from tests._pulumi import Workspace
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with the most integration tests (real engine, sshd, emulator: tens of seconds each) run
+    first, the quick files after them. Run side by side (scripts/test.sh), the workers then end
+    together, on quick files, instead of one worker running a long file while the other waits.
+    Each file's tests stay together and in their order."""
+    slow: dict[Path, int] = {}
+    for item in items:
+        if item.get_closest_marker("integration"):
+            slow[item.path] = slow.get(item.path, 0) + 1
+    items.sort(key=lambda item: -slow.get(item.path, 0))
+
+
 @pytest.fixture
 def workspace(tmp_path: Path) -> Workspace:
     """A throwaway project folder and local backend for driving the real Pulumi CLI."""
