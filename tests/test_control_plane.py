@@ -5,9 +5,11 @@ leaves no key and no connection behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,13 +59,21 @@ def test_each_command_opens_one_ssh_connection_to_the_host(
 ) -> None:
     new_stack(workspace, "baseline", sshd, ssh_config(sshd, tmp_path, port=new_port(ports)))
 
-    counts = {
-        "first up": handshakes(sshd, workspace, "up", "--yes", "-s", "baseline"),
-        "preview": handshakes(sshd, workspace, "preview", "-s", "baseline"),
-        "up, nothing changed": handshakes(sshd, workspace, "up", "--yes", "-s", "baseline"),
-        "refresh": handshakes(sshd, workspace, "refresh", "--yes", "-s", "baseline"),
-        "destroy": handshakes(sshd, workspace, "destroy", "--yes", "-s", "baseline"),
-    }
+    ours: set[str] = set()
+    done = threading.Event()
+    watcher = threading.Thread(target=folders_of_children, args=(ours, done), daemon=True)
+    watcher.start()
+    try:
+        counts = {
+            "first up": handshakes(sshd, workspace, "up", "--yes", "-s", "baseline"),
+            "preview": handshakes(sshd, workspace, "preview", "-s", "baseline"),
+            "up, nothing changed": handshakes(sshd, workspace, "up", "--yes", "-s", "baseline"),
+            "refresh": handshakes(sshd, workspace, "refresh", "--yes", "-s", "baseline"),
+            "destroy": handshakes(sshd, workspace, "destroy", "--yes", "-s", "baseline"),
+        }
+    finally:
+        done.set()
+        watcher.join()
 
     # Before, each remote call was a connection of its own: 5 for a preview, 9 for a no-op up.
     assert {name: opened for name, (opened, _) in counts.items()} == dict.fromkeys(counts, 1)
@@ -73,13 +83,27 @@ def test_each_command_opens_one_ssh_connection_to_the_host(
     # of its own: 5 for a preview, 9 for a no-op up, 8 for a refresh.
     sessions = {name: count for name, (_, count) in counts.items()}
     assert (sessions["preview"], sessions["up, nothing changed"], sessions["refresh"]) == (2, 3, 2)
-    # Every command's connection folder went with it (those of live processes may stay).
-    wait_for(lambda: all(Path(f"/proc/{folder.name.split('-')[0]}").exists() for folder in folders()))
+    # Every command's connection folder went with it. (Other folders on the machine belong to
+    # other commands, such as those of tests running beside this one.)
+    assert len(ours) == len(counts), ours  # one folder per command, each seen while it ran
+    base = _ssh._private_base()
+    wait_for(lambda: not [name for name in ours if (base / name).exists()])
 
 
 def folders() -> list[Path]:
     """The connection folders of the updates running (or not yet cleaned up) on this machine."""
     return list(_ssh._private_base().iterdir())
+
+
+def folders_of_children(seen: set[str], done: threading.Event) -> None:
+    """Names of the connection folders of the Pulumi commands this process runs (a folder is named
+    after its command's pid), sampled until ``done``."""
+    while not done.is_set():
+        for folder in folders():
+            with contextlib.suppress(OSError, ValueError):
+                if _ssh._stat(int(folder.name.split("-")[0]))[1] == os.getpid():
+                    seen.add(folder.name)
+        time.sleep(0.05)
 
 
 def test_a_cli_killed_during_a_long_remote_step_leaves_no_key_and_no_connection(
