@@ -37,6 +37,7 @@ __all__ = [
     "EXIT_UPDATE_FAILED",
     "copy_secret",
     "find_project_dir",
+    "pulumi_command",
     "rollout",
     "select_stack",
     "stack_outputs",
@@ -83,18 +84,21 @@ def write_stack(project_dir: Path, stack: str, sections: dict[str, Any], header:
     return selected
 
 
-def copy_secret(target: auto.Stack, key: str, source: str) -> None:
-    """Set ``key`` of ``target`` to the secret ``key`` of stack ``source``, encrypted for ``target``:
-    ``pulumi config cp``, run by the Automation API's own command runner. The value stays inside
-    the Pulumi CLI; ``Stack.set_config`` would pass it as an argument, which ``ps`` shows."""
+def pulumi_command(target: auto.Stack, *args: str) -> auto.CommandResult:
+    """``pulumi <args>`` in ``target``'s workspace (its folder, environment and CLI), run by the
+    Automation API's own command runner, for what its ``Stack`` methods lack; its output stays in
+    memory. Raises ``auto.CommandError``."""
     workspace = target.workspace
     assert isinstance(workspace, auto.LocalWorkspace)  # select_stack and write_stack make local ones
+    return workspace.pulumi_command.run(list(args), workspace.work_dir, dict(workspace.env_vars))
+
+
+def copy_secret(target: auto.Stack, key: str, source: str) -> None:
+    """Set ``key`` of ``target`` to the secret ``key`` of stack ``source``, encrypted for ``target``:
+    ``pulumi config cp``. The value stays inside the Pulumi CLI; ``Stack.set_config`` would pass it
+    as an argument, which ``ps`` shows."""
     try:
-        workspace.pulumi_command.run(
-            ["config", "cp", key, "--stack", source, "--dest", target.name],
-            workspace.work_dir,
-            dict(workspace.env_vars),
-        )
+        pulumi_command(target, "config", "cp", key, "--stack", source, "--dest", target.name)
     except auto.CommandError as error:
         said = [line.strip() for line in str(error).splitlines() if "error:" in line]
         raise SpecError(

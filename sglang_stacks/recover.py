@@ -101,13 +101,11 @@ def _plain(value: Any) -> Any:
 
 
 def _export(target: auto.Stack, *, secrets: bool) -> dict[str, Any]:
-    """The stack's state, read through the Automation API's command runner into memory (its own
-    ``export_stack`` has no ``--show-secrets``, and the decrypted copy must not reach a file)."""
-    workspace = target.workspace
-    assert isinstance(workspace, auto.LocalWorkspace)  # select_stack makes local ones
-    args = ["stack", "export", "--stack", target.name, *(["--show-secrets"] if secrets else [])]
+    """The stack's state, read into memory (the Automation API's ``export_stack`` has no
+    ``--show-secrets``, and the decrypted copy must not reach a file)."""
+    shown = ["--show-secrets"] if secrets else []
     try:
-        done = workspace.pulumi_command.run(args, workspace.work_dir, dict(workspace.env_vars))
+        done = orchestrate.pulumi_command(target, "stack", "export", "--stack", target.name, *shown)
     except auto.CommandError as error:
         raise _failed(target.name, "stack export", error) from None
     document: dict[str, Any] = json.loads(done.stdout)
