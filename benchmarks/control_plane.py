@@ -1,6 +1,10 @@
-"""How long the everyday Pulumi commands take against a deployed stack, next to two floors on the
-same CLI and backend: an empty Pulumi program (one export), and a program with one trivial dynamic
+"""How long the everyday Pulumi commands take against a deployed stack, next to floors on the same
+CLI and backend: an empty Pulumi program (one export), and a program with one trivial dynamic
 resource (what any program with a dynamic provider pays: the provider process of each engine run).
+With Go on PATH, two more show what providers compiled to a plugin would cost at best: a program
+with one resource of a provider that does nothing (``compiled_floor/``), and a program that does
+the Python work a program of ours keeps in any design (load the spec, run the preflight, render
+the flags, plan the memory) and registers a deployment's five resources with that provider.
 Also how many SSH connections (handshakes) and sessions (round trips) each opens at the host.
 
 Runs a real sshd on 127.0.0.1 (the tests' fixture) in front of the SGLang emulator, and the same
@@ -21,7 +25,9 @@ import dataclasses
 import json
 import os
 import resource
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -54,7 +60,46 @@ class Thing(Resource):
 
 pulumi.export("answer", Thing("thing").id)
 """
-FLOORS = ("empty", "dynamic")
+COMPILED_PROGRAM = """import pulumi
+
+
+class Thing(pulumi.CustomResource):
+    def __init__(self, name):
+        super().__init__("floor:index:Thing", name, {"value": 1})
+
+
+pulumi.export("answer", Thing("thing").id)
+"""
+SPEC_COMPILED_PROGRAM = """import pulumi
+
+from sglang_stacks.config import preflight, render
+from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.spec import SECTION_KEYS, load_spec
+
+config = pulumi.Config()
+sections = {key: config.get_object(key) for key in SECTION_KEYS if config.get(key) is not None}
+spec = load_spec(sections, pulumi.get_stack())
+release = spec.environment.sglang_release
+preflight.raise_on_errors(preflight.run_preflight(spec, release))
+flags = render.launch_values(spec.launch_flags(), release)
+memory = plan_memory(spec, release).as_dict()
+deployment = pulumi.ComponentResource("floor:index:Deployment", "deployment")
+inputs = {"probe": {"gpus": spec.host.gpu_count}, "claim": {"stack": pulumi.get_stack()},
+          "environment": {"release": release}, "server": {"flags": flags},
+          "benchmark": {"workload": spec.benchmark.model_dump(mode="json")}}
+for name, props in inputs.items():
+    part = pulumi.CustomResource("floor:index:Thing", name, props, pulumi.ResourceOptions(parent=deployment))
+    pulumi.export(name, part.id)
+pulumi.export("memory_plan", memory)
+"""
+PROGRAMS = {"empty": EMPTY_PROGRAM, "dynamic": DYNAMIC_PROGRAM}
+COMPILED = {"compiled": COMPILED_PROGRAM, "spec-compiled": SPEC_COMPILED_PROGRAM}
+FLOOR_NAMES = {
+    "empty": "empty program",
+    "dynamic": "one dynamic resource",
+    "compiled": "one compiled resource",
+    "spec-compiled": "our spec's work, five compiled resources",
+}
 # A release of its own gives the benchmark's stacks an environment of their own on this machine:
 # other stacks deployed here meanwhile (tests) share the 0.5.8 one and may copy other code into it.
 RELEASE = "0.5.8.post1"
@@ -173,6 +218,33 @@ def flag_change(sshd: SshServer, project: Workspace, stack: str) -> tuple[Timing
     return timing, physical_work_s(done.stderr)
 
 
+def build_compiled_floor(folder: Path) -> Path | None:
+    """The do-nothing provider plugin built into ``folder``; None (and why) without Go."""
+    if shutil.which("go") is None:
+        print("Go is not on PATH: the compiled floors are left out.", file=sys.stderr)
+        return None
+    source = Path(__file__).resolve().parent / "compiled_floor"
+    binary = folder / "pulumi-resource-floor"
+    subprocess.run(["go", "build", "-trimpath", "-o", str(binary), "."], cwd=source, check=True)
+    return folder
+
+
+def floor_workspace(root: Path, name: str, program: str, plugins: Path | None) -> Workspace:
+    """A workspace with ``program`` deployed as stack ``name``; with ``plugins``, the project file
+    points the engine at the compiled floor's plugin there."""
+    floor = Workspace.create(root / name)
+    floor.use_program(program)
+    if plugins is not None:
+        project_file = floor.path / "Pulumi.yaml"
+        text = project_file.read_text()
+        project_file.unlink()
+        project_file.write_text(f"{text}plugins:\n  providers:\n    - name: floor\n      path: {plugins}\n")
+    config = emulator_stack(port=free_port(), state_dir=root / name) if name == "spec-compiled" else ""
+    floor.init_stack(name, config)
+    floor.run("up", "--yes", "--skip-preview", "-s", name)
+    return floor
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -181,17 +253,17 @@ def main() -> None:
         root = Path(tmp)
         proxy = DelayingProxy(sshd.port, 0.025)
         project = Workspace.create(root / "stacks")
-        floors = {name: Workspace.create(root / name) for name in FLOORS}
-        for name, program in zip(FLOORS, (EMPTY_PROGRAM, DYNAMIC_PROGRAM), strict=True):
-            floors[name].use_program(program)
-            floors[name].init_stack(name)
-            floors[name].run("up", "--yes", "--skip-preview", "-s", name)
+        floors = {name: floor_workspace(root, name, program, None) for name, program in PROGRAMS.items()}
+        plugins = build_compiled_floor(root / "plugins")
+        if plugins is not None:
+            for name, program in COMPILED.items():
+                floors[name] = floor_workspace(root, name, program, plugins)
         try:
             rows, change = measure(sshd, proxy, project, floors, root, args.rounds)
         finally:  # the servers would outlive the benchmark's folder
             for stack in ("emulator", "loopback", "50ms"):
                 project.run("destroy", "--yes", "--skip-preview", "-s", stack, check=False)
-    report(rows, change, proxy.accepted)
+    report(rows, change, proxy.accepted, list(floors))
 
 
 def measure(
@@ -230,7 +302,12 @@ def measure(
     return rows, change
 
 
-def report(rows: dict[str, list[Timing]], change: dict[str, tuple[Timing, float]], proxied: int) -> None:
+def report(
+    rows: dict[str, list[Timing]],
+    change: dict[str, tuple[Timing, float]],
+    proxied: int,
+    floors: list[str],
+) -> None:
     def median(name: str, column: int = 0) -> float:
         return statistics.median(timing[column] for timing in rows[name])
 
@@ -273,6 +350,17 @@ def report(rows: dict[str, list[Timing]], change: dict[str, tuple[Timing, float]
                 f"| {verb} | {host} | {ours:.2f} | {empty:.2f} | {ours / empty:.2f}x | {dynamic:.2f} "
                 f"| {ours / dynamic:.2f}x |"
             )
+    print()
+    print("The floors (medians; ratios to the empty program's):")
+    print("| program | preview (s) | ratio | no-op up (s) | ratio | CPU preview (s) | CPU up (s) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for floor in floors:
+        preview, up = median(f"{floor} preview"), median(f"{floor} up")
+        print(
+            f"| {FLOOR_NAMES[floor]} | {preview:.2f} | {preview / median('empty preview'):.2f}x | {up:.2f} "
+            f"| {up / median('empty up'):.2f}x | {median(f'{floor} preview', 3):.2f} "
+            f"| {median(f'{floor} up', 3):.2f} |"
+        )
 
 
 if __name__ == "__main__":
