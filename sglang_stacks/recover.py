@@ -4,11 +4,12 @@ recover <stack>``, which clears the ones this tool knows are stale and says what
 Pulumi records an operation as pending while a provider works on it and drops it when the
 provider answers. A killed CLI never hears the answer: the operation stays in the state, `pulumi
 up` only warns about it (suggesting an interactive `pulumi refresh`), and a refresh run with
-``--non-interactive`` keeps pending creates. Every create of this project's own resources is safe to run
-again, so a pending one is stale once the host holds nothing it left: the only thing one can
-leave is a server process the claim records but no state tracks, which is stopped here first.
-Anything else (an interrupted update or delete, another provider's create) is listed with the
-command that settles it.
+``--non-interactive`` keeps pending creates. Every create of this project's own resources but a
+router's worker is safe to run again, so a pending one is stale once the host holds nothing it
+left: what one can leave is a server process the claim records, or a router process its start
+recorded beside its log, that no state tracks; such a process is stopped here first. Anything else
+(an interrupted update or delete, another provider's create) is listed with the command that
+settles it.
 
 The state is read and written with ``pulumi stack export``/``import`` through the Automation API. The
 copy that is written back is the one exported without ``--show-secrets`` (secrets stay encrypted);
@@ -28,7 +29,7 @@ import pulumi.automation as auto
 from pydantic import ValidationError
 
 from sglang_stacks import orchestrate  # which imports this module: its names are read at call time
-from sglang_stacks.errors import ClaimError, HostError, SpecError
+from sglang_stacks.errors import ClaimError, HostError, RouterError, SpecError
 from sglang_stacks.project import find_project_dir
 
 __all__ = ["EXIT_CLEAN", "EXIT_LEFT_FOR_YOU", "Pending", "pending_operations", "recover", "warning"]
@@ -38,11 +39,13 @@ EXIT_CLEAN, EXIT_LEFT_FOR_YOU = 0, 1
 _DYNAMIC = "pulumi-python:dynamic/sglang:"
 # Our resources whose create runs again safely: the environment and draft model reuse what is
 # there, the probe only reads, the claim re-acquires, the benchmark stops a load generator left
-# running before it starts one, the canary measures again. The server is checked on the host.
+# running before it starts one, the canary measures again. The server and the router are checked
+# on their hosts.
 _SAFE_CREATES = frozenset(
     _DYNAMIC + name
     for name in (
         "Server",
+        "Router",
         "Benchmark",
         "PythonEnvironment",
         "DraftModel",
@@ -51,7 +54,7 @@ _SAFE_CREATES = frozenset(
         "CanaryGate",
     )
 )
-_SERVER = _DYNAMIC + "Server"
+_SERVER, _ROUTER = _DYNAMIC + "Server", _DYNAMIC + "Router"
 # How `pulumi stack export --show-secrets` marks a secret value (Pulumi's well-known signature).
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
 
@@ -142,12 +145,12 @@ def warning(stack: str, pending: Sequence[Pending]) -> str:
     )
 
 
-def _tracked_servers(document: Mapping[str, Any]) -> set[int]:
-    """The pids of the servers the state tracks."""
+def _tracked(document: Mapping[str, Any], kind: str) -> set[int]:
+    """The pids of the processes of resource type ``kind`` (servers, routers) the state tracks."""
     return {
         int(res["outputs"]["pid"])
         for res in document.get("deployment", {}).get("resources") or []
-        if res.get("type") == _SERVER and isinstance(res.get("outputs", {}).get("pid"), int | float)
+        if res.get("type") == kind and isinstance(res.get("outputs", {}).get("pid"), int | float)
     }
 
 
@@ -175,6 +178,28 @@ def _settle_server(pending: Pending, tracked: set[int]) -> str:
     return f"the server it had launched on {conn.label} (pid {pid}) still ran, known to no state: stopped it"
 
 
+def _settle_router(pending: Pending, tracked: set[int]) -> str:
+    """Stops the router an interrupted create started, if it still runs untracked; says what was found."""
+    from sglang_stacks.components.router import RouterInputs, leftover_router, stop_router
+
+    inputs = RouterInputs.model_validate(dict(pending.inputs))
+    where = f"{inputs.host}:{inputs.port} ({inputs.connection.label})"
+    left = leftover_router(inputs)
+    if left is None or left[0] in tracked:
+        return f"{where} runs no router that the state does not know"
+    stop_router(inputs, *left)
+    return f"the router it had started on {where}, pid {left[0]}, still ran, known to no state: stopped it"
+
+
+def _settle(pending: Pending, document: Mapping[str, Any]) -> str:
+    """Makes a pending create of ours safe to run again; says what was found on the host."""
+    if pending.type == _SERVER:
+        return _settle_server(pending, _tracked(document, _SERVER))
+    if pending.type == _ROUTER:
+        return _settle_router(pending, _tracked(document, _ROUTER))
+    return "safe to run again"
+
+
 def _remedy(stack: str, pending: Pending) -> str:
     """What the user runs for a pending operation this tool does not settle itself."""
     if pending.kind == "creating":
@@ -200,15 +225,14 @@ def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.st
             f"The state of stack {stack!r} changed while it was read: an update runs. Let it finish, "
             f"then run `sglang-stacks recover {stack}` again."
         )
-    tracked = _tracked_servers(decrypted)
     stale, remaining = 0, 0
     print(f"recover: stack {stack} has pending operations an interrupted update left:", file=out)
     for op in _operations(decrypted):
         pending = _pending(op)
         if pending.kind == "creating" and pending.type in _SAFE_CREATES:
             try:
-                found = _settle_server(pending, tracked) if pending.type == _SERVER else "safe to run again"
-            except (HostError, ValidationError) as error:
+                found = _settle(pending, decrypted)
+            except (HostError, RouterError, ValidationError) as error:
                 if isinstance(error, ClaimError):
                     raise  # an update runs: nothing is settled now
                 print(f"  {pending.label}: left for you: its host could not be checked: {error}", file=out)

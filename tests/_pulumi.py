@@ -113,23 +113,25 @@ class Workspace:
         stack_file = self.path / "stacks" / f"Pulumi.{stack}.yaml"
         stack_file.write_text(stack_file.read_text() + config_yaml)
 
-    def leave_pending(self, stack: str, *operations: tuple[str, str, str]) -> None:
+    def leave_pending(self, stack: str, *operations: tuple[Any, ...]) -> None:
         """Puts in ``stack``'s state the pending operations a killed update leaves, each
         ``(operation, resource type, resource name)``, e.g. ``("creating",
-        "pulumi-python:dynamic/sglang:Server", "baseline-server")``. Written into the backend's
-        file, since `pulumi stack import` drops pending operations."""
+        "pulumi-python:dynamic/sglang:Server", "baseline-server")``, or with the resource's inputs
+        as a fourth item. Written into the backend's file, since `pulumi stack import` drops
+        pending operations."""
         path = self.backend / ".pulumi" / "stacks" / "sglang-stacks" / f"{stack}.json"
         document = json.loads(path.read_text())
         document["checkpoint"].setdefault("latest", {})["pending_operations"] = [
             {
                 "resource": {
-                    "urn": f"urn:pulumi:{stack}::sglang-stacks::{kind}::{name}",
+                    "urn": f"urn:pulumi:{stack}::sglang-stacks::{operation[1]}::{operation[2]}",
                     "custom": True,
-                    "type": kind,
+                    "type": operation[1],
+                    **({"inputs": operation[3]} if len(operation) > 3 else {}),
                 },
-                "type": operation,
+                "type": operation[0],
             }
-            for operation, kind, name in operations
+            for operation in operations
         ]
         path.write_text(json.dumps(document))
 

@@ -8,11 +8,17 @@ tests/faults/test_kills.py.
 from __future__ import annotations
 
 import io
+import sys
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from sglang_stacks import recover
-from tests._pulumi import Workspace
+from sglang_stacks.components.router import RouterInputs, leftover_router, start_router, stop_router
+from tests._pulumi import Workspace, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +70,7 @@ def test_what_the_tool_cannot_settle_is_left_in_place_with_its_command(project: 
     said = out.getvalue()
     assert code == recover.EXIT_LEFT_FOR_YOU, said
     assert "deleting tuned-old-benchmark (sglang:Benchmark): left for you: `pulumi refresh -s tuned`" in said
-    assert "creating tuned-router (sglang:Router): left for you: check whether it created anything" in said
+    assert "creating tuned-router (sglang:Router): left for you: its host could not be checked" in said
     assert "creating tuned-server (sglang:Server): left for you: its host could not be checked" in said
     assert "`pulumi refresh --clear-pending-creates -s tuned` clears every pending operation" in said
     # Clearing only some is impossible (an import drops them all): nothing was cleared.
@@ -80,3 +86,53 @@ def test_a_stack_without_pending_operations_needs_nothing(project: Workspace) ->
     out = io.StringIO()
     assert recover.recover("tuned", project_dir=project.path, out=out) == recover.EXIT_CLEAN
     assert out.getvalue() == "recover: stack tuned has no pending operations; nothing to do.\n"
+
+
+def router_inputs(folder: Path) -> dict[str, Any]:
+    """The inputs of a fleet's router on this machine, with the real sglang-router."""
+    return {
+        "connection": {"kind": "local"},
+        "python": sys.executable,
+        "release": version("sglang-router"),
+        "host": "127.0.0.1",
+        "port": free_port(),
+        "metrics_port": free_port(),
+        "policy": "round_robin",
+        "health_check_interval_s": 10,
+        "log_path": str(folder / "router" / "tuned-router.log"),
+    }
+
+
+def test_a_router_an_interrupted_create_left_running_is_stopped_and_the_create_cleared(
+    project: Workspace, tmp_path: Path
+) -> None:
+    inputs = router_inputs(tmp_path)
+    typed = RouterInputs.model_validate(inputs)
+    # What a `pulumi up` killed during the router's create leaves: the router runs, no state has it.
+    started = start_router(typed)
+    try:
+        project.leave_pending("tuned", ("creating", ROUTER, "tuned-router", inputs))
+        out = io.StringIO()
+
+        code = recover.recover("tuned", project_dir=project.path, out=out)
+
+        said = out.getvalue()
+        assert code == recover.EXIT_CLEAN, said
+        assert f"the router it had started on 127.0.0.1:{typed.port}" in said
+        assert f"pid {started.pid}, still ran, known to no state: stopped it" in said
+        assert pending(project) == []
+        # Its port is free again, so the next `pulumi up` can start the fleet's router there.
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{started.url}/liveness", timeout=5)
+        assert leftover_router(typed) is None
+
+        # A create killed before it started anything leaves nothing: stale, cleared, nothing stopped.
+        project.leave_pending("tuned", ("creating", ROUTER, "tuned-router", inputs))
+        out = io.StringIO()
+        assert recover.recover("tuned", project_dir=project.path, out=out) == recover.EXIT_CLEAN
+        assert f"127.0.0.1:{typed.port} (the local host) runs no router that the state does not know" in (
+            out.getvalue()
+        )
+        assert pending(project) == []
+    finally:
+        stop_router(typed, started.pid, started.start_ticks)

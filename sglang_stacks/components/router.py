@@ -105,6 +105,18 @@ def start_router(inputs: RouterInputs) -> RouterOutputs:
     )
 
 
+def leftover_router(inputs: RouterInputs) -> tuple[int, int] | None:
+    """The router the last start with this log launched, while it still runs: its pid and start
+    ticks. A start interrupted before it answered leaves one that no state knows."""
+    words = _run(inputs, "leftover", 30, log=HostPath(inputs.log_path)).split()
+    return (int(words[1]), int(words[2])) if words[:1] == ["running"] else None
+
+
+def stop_router(inputs: RouterInputs, pid: int, start_ticks: int) -> None:
+    """Stops the router process ``pid`` (if it is still the one started at ``start_ticks``)."""
+    _run(inputs, "stop", 60, pid=pid, start_ticks=start_ticks, timeout_s=20)
+
+
 class RouterProvider(TypedProvider[RouterInputs, RouterOutputs]):
     """Starts, notices and stops the router process."""
 
@@ -122,7 +134,7 @@ class RouterProvider(TypedProvider[RouterInputs, RouterOutputs]):
         return outputs if alive else None
 
     def delete_typed(self, inputs: RouterInputs, outputs: RouterOutputs) -> None:
-        _run(inputs, "stop", 60, pid=outputs.pid, start_ticks=outputs.start_ticks, timeout_s=20)
+        stop_router(inputs, outputs.pid, outputs.start_ticks)
 
 
 class SGLangRouter(dynamic.Resource, module="sglang", name="Router"):

@@ -6,6 +6,9 @@
 #          then ---log--- and the log's last lines; "port-taken" when PORT already answers
 #   alive  exit 0 while PID runs (and is the process started at START_TICKS)
 #   stop   TERM PID, KILL it after TIMEOUT_S
+#   leftover  "running PID START_TICKS" while the router the last start launched (recorded in
+#          LOG.pid the moment it started) still runs, else "none": what a start that was
+#          interrupted before it could answer left behind
 # The router starts with no workers: each replica is added through its worker API once ready.
 set -u
 
@@ -37,6 +40,7 @@ start() {
         >"$LOG" 2>&1 </dev/null &
     pid=$!
     ticks=$(stat_field "$pid" 20)
+    echo "$pid $ticks" >"$LOG.pid"
     deadline=$((SECONDS + ${TIMEOUT_S%.*}))
     while true; do
         PID=$pid START_TICKS=$ticks
@@ -59,9 +63,21 @@ stop() {
     done
 }
 
+leftover() {
+    local recorded
+    recorded=$(cat "$LOG.pid" 2>/dev/null) || recorded=""
+    read -r PID START_TICKS <<<"$recorded" || true
+    if [ -n "${PID:-}" ] && [ -n "${START_TICKS:-}" ] && alive; then
+        echo "running $PID $START_TICKS"
+    else
+        echo none
+    fi
+}
+
 case "$MODE" in
     start) start ;;
     alive) alive ;;
     stop) stop ;;
+    leftover) leftover ;;
     *) echo "router.sh: unknown MODE $MODE" >&2; exit 2 ;;
 esac
