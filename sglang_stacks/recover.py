@@ -4,8 +4,8 @@ recover <stack>``, which clears the ones this tool knows are stale and says what
 Pulumi records an operation as pending while a provider works on it and drops it when the
 provider answers. A killed CLI never hears the answer: the operation stays in the state, `pulumi
 up` only warns about it (suggesting an interactive `pulumi refresh`), and a refresh run with
-``--non-interactive`` keeps pending creates. Every create of this project's own resources but a
-router's worker is safe to run again, so a pending one is stale once the host holds nothing it
+``--non-interactive`` keeps pending creates. Every create of this project's own resources is safe
+to run again, so a pending one is stale once the host holds nothing it
 left: what one can leave is a server process the claim records, or a router process its start
 recorded beside its log, that no state tracks; such a process is stopped here first. Anything else
 (an interrupted update or delete, another provider's create) is listed with the command that
@@ -39,13 +39,14 @@ EXIT_CLEAN, EXIT_LEFT_FOR_YOU = 0, 1
 _DYNAMIC = "pulumi-python:dynamic/sglang:"
 # Our resources whose create runs again safely: the environment and draft model reuse what is
 # there, the probe only reads, the claim re-acquires, the benchmark stops a load generator left
-# running before it starts one, the canary measures again. The server and the router are checked
-# on their hosts.
+# running before it starts one, the canary measures again, the router keeps one registration of a
+# worker added twice. The server and the router are checked on their hosts.
 _SAFE_CREATES = frozenset(
     _DYNAMIC + name
     for name in (
         "Server",
         "Router",
+        "RouterWorker",
         "Benchmark",
         "PythonEnvironment",
         "DraftModel",

@@ -1,4 +1,5 @@
-"""The router provider on this machine, with the real sglang-router: where its log goes.
+"""The router provider on this machine, with the real sglang-router: where its log goes, and a
+worker added twice (an interrupted create run again) registered once.
 
 A whole fleet behind the router is in test_fleet.
 """
@@ -11,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from sglang_stacks.components.router import RouterProvider
+from sglang_emulator import start_emulator
+from sglang_stacks.components import _router_api
+from sglang_stacks.components.router import (
+    RouterInputs,
+    RouterProvider,
+    WorkerInputs,
+    add_worker,
+    start_router,
+    stop_router,
+)
 from tests._pulumi import free_port
 
 pytestmark = pytest.mark.integration
@@ -42,3 +52,41 @@ def test_a_router_log_under_the_home_folder_is_written_there(
         assert not (tmp_path / "~").exists()
     finally:
         provider.delete(created.id or "", {**props, **(created.outs or {})})
+
+
+def test_a_worker_added_twice_is_registered_once(tmp_path: Path) -> None:
+    # What makes a worker's interrupted create safe to run again (sglang-stacks recover clears it).
+    router = RouterInputs.model_validate(
+        {
+            "connection": {"kind": "local"},
+            "python": sys.executable,
+            "release": version("sglang-router"),
+            "host": "127.0.0.1",
+            "port": free_port(),
+            "metrics_port": free_port(),
+            "policy": "round_robin",
+            "health_check_interval_s": 10,
+            "log_path": str(tmp_path / "router.log"),
+        }
+    )
+    started = start_router(router)
+    try:
+        flags = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8"]
+        with start_emulator(flags, state_dir=str(tmp_path / "gpus")) as replica:
+            worker = WorkerInputs.model_validate(
+                {
+                    "connection": {"kind": "local"},
+                    "router_url": started.url,
+                    "worker_url": replica.base_url,
+                    "server_instance": "first",
+                    "config_digest": "c0ffee",
+                }
+            )
+            first, again = add_worker(worker), add_worker(worker)
+
+            assert again.worker_id == first.worker_id
+            listed = _router_api.workers(started.url)
+            assert [entry["url"] for entry in listed] == [replica.base_url]
+            assert _router_api.worker_configs(started.url) == {replica.base_url: "c0ffee"}
+    finally:
+        stop_router(router, started.pid, started.start_ticks)
