@@ -5,11 +5,10 @@ Pulumi records an operation as pending while a provider works on it and drops it
 provider answers. A killed CLI never hears the answer: the operation stays in the state, `pulumi
 up` only warns about it (suggesting an interactive `pulumi refresh`), and a refresh run with
 ``--non-interactive`` keeps pending creates. Every create of this project's own resources is safe
-to run again, so a pending one is stale once the host holds nothing it
-left: what one can leave is a server process the claim records, or a router process its start
-recorded beside its log, that no state tracks; such a process is stopped here first. Anything else
-(an interrupted update or delete, another provider's create) is listed with the command that
-settles it.
+to run again, so a pending one is stale once the host holds nothing it left: what one can leave is
+a server process the claim records, or a router process its start recorded beside its log, that
+no state tracks; such a process is stopped here first. Anything else (an interrupted update or
+delete, another provider's create) is listed with the command that settles it.
 
 The state is read and written with ``pulumi stack export``/``import`` through the Automation API. The
 copy that is written back is the one exported without ``--show-secrets`` (secrets stay encrypted);
