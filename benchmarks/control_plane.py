@@ -229,16 +229,21 @@ def build_compiled_floor(folder: Path) -> Path | None:
     return folder
 
 
+def use_plugins(workspace: Workspace, plugins: Path) -> None:
+    """Points the workspace's project file (a copy of the project's) at the compiled floor's plugin."""
+    project_file = workspace.path / "Pulumi.yaml"
+    text = project_file.read_text()
+    project_file.unlink()
+    project_file.write_text(f"{text}plugins:\n  providers:\n    - name: floor\n      path: {plugins}\n")
+
+
 def floor_workspace(root: Path, name: str, program: str, plugins: Path | None) -> Workspace:
     """A workspace with ``program`` deployed as stack ``name``; with ``plugins``, the project file
     points the engine at the compiled floor's plugin there."""
     floor = Workspace.create(root / name)
     floor.use_program(program)
     if plugins is not None:
-        project_file = floor.path / "Pulumi.yaml"
-        text = project_file.read_text()
-        project_file.unlink()
-        project_file.write_text(f"{text}plugins:\n  providers:\n    - name: floor\n      path: {plugins}\n")
+        use_plugins(floor, plugins)
     config = emulator_stack(port=free_port(), state_dir=root / name) if name == "spec-compiled" else ""
     floor.init_stack(name, config)
     floor.run("up", "--yes", "--skip-preview", "-s", name)

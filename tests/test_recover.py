@@ -8,17 +8,15 @@ tests/faults/test_kills.py.
 from __future__ import annotations
 
 import io
-import sys
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from sglang_stacks import recover
 from sglang_stacks.components.router import RouterInputs, leftover_router, start_router, stop_router
-from tests._pulumi import Workspace, free_port
+from tests._pulumi import Workspace
+from tests._router import local_router_props
 
 pytestmark = pytest.mark.integration
 
@@ -95,25 +93,10 @@ def test_a_stack_without_pending_operations_needs_nothing(project: Workspace) ->
     assert out.getvalue() == "recover: stack tuned has no pending operations; nothing to do.\n"
 
 
-def router_inputs(folder: Path) -> dict[str, Any]:
-    """The inputs of a fleet's router on this machine, with the real sglang-router."""
-    return {
-        "connection": {"kind": "local"},
-        "python": sys.executable,
-        "release": version("sglang-router"),
-        "host": "127.0.0.1",
-        "port": free_port(),
-        "metrics_port": free_port(),
-        "policy": "round_robin",
-        "health_check_interval_s": 10,
-        "log_path": str(folder / "router" / "tuned-router.log"),
-    }
-
-
 def test_a_router_an_interrupted_create_left_running_is_stopped_and_the_create_cleared(
     project: Workspace, tmp_path: Path
 ) -> None:
-    inputs = router_inputs(tmp_path)
+    inputs = local_router_props(str(tmp_path / "router" / "tuned-router.log"))
     typed = RouterInputs.model_validate(inputs)
     # What a `pulumi up` killed during the router's create leaves: the router runs, no state has it.
     started = start_router(typed)

@@ -6,8 +6,6 @@ A whole fleet behind the router is in test_fleet.
 
 from __future__ import annotations
 
-import sys
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from sglang_stacks.components.router import (
     start_router,
     stop_router,
 )
-from tests._pulumi import free_port
+from tests._router import local_router_props
 
 pytestmark = pytest.mark.integration
 
@@ -33,17 +31,7 @@ def test_a_router_log_under_the_home_folder_is_written_there(
     # The default router folder is ~/.sglang-stacks/router: ~/ is the host user's home.
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)  # where a folder literally named ~ would appear
-    props = {
-        "connection": {"kind": "local"},
-        "python": sys.executable,
-        "release": version("sglang-router"),
-        "host": "127.0.0.1",
-        "port": free_port(),
-        "metrics_port": free_port(),
-        "policy": "round_robin",
-        "health_check_interval_s": 10,
-        "log_path": "~/router/baseline-router.log",
-    }
+    props = local_router_props("~/router/baseline-router.log")
     provider = RouterProvider()
 
     created = provider.create(props)
@@ -56,19 +44,7 @@ def test_a_router_log_under_the_home_folder_is_written_there(
 
 def test_a_worker_added_twice_is_registered_once(tmp_path: Path) -> None:
     # What makes a worker's interrupted create safe to run again (sglang-stacks recover clears it).
-    router = RouterInputs.model_validate(
-        {
-            "connection": {"kind": "local"},
-            "python": sys.executable,
-            "release": version("sglang-router"),
-            "host": "127.0.0.1",
-            "port": free_port(),
-            "metrics_port": free_port(),
-            "policy": "round_robin",
-            "health_check_interval_s": 10,
-            "log_path": str(tmp_path / "router.log"),
-        }
-    )
+    router = RouterInputs.model_validate(local_router_props(str(tmp_path / "router.log")))
     started = start_router(router)
     try:
         flags = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8"]

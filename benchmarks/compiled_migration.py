@@ -2,44 +2,29 @@
 the state migration a rewrite of the providers as a compiled plugin would need.
 
 Deploys one Python dynamic resource, then runs the same program with the resource declared as a
-resource of the compiled floor's provider (``main.go``, built here) under an alias of its old
+resource of the compiled floor's provider (``compiled_floor/``, built here) under an alias of its old
 type, and prints what the preview plans, what the update did and the state's types and ids after
 it. Needs Go on PATH.
 
-Run: ``. .venv/sglang-stacks.env && python benchmarks/compiled_floor/migrate.py``.
+Run: ``. .venv/sglang-stacks.env && python benchmarks/compiled_migration.py``.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from control_plane import DYNAMIC_PROGRAM, build_compiled_floor, use_plugins
 
 from tests._pulumi import Workspace
 
-DYNAMIC = """import pulumi
-from pulumi.dynamic import CreateResult, Resource, ResourceProvider
-
-
-class Noop(ResourceProvider):
-    def create(self, props):
-        return CreateResult("kept-id", props)
-
-
-class Thing(Resource):
-    def __init__(self, name):
-        super().__init__(Noop(), name, {"value": 1})
-
-
-pulumi.export("id", Thing("thing").id)
-"""
 COMPILED = """import pulumi
 
 moved = pulumi.ResourceOptions(aliases=[pulumi.Alias(type_="pulumi-python:dynamic:Resource")])
-pulumi.export("id", pulumi.CustomResource("floor:index:Thing", "thing", {"value": 1}, moved).id)
+pulumi.export("answer", pulumi.CustomResource("floor:index:Thing", "thing", {"value": 1}, moved).id)
 """
 
 
@@ -51,18 +36,12 @@ def resources(workspace: Workspace) -> list[str]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        plugins = root / "plugins"
-        subprocess.run(
-            ["go", "build", "-trimpath", "-o", str(plugins / "pulumi-resource-floor"), "."],
-            cwd=Path(__file__).resolve().parent,
-            check=True,
-        )
+        plugins = build_compiled_floor(root / "plugins")
+        if plugins is None:
+            sys.exit(1)
         workspace = Workspace.create(root)
-        project_file = workspace.path / "Pulumi.yaml"
-        text = project_file.read_text()
-        project_file.unlink()
-        project_file.write_text(f"{text}plugins:\n  providers:\n    - name: floor\n      path: {plugins}\n")
-        workspace.use_program(DYNAMIC)
+        use_plugins(workspace, plugins)
+        workspace.use_program(DYNAMIC_PROGRAM)
         workspace.init_stack("moving")
         workspace.run("up", "--yes", "--skip-preview", "-s", "moving")
         print("before:", "; ".join(resources(workspace)))
