@@ -124,14 +124,14 @@ class Workspace:
         document["checkpoint"].setdefault("latest", {})["pending_operations"] = [
             {
                 "resource": {
-                    "urn": f"urn:pulumi:{stack}::sglang-stacks::{operation[1]}::{operation[2]}",
+                    "urn": f"urn:pulumi:{stack}::sglang-stacks::{kind}::{name}",
                     "custom": True,
-                    "type": operation[1],
-                    **({"inputs": operation[3]} if len(operation) > 3 else {}),
+                    "type": kind,
+                    **({"inputs": inputs[0]} if inputs else {}),
                 },
-                "type": operation[0],
+                "type": operation,
             }
-            for operation in operations
+            for operation, kind, name, *inputs in operations
         ]
         path.write_text(json.dumps(document))
 
