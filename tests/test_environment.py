@@ -151,12 +151,18 @@ def test_changed_emulator_code_is_copied_into_the_same_environment(
     )
 
 
-def write_stand_in_wheel(folder: Path, name: str, version: str, module_text: str) -> None:
-    """A minimal wheel, so the real pip installs ``name`` without reaching any package index."""
+def write_stand_in_wheel(
+    folder: Path, name: str, version: str, module_text: str, requires: tuple[str, ...] = ()
+) -> None:
+    """A minimal wheel, so the real pip installs ``name`` (and ``requires``) without reaching any
+    package index."""
     dist = f"{name}-{version}.dist-info"
+    requirements = "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     files = {
         f"{name}/__init__.py": module_text,
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nProvides-Extra: all\n",
+        f"{dist}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nProvides-Extra: all\n{requirements}"
+        ),
         f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
@@ -170,12 +176,29 @@ def write_stand_in_wheel(folder: Path, name: str, version: str, module_text: str
         wheel.writestr(f"{dist}/RECORD", "\n".join(record) + "\n")
 
 
+STAND_IN_SGLANG = """\
+from pathlib import Path
+
+with Path(__file__).with_name("imports.log").open("a") as log:
+    log.write("imported\\n")
+__version__ = "0.5.8"
+"""
+
+
+def imports_of_sglang(venv: Path) -> int:
+    """How often the stand-in sglang in ``venv`` was imported."""
+    (log,) = venv.glob("lib/python*/site-packages/sglang/imports.log")
+    return len(log.read_text().splitlines())
+
+
 @pytest.fixture
 def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """pip on this host sees only a folder holding a stand-in sglang 0.5.8 wheel."""
+    """pip on this host sees only a folder holding a stand-in sglang 0.5.8 wheel, which requires a
+    stand-in dependency and records each import of it beside its package."""
     index = tmp_path / "index"
     index.mkdir()
-    write_stand_in_wheel(index, "sglang", "0.5.8", '__version__ = "0.5.8"\n')
+    write_stand_in_wheel(index, "sglang", "0.5.8", STAND_IN_SGLANG, requires=("standindep",))
+    write_stand_in_wheel(index, "standindep", "1.0", "")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(index))
     return index
@@ -188,6 +211,29 @@ def test_sglang_runtime_installs_the_pinned_release_with_pip(local_index: Path, 
     assert host_python(outs["python"], "import sglang; print(sglang.__file__)").startswith(
         str(tmp_path / "real")
     )
+
+
+def test_refresh_reads_sglangs_metadata_and_a_removed_requirement_is_installed_again(
+    local_index: Path, tmp_path: Path
+) -> None:
+    provider = PythonEnvironmentProvider()
+    venv = tmp_path / "real"
+    props = props_for(venv, runtime="sglang")
+    outs = provider.create(props).outs or {}
+    # Installing proves that SGLang imports; a refresh reads its metadata and does not import it.
+    assert imports_of_sglang(venv) == 1
+    found = provider.read(outs["venv_path"], {**props, **outs, "sglang_version": "stale"})
+    assert found.outs is not None and found.outs["sglang_version"] == "0.5.8"
+    assert imports_of_sglang(venv) == 1
+
+    # A requirement removed behind the tool's back: the refresh drops the environment, and the
+    # next up (a create) installs what is missing.
+    subprocess.run([outs["python"], "-m", "pip", "uninstall", "-y", "-q", "standindep"], check=True)
+    assert provider.read(outs["venv_path"], {**props, **outs}).id is None
+    again = provider.create(props).outs or {}
+    assert again["sglang_version"] == "0.5.8"
+    assert host_python(again["python"], "import standindep; print(standindep.__name__)") == "standindep"
+    assert provider.read(again["venv_path"], {**props, **again}).id == again["venv_path"]
 
 
 def test_pip_failure_names_the_release_and_shows_pips_last_lines(local_index: Path, tmp_path: Path) -> None:

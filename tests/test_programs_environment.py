@@ -3,9 +3,14 @@ whose python records its arguments: what they ask pip for, what they swap in, wh
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from sglang_stacks.hostops import environment as hostenv
+from sglang_stacks.hostops.programs import source
 from sglang_stacks.hostops.transport import Connection
 from tests._programs import run_sh
 
@@ -17,6 +22,7 @@ case "$*" in
     "-m pip install"*) echo "Successfully installed" ;;
     *sysconfig*) echo "$(dirname "$0")/../site" ;;
     *sglang_emulator*--version*) echo "sglang-emulator $SGLANG_EMULATOR_RELEASE" ;;
+    *"metadata.distribution"*) echo "sglang 0.5.8" ;;
     *"import sglang"*) echo "ModuleNotFoundError: No module named 'sglang'" >&2; exit 1 ;;
 esac
 """
@@ -31,8 +37,16 @@ def stand_in_venv(folder: Path) -> Path:
     return folder
 
 
-def check(venv: Path | str, runtime: str = "emulator") -> dict[str, str]:
-    done = run_sh("env_check.sh", venv=str(venv), runtime=runtime, release="0.5.8", marker=".marker")
+def check(venv: Path | str, runtime: str = "emulator", prove_import: bool = False) -> dict[str, str]:
+    done = run_sh(
+        "env_check.sh",
+        venv=str(venv),
+        runtime=runtime,
+        release="0.5.8",
+        marker=".marker",
+        installed_check=source("sglang_installed.py"),
+        prove_import="1" if prove_import else "",
+    )
     assert done.returncode == 0, done.stderr
     return dict(line.split("=", 1) for line in done.stdout.splitlines())
 
@@ -61,7 +75,9 @@ def test_check_reports_the_folder_marker_and_version(tmp_path: Path) -> None:
     (venv / ".marker").write_text("abc")
 
     assert check(venv) == {"venv": str(venv), "fingerprint": "abc", "version": "sglang-emulator 0.5.8"}
-    assert "No module named 'sglang'" in check(venv, runtime="sglang")["version_error"]
+    # SGLang's version: its metadata on a refresh; an install imports it too and reports that.
+    assert check(venv, runtime="sglang")["version"] == "sglang 0.5.8"
+    assert "No module named 'sglang'" in check(venv, runtime="sglang", prove_import=True)["version_error"]
 
 
 def test_an_environment_under_the_home_folder_is_found_there(tmp_path: Path, monkeypatch) -> None:
@@ -123,3 +139,62 @@ def test_install_waits_for_the_lock_and_exits_12_when_it_stays_taken(tmp_path: P
             lock_wait_s="0.2",
         )
     assert done.returncode == 12
+
+
+def installed_check(site: Path) -> tuple[int, str, str]:
+    """sglang_installed.py run by this machine's python with ``site`` first on its path."""
+    done = subprocess.run(
+        [sys.executable, "-c", source("sglang_installed.py")],
+        env={**os.environ, "PYTHONPATH": str(site)},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.returncode, done.stdout.strip(), done.stderr.strip()
+
+
+def stand_in_site(folder: Path, requires: list[str], installed: list[str]) -> Path:
+    """A site folder holding an sglang 0.5.8 that raises when imported, declaring ``requires``,
+    and the distributions ``installed``."""
+    (folder / "sglang").mkdir(parents=True)
+    (folder / "sglang" / "__init__.py").write_text("raise RuntimeError('sglang was imported')\n")
+    lines = [
+        "Metadata-Version: 2.1",
+        "Name: sglang",
+        "Version: 0.5.8",
+        *(f"Requires-Dist: {r}" for r in requires),
+    ]
+    (folder / "sglang-0.5.8.dist-info").mkdir()
+    (folder / "sglang-0.5.8.dist-info" / "METADATA").write_text("\n".join(lines) + "\n")
+    for name in installed:
+        info = folder / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    return folder
+
+
+def test_the_installed_check_reads_sglangs_version_from_metadata_without_importing_it(tmp_path: Path) -> None:
+    site = stand_in_site(
+        tmp_path, ["stand-in-dep-a", "Stand_In.Dep-B (>=1)"], ["stand_in_dep_a", "stand_in_dep_b"]
+    )
+    assert installed_check(site) == (0, "0.5.8", "")
+
+
+def test_the_installed_check_names_missing_requirements_and_skips_conditional_ones(tmp_path: Path) -> None:
+    requires = [
+        "stand-in-dep-a",
+        "stand-in-dep-b>=2",
+        "stand-in-dep-c; extra == 'test'",
+        "stand-in-dep-d; sys_platform == 'win32'",
+    ]
+    code, out, err = installed_check(stand_in_site(tmp_path, requires, ["stand_in_dep_a"]))
+    assert (code, out) == (1, "")
+    assert err == "sglang 0.5.8 requires stand-in-dep-b, not installed"
+
+
+def test_the_installed_check_notices_a_package_removed_under_its_metadata(tmp_path: Path) -> None:
+    site = stand_in_site(tmp_path, [], [])
+    shutil.rmtree(site / "sglang")
+    code, _, err = installed_check(site)
+    assert code == 1 and err == "sglang 0.5.8 is recorded as installed, but its package is missing"

@@ -166,8 +166,9 @@ def _converge(inputs: EnvironmentInputs) -> EnvironmentOutputs:
 
 
 class PythonEnvironmentProvider(TypedProvider[EnvironmentInputs, EnvironmentOutputs]):
-    """Installs on create and update (only when the venv's marker says so); refresh asks the
-    environment for its version and drops a vanished one; delete leaves the venv."""
+    """Installs on create and update (only when the venv's marker says so, proving that SGLang
+    imports); refresh reads SGLang's version and requirements from the environment's metadata (the
+    emulator answers ``--version``) and drops a vanished or broken one; delete leaves the venv."""
 
     inputs = EnvironmentInputs
     outputs = EnvironmentOutputs

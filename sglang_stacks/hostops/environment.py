@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_stacks.errors import HostError
-from sglang_stacks.hostops.programs import run_bash
+from sglang_stacks.hostops.programs import Param, run_bash, source
 from sglang_stacks.hostops.transport import Connection, HostPath, tail, upload
 
 __all__ = [
@@ -103,9 +103,19 @@ def _version_of(text: str) -> str:
     return words[-1].lstrip("v") if words else text.strip()
 
 
-def _check(conn: Connection, venv: str, runtime: str, release: str) -> dict[str, str]:
-    """``env_check.sh``'s key=value lines as a map."""
-    params = {"venv": HostPath(venv), "runtime": runtime, "release": release, "marker": MARKER}
+def _check(
+    conn: Connection, venv: str, runtime: str, release: str, *, prove_import: bool = False
+) -> dict[str, str]:
+    """``env_check.sh``'s key=value lines as a map. SGLang's version comes from its metadata, with
+    its declared requirements checked; ``prove_import`` also imports it, which takes most of a second."""
+    params: dict[str, Param] = {
+        "venv": HostPath(venv),
+        "runtime": runtime,
+        "release": release,
+        "marker": MARKER,
+        "installed_check": source("sglang_installed.py"),
+        "prove_import": prove_import,
+    }
     result = run_bash(conn, "env_check.sh", params, timeout_s=CHECK_TIMEOUT_S)
     if not result.ok:
         raise HostError(
@@ -122,7 +132,8 @@ def _check(conn: Connection, venv: str, runtime: str, release: str) -> dict[str,
 
 
 def read(conn: Connection, venv: str, runtime: str, release: str) -> Installed | None:
-    """The environment at ``venv`` if it is there and answers its version, else None."""
+    """The environment at ``venv`` if it is there and holds SGLang with its requirements (read from
+    their metadata, without importing SGLang), else None."""
     found = _check(conn, venv, runtime, release)
     if found.get("state") == "absent" or "version" not in found:
         return None
@@ -141,10 +152,11 @@ def converge(
     """Makes ``venv`` hold what is asked for, installing only when its marker says otherwise."""
     emulator = emulator_digest() if runtime == "emulator" else None
     fingerprint = _fingerprint(runtime, release, extra_pins, emulator)
-    found = _check(conn, venv, runtime, release)
+    # Making it is not a refresh: an installed SGLang must import, whatever the import costs.
+    found = _check(conn, venv, runtime, release, prove_import=True)
     if found.get("fingerprint") != fingerprint or "version" not in found:
         _install(conn, venv, runtime, release, extra_pins, fingerprint, install_timeout_s)
-        found = _check(conn, venv, runtime, release)
+        found = _check(conn, venv, runtime, release, prove_import=True)
     if "version" not in found:
         what = "the emulator" if runtime == "emulator" else f"SGLang {release}"
         raise HostError(
