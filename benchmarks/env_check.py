@@ -18,14 +18,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import venv
 from pathlib import Path
+
+from control_plane import cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = (ROOT / "sglang_stacks" / "hostops" / "programs" / "sglang_installed.py").read_text()
@@ -77,13 +77,9 @@ def run(python: Path, code: str) -> subprocess.CompletedProcess[str]:
 
 def timed(python: Path, code: str) -> tuple[float, float, subprocess.CompletedProcess[str]]:
     """(wall seconds, CPU seconds of the child, its result)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
+    cpu, started = cpu_s(), time.perf_counter()
     done = run(python, code)
-    wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, done
+    return time.perf_counter() - started, cpu_s() - cpu, done
 
 
 def summary(values: list[float]) -> str:
@@ -119,7 +115,6 @@ def main() -> None:
         walls["sglang_installed.py (now)"]
     )
     print(f"\nimport sglang takes {ratio:.1f}x the metadata check's wall time.")
-    sys.exit(0)
 
 
 if __name__ == "__main__":

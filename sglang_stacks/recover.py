@@ -191,12 +191,13 @@ def _settle_router(pending: Pending, tracked: set[int]) -> str:
     return f"the router it had started on {where}, pid {left[0]}, still ran, known to no state: stopped it"
 
 
-def _settle(pending: Pending, document: Mapping[str, Any]) -> str:
-    """Makes a pending create of ours safe to run again; says what was found on the host."""
+def _settle(pending: Pending, tracked: Mapping[str, set[int]]) -> str:
+    """Makes a pending create of ours safe to run again; says what was found on the host.
+    ``tracked``: the pids the state tracks, by resource type."""
     if pending.type == _SERVER:
-        return _settle_server(pending, _tracked(document, _SERVER))
+        return _settle_server(pending, tracked[_SERVER])
     if pending.type == _ROUTER:
-        return _settle_router(pending, _tracked(document, _ROUTER))
+        return _settle_router(pending, tracked[_ROUTER])
     return "safe to run again"
 
 
@@ -225,13 +226,14 @@ def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.st
             f"The state of stack {stack!r} changed while it was read: an update runs. Let it finish, "
             f"then run `sglang-stacks recover {stack}` again."
         )
+    tracked = {kind: _tracked(decrypted, kind) for kind in (_SERVER, _ROUTER)}
     stale, remaining = 0, 0
     print(f"recover: stack {stack} has pending operations an interrupted update left:", file=out)
     for op in _operations(decrypted):
         pending = _pending(op)
         if pending.kind == "creating" and pending.type in _SAFE_CREATES:
             try:
-                found = _settle(pending, decrypted)
+                found = _settle(pending, tracked)
             except (HostError, RouterError, ValidationError) as error:
                 if isinstance(error, ClaimError):
                     raise  # an update runs: nothing is settled now
