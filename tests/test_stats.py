@@ -10,7 +10,8 @@ import pytest
 
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.results import stats, summary
-from sglang_stacks.results.loadgen import contract
+from sglang_stacks.results.loadgen import client, contract
+from sglang_stacks.results.loadgen.streaming import RequestRecord
 
 
 @pytest.mark.parametrize(
@@ -93,11 +94,18 @@ def _records(ttft_ms: Sequence[float], tpot_ms: Sequence[float | None]) -> list[
     return rows
 
 
+def _repetitions(tok_s_runs: Sequence[float]) -> list[dict[str, float]]:
+    """Each run's totals as the load generator writes them: four requests of 256 tokens at its tok/s."""
+    return [
+        {"duration_s": 1024 / t, "completion_tokens": 1024, "concurrency_measured": 1.0} for t in tok_s_runs
+    ]
+
+
 def _document(**level_changes: object) -> dict[str, object]:
     level: dict[str, object] = {
         "concurrency": 1,
         "tok_s_runs": [54.0, 54.2, 54.1, 53.9, 54.3],
-        "repetitions": [{"duration_s": 10.0, "concurrency_measured": 1.0}] * 5,
+        "repetitions": _repetitions([54.0, 54.2, 54.1, 53.9, 54.3]),
         "requests": 20,
         "errors": 1,
         "prompt_tokens_mean": 128.0,
@@ -110,7 +118,10 @@ def _document(**level_changes: object) -> dict[str, object]:
     return {
         "schema": contract.SCHEMA,
         "workload": {"input_len": 128, "output_len": 256},
-        "levels": [level, dict(level, concurrency=8, tok_s_runs=[300.0, 310.0])],
+        "levels": [
+            level,
+            dict(level, concurrency=8, tok_s_runs=[300.0, 310.0], repetitions=_repetitions([300.0, 310.0])),
+        ],
     }
 
 
@@ -166,9 +177,10 @@ def test_goodput_counts_only_the_requests_within_every_limit() -> None:
     within_ttft = summary.summarize_levels(document, slo=stats.Slo(ttft_ms=19.0))[0].goodput
     assert within_ttft is not None
     assert within_ttft.pct == 50.0  # TTFT 10..19 of 20 requests
-    # Repetitions 0 and 1 hold them all (4 each), repetition 2 holds two, over 10 s each.
-    assert within_ttft.req_s == pytest.approx((0.4 + 0.4 + 0.2 + 0 + 0) / 5)
-    assert within_ttft.tok_s == pytest.approx(within_ttft.req_s * 256)
+    # Repetitions 0 and 1 hold them all (4 each), repetition 2 holds two: all of the first two runs'
+    # throughput (54.0 and 54.2 tok/s), half of the third's (54.1), none of the last two's.
+    assert within_ttft.tok_s == pytest.approx((54.0 + 54.2 + 54.1 / 2 + 0 + 0) / 5, abs=1e-3)
+    assert within_ttft.req_s == pytest.approx(within_ttft.tok_s / 256, abs=1e-4)
     both = summary.summarize_levels(document, slo=stats.Slo(ttft_ms=19.0, tpot_ms=20.0))[0].goodput
     assert both is not None and both.pct == 40.0  # minus the two 40 ms TPOT ones, at TTFT 13 and 17
     assert both.slo == {"ttft_ms": 19.0, "tpot_ms": 20.0}
@@ -180,3 +192,42 @@ def test_a_host_price_gives_the_cost_of_a_million_output_tokens() -> None:
     (result, _) = summary.summarize_levels(_document(), gpu_hour_price=8 * 2.5)
     # 20 per hour at 54.1 tok/s: 194,760 tokens an hour.
     assert result.cost_per_mtok == pytest.approx(20 / (54.1 * 3600) * 1e6, rel=1e-4)
+
+
+def test_goodput_of_a_run_where_every_request_meets_the_slo_is_its_throughput() -> None:
+    # Three repetitions of four requests, each sent at once, with latencies whose rounded duration
+    # used to lift goodput above the throughput (323.004 against 323.003 tok/s).
+    latencies = [
+        [6.059521859045944, 6.17804759552746, 6.35868623917824, 5.37592786803269],
+        [5.111091488855152, 5.232662958001342, 5.085419686396307, 6.1101879854467995],
+        [5.610217955008011, 6.569293367870429, 5.32379915614888, 5.300365123568952],
+    ]
+    runs = [
+        [
+            RequestRecord(sent_s=10.0 * rep, finished_s=10.0 * rep + s, ttft_s=0.02, completion_tokens=512)
+            for s in run
+        ]
+        for rep, run in enumerate(latencies)
+    ]
+    level = client.summarize_level(contract.Workload(), 4, runs, [])
+    document = {
+        "schema": contract.SCHEMA,
+        "workload": {"input_len": 1024, "output_len": 512},
+        "levels": [level],
+    }
+    (everyone,) = summary.summarize_levels(document, slo=stats.Slo(e2e_ms=1e9))
+    assert everyone.goodput is not None and everyone.goodput.pct == 100.0
+    assert everyone.goodput.tok_s == everyone.tok_s_mean
+    # Under 6 s end to end: 1 of the first run's 4, 3 of the second's, 3 of the third's.
+    (some,) = summary.summarize_levels(document, slo=stats.Slo(e2e_ms=6000))
+    assert some.goodput is not None
+    runs_tok_s = some.tok_s_runs
+    expected = (runs_tok_s[0] * 1 / 4 + runs_tok_s[1] * 3 / 4 + runs_tok_s[2] * 3 / 4) / 3
+    assert some.goodput.tok_s == pytest.approx(expected, abs=1e-3)
+    assert some.goodput.tok_s < some.tok_s_mean
+
+
+def test_a_level_whose_runs_and_totals_disagree_names_them() -> None:
+    document = _document(repetitions=_repetitions([54.0, 54.2]))
+    with pytest.raises(BenchmarkError, match=r"at 'levels\.0': Value error, 5 tok_s_runs but 2 repetitions"):
+        summary.summarize_levels(document)

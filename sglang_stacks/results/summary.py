@@ -5,11 +5,10 @@ output tokens."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.results.loadgen.contract import SCHEMA as LOADGEN_SCHEMA
@@ -26,13 +25,21 @@ from sglang_stacks.results.stats import (
 __all__ = ["cost_per_mtok", "goodput", "summarize_levels"]
 
 
+class _Repetition(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    duration_s: float
+    completion_tokens: int
+    concurrency_measured: float = 0.0
+
+
 class _LoadgenLevel(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     concurrency: int | None
     request_rate: float | None = None
     tok_s_runs: list[float] = Field(min_length=1)
-    repetitions: list[dict[str, Any]]
+    repetitions: list[_Repetition]
     requests: int
     errors: int
     prompt_tokens_mean: float
@@ -40,6 +47,12 @@ class _LoadgenLevel(BaseModel):
     spec_verify_ct: int = 0
     records: list[tuple[int, float, float, float | None, float, int]]
     itl_ms: list[float]
+
+    @model_validator(mode="after")
+    def _a_total_per_run(self) -> _LoadgenLevel:
+        if len(self.repetitions) != len(self.tok_s_runs):
+            raise ValueError(f"{len(self.tok_s_runs)} tok_s_runs but {len(self.repetitions)} repetitions")
+        return self
 
 
 class _LoadgenWorkload(BaseModel):
@@ -78,15 +91,18 @@ def _parse(loadgen_json: Mapping[str, Any] | str) -> _LoadgenDocument:
 
 
 def goodput(level: _LoadgenLevel, slo: Slo) -> Goodput:
-    """Per repetition, the requests within ``slo`` over its duration; the mean over repetitions."""
+    """Per repetition, the requests within ``slo`` over its duration, and their share of its tokens
+    times its tok/s; the mean over repetitions. Taking the tok/s as a share keeps goodput at or below
+    the throughput it is part of, whatever the rounding of the repetition's duration."""
     req_s, tok_s = [], []
     met = 0
-    for rep, totals in enumerate(level.repetitions):
-        duration_s = float(totals["duration_s"]) or math.inf
+    for rep, (totals, run_tok_s) in enumerate(zip(level.repetitions, level.tok_s_runs, strict=True)):
         within = [r for r in level.records if r[0] == rep and slo.met(r[2], r[3], r[4])]
         met += len(within)
-        req_s.append(len(within) / duration_s)
-        tok_s.append(sum(r[5] for r in within) / duration_s)
+        req_s.append(len(within) / totals.duration_s if totals.duration_s > 0 else 0.0)
+        tokens = sum(r[5] for r in within)
+        share = tokens / totals.completion_tokens if totals.completion_tokens else 0.0
+        tok_s.append(run_tok_s * share)
     limits = {k: v for k, v in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms), ("e2e_ms", slo.e2e_ms))}
     return Goodput(
         req_s=round(mean(req_s), 4),
@@ -128,7 +144,7 @@ def _result(
     if level.spec_verify_ct > 0:
         accept = round(level.spec_completion_tokens / level.spec_verify_ct, 4)
     tok_s = mean(level.tok_s_runs)
-    measured = [float(r.get("concurrency_measured", 0.0)) for r in level.repetitions]
+    measured = [r.concurrency_measured for r in level.repetitions]
     return BenchmarkResult(
         concurrency=level.concurrency or _most_in_flight(level),
         request_rate=level.request_rate,
