@@ -144,7 +144,6 @@ def _result(
     if level.spec_verify_ct > 0:
         accept = round(level.spec_completion_tokens / level.spec_verify_ct, 4)
     tok_s = mean(level.tok_s_runs)
-    measured = [r.concurrency_measured for r in level.repetitions]
     return BenchmarkResult(
         concurrency=level.concurrency or _most_in_flight(level),
         request_rate=level.request_rate,
@@ -159,7 +158,7 @@ def _result(
         tpot_ms=Percentiles.of([r[3] for r in level.records if r[3] is not None]),
         itl_ms=Percentiles.of(level.itl_ms),
         e2e_ms=Percentiles.of([r[4] for r in level.records]),
-        concurrency_measured=round(mean(measured), 3) if measured else None,
+        concurrency_measured=round(mean([r.concurrency_measured for r in level.repetitions]), 3),
         goodput=goodput(level, slo) if slo is not None else None,
         cost_per_mtok=cost_per_mtok(gpu_hour_price, tok_s),
         accept_length=accept,

@@ -112,13 +112,14 @@ def summarize_level(
                 )
                 records.append([*row, _ms(r.latency_s), r.completion_tokens])
     errors = [r.error for r in measured if r.error is not None]
+    totals = [_repetition(run) for run in runs]
     verify = [r for r in good if r.spec_verify_ct]
     gaps = [gap for r in good for gap in r.itl_s]
     return {
         "concurrency": None if workload.open_loop else int(level),
         "request_rate": level if workload.open_loop else None,
-        "tok_s_runs": [round(_repetition(run)["tok_s"], 4) for run in runs],
-        "repetitions": [_repetition(run) for run in runs],
+        "tok_s_runs": [round(run["tok_s"], 4) for run in totals],
+        "repetitions": totals,
         "requests": len(measured),
         "errors": len(errors),
         "error_samples": sorted(set(errors))[:5],
