@@ -1,0 +1,18 @@
+# Sourced by the ensure-*.sh scripts: installs Debian packages with apt-get, as root or through sudo,
+# quietly and without recommended extras. `apt_install WHAT PACKAGE...`; WHAT names them in errors.
+
+apt_install() {
+    local what=$1
+    shift
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "$what is missing and apt-get is not available; install $* with this system's package manager." >&2
+        return 1
+    fi
+    local sudo_prefix=()
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo_prefix=(sudo)
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo_prefix[@]}" apt-get update -qq
+    "${sudo_prefix[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
