@@ -17,7 +17,15 @@ from typing import Any
 
 from sglang_stacks.campaign.model import CampaignSpec, PoolHost
 
-__all__ = ["Candidate", "apply", "bind_host", "expand", "trial_stack_name"]
+__all__ = [
+    "Candidate",
+    "apply",
+    "bind_host",
+    "candidate_base",
+    "combine",
+    "expand",
+    "trial_stack_name",
+]
 
 _UNSET = (None, "auto")
 DIGEST_CHARS = 8
@@ -60,22 +68,37 @@ def _digest(sections: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
 
 
+def candidate_base(campaign: CampaignSpec, base: Mapping[str, Any]) -> dict[str, Any]:
+    """The sections every candidate starts from: the base stack's without its host and gate (the
+    pool decides the host), with the campaign's workload as the benchmark."""
+    sections = {k: copy.deepcopy(v) for k, v in base.items() if k not in ("host", "gate")}
+    if campaign.workload is not None:
+        sections["benchmark"] = campaign.workload.model_dump(mode="json", exclude_unset=True)
+    return sections
+
+
+def combine(base: Mapping[str, Any], points: Mapping[str, tuple[str, Mapping[str, Any]]]) -> Candidate:
+    """The candidate of one point per axis (axis title -> (label, assignments)) on ``base``
+    (``candidate_base``)."""
+    labels = {title: label for title, (label, _) in points.items()}
+    assignments = {k: v for _, point in points.values() for k, v in point.items()}
+    sections = apply(base, assignments)
+    return Candidate(labels, assignments, sections, _digest(sections))
+
+
 def expand(campaign: CampaignSpec, base: Mapping[str, Any]) -> list[Candidate]:
     """Every combination of the axes' points, in file order (the first axis varies slowest)."""
-    base = {k: v for k, v in base.items() if k not in ("host", "gate")}
-    if campaign.workload is not None:
-        base["benchmark"] = campaign.workload.model_dump(mode="json", exclude_unset=True)
+    start = candidate_base(campaign, base)
     candidates: list[Candidate] = []
     seen: set[str] = set()
     for combination in itertools.product(*(axis.points() for axis in campaign.axes)):
-        labels = {axis.title: label for axis, (label, _) in zip(campaign.axes, combination, strict=True)}
-        assignments = {k: v for _, point in combination for k, v in point.items()}
-        sections = apply(base, assignments)
-        digest = _digest(sections)
-        if digest in seen:
+        candidate = combine(
+            start, {axis.title: point for axis, point in zip(campaign.axes, combination, strict=True)}
+        )
+        if candidate.digest in seen:
             continue  # two combinations that make the same stack run once
-        seen.add(digest)
-        candidates.append(Candidate(labels, assignments, sections, digest))
+        seen.add(candidate.digest)
+        candidates.append(candidate)
     return candidates
 
 

@@ -1,11 +1,13 @@
 """Early stop (campaign ``early_stop``): a candidate clearly worse than the best after its first
-repetitions is not given more.
+repetitions is not given more, decided by an Optuna pruner so it works under every strategy.
 
-Such a trial runs in two updates of its stack: the first measures ``after_repetitions``; the
-server stays up and, unless the candidate is clearly worse, the second measures the rest of the
-workload's repetitions, whose runs join the first's. Clearly worse: the 95 % interval of its mean
-lies wholly below the 95 % interval of the best trial measured in full so far. With no such trial
-yet (the first trials, or all hosts busy with their first), every candidate gets all repetitions.
+Such a trial runs in two updates of its stack: the first measures ``after_repetitions``, whose
+per-repetition values of the first objective are reported to the trial as its intermediate
+values; the server stays up and, unless the pruner says the trial is clearly worse, the second
+measures the rest of the workload's repetitions, whose runs join the first's. Clearly worse: the
+95 % interval of its mean lies wholly on the worse side of the 95 % interval of the best
+feasible trial measured in full so far. With no such trial yet (the first trials, or all hosts
+busy with their first), every candidate gets all repetitions.
 """
 
 from __future__ import annotations
@@ -13,12 +15,74 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import optuna
+from optuna.pruners import BasePruner
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
 from sglang_stacks.campaign.model import ObjectiveSpec
 from sglang_stacks.campaign.objective import samples
 from sglang_stacks.campaign.state import TrialRecord
 from sglang_stacks.results.stats import BenchmarkResult, ci95, mean, stdev
 
-__all__ = ["clearly_worse", "merge_levels"]
+__all__ = ["IntervalPruner", "clearly_worse", "merge_levels", "worse_reason"]
+
+
+def worse_reason(
+    values: Sequence[float],
+    best: tuple[str, Sequence[float]],
+    total_repetitions: int,
+    minimize: bool = False,
+) -> str | None:
+    """Why a trial whose first repetitions measured ``values`` stops, given the best full trial
+    (its name and values), or None when it goes on."""
+    if len(values) < 2 or len(best[1]) < 2:
+        return None
+    low, high = ci95(values)
+    best_low, best_high = ci95(best[1])
+    worse = low > best_high if minimize else high < best_low
+    if not worse:
+        return None
+    side = "above" if minimize else "below"
+    return (
+        f"after {len(values)} of {total_repetitions} repetitions its 95 % interval "
+        f"({low:.1f} to {high:.1f}) lies {side} the best's ({best[0]}: {best_low:.1f} to {best_high:.1f})"
+    )
+
+
+def _values(trial: FrozenTrial) -> list[float]:
+    return [value for _, value in sorted(trial.intermediate_values.items())]
+
+
+class IntervalPruner(BasePruner):
+    """Prunes a trial whose reported repetitions' 95 % interval lies wholly on the worse side of
+    the best full trial's (complete, feasible, with at least two repetitions reported)."""
+
+    def __init__(self, total_repetitions: int) -> None:
+        self.total_repetitions = total_repetitions
+
+    def _best(self, study: optuna.Study) -> tuple[str, list[float]] | None:
+        minimize = study.direction == StudyDirection.MINIMIZE
+        full = [
+            (str(t.user_attrs.get("stack", f"trial {t.number}")), _values(t))
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if len(t.intermediate_values) >= 2 and all(v <= 0 for v in t.constraints.values())
+        ]
+        if not full:
+            return None
+        pick = min if minimize else max
+        return pick(full, key=lambda item: mean(item[1]))
+
+    def reason(self, study: optuna.Study, trial: FrozenTrial) -> str | None:
+        """Why ``trial`` stops here, or None when it goes on."""
+        best = self._best(study)
+        if best is None:
+            return None
+        minimize = study.direction == StudyDirection.MINIMIZE
+        return worse_reason(_values(trial), best, self.total_repetitions, minimize)
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        return self.reason(study, trial) is not None
 
 
 def _best_full(
@@ -42,15 +106,7 @@ def clearly_worse(
     best = _best_full(objective, records)
     if best is None:
         return None
-    values = samples(objective, first)
-    low, high = ci95(values)
-    best_low, best_high = ci95(best[1])
-    if high >= best_low:
-        return None
-    return (
-        f"after {len(values)} of {total_repetitions} repetitions its 95 % interval "
-        f"({low:.1f} to {high:.1f}) lies below the best's ({best[0]}: {best_low:.1f} to {best_high:.1f})"
-    )
+    return worse_reason(samples(objective, first), best, total_repetitions)
 
 
 def merge_levels(

@@ -1,27 +1,42 @@
-"""A campaign's plan: every candidate kept, or discarded with the reason, before any host is touched.
+"""A campaign's plan: every candidate kept, or discarded with the reason, before any host is
+touched, and the strategy that searches the kept ones.
 
 Each candidate's sections are validated as a stack spec (on the pool's first host: the pool's
 hosts declare like GPUs) and run through preflight, whose memory planner, SM120 rules and
-speculative-shape rules are the same that stop ``pulumi up``. Kept candidates beyond the
-budget's ``max_trials`` are marked over budget.
+speculative-shape rules are the same that stop ``pulumi up`` (``judge``). A space of more than
+``PLAN_LIMIT`` candidates (or with a real interval) is not listed: the search judges each
+suggestion as it comes. With ``grid``, kept candidates beyond the budget's ``max_trials`` are
+marked over budget; the other strategies choose which to run.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from sglang_stacks.campaign.axes import Candidate, bind_host, expand, trial_stack_name
-from sglang_stacks.campaign.model import CampaignSpec, load_campaign
+from sglang_stacks.campaign.model import CampaignSpec, Strategy, load_campaign
 from sglang_stacks.config.preflight import run_preflight
 from sglang_stacks.config.spec import StackSpec, load_spec
 from sglang_stacks.config.stackfile import read_stack_file
 from sglang_stacks.errors import SpecError
 
-__all__ = ["Plan", "PlanRow", "format_plan", "make_plan", "plan_campaign"]
+__all__ = [
+    "PLAN_LIMIT",
+    "Plan",
+    "PlanRow",
+    "choose_strategy",
+    "format_plan",
+    "judge",
+    "make_plan",
+    "plan_campaign",
+]
 
 Verdict = Literal["kept", "discarded", "over_budget"]
+PLAN_LIMIT = 20_000
+"""The most candidates a plan lists (and preflights, about 1 ms each) before any trial."""
 
 
 @dataclass(frozen=True)
@@ -40,18 +55,39 @@ class PlanRow:
 
 @dataclass(frozen=True)
 class Plan:
-    """A campaign's candidates in order, with its name and spec."""
+    """A campaign's candidates in order, with its name, spec, base stack and search strategy."""
 
     name: str
     campaign: CampaignSpec
     rows: tuple[PlanRow, ...]
+    base: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The base stack's sections."""
+    strategy: Strategy = "grid"
+    size: int | None = None
+    """How many combinations the axes make (None: a real interval, no end to them)."""
+
+    @property
+    def listed(self) -> bool:
+        """Whether every candidate is in ``rows`` (the space is at most ``PLAN_LIMIT``)."""
+        return self.size is not None and self.size <= PLAN_LIMIT
 
     def kept(self) -> list[PlanRow]:
-        """The candidates the sweep runs, in plan order."""
+        """The candidates the plan keeps, in file order."""
         return [row for row in self.rows if row.verdict == "kept"]
 
 
-def _judge(name: str, campaign: CampaignSpec, candidate: Candidate) -> PlanRow:
+def choose_strategy(campaign: CampaignSpec, kept: int | None) -> Strategy:
+    """The campaign's strategy, or the default: ``grid`` while the kept candidates (None: too
+    many to list) fit in ``budget.max_trials``, else ``tpe``."""
+    if campaign.search.strategy is not None:
+        return campaign.search.strategy
+    limit = campaign.budget.max_trials
+    if kept is None or (limit is not None and kept > limit):
+        return "tpe"
+    return "grid"
+
+
+def judge(name: str, campaign: CampaignSpec, candidate: Candidate) -> PlanRow:
     stack = trial_stack_name(name, candidate)
     sections = bind_host(candidate.sections, campaign.pool[0])
     try:
@@ -68,16 +104,22 @@ def _judge(name: str, campaign: CampaignSpec, candidate: Candidate) -> PlanRow:
 
 
 def make_plan(name: str, campaign: CampaignSpec, stacks_dir: Path) -> Plan:
-    """Expand ``campaign`` over its base stack (read from ``stacks_dir``) and judge each candidate."""
+    """Expand ``campaign`` over its base stack (read from ``stacks_dir``) and judge each candidate
+    (when there are at most ``PLAN_LIMIT``)."""
     base = read_stack_file(campaign.base, stacks_dir).sections
+    counts = [axis.count() for axis in campaign.axes]
+    size = None if None in counts else math.prod(c for c in counts if c is not None)
+    if size is None or size > PLAN_LIMIT:
+        return Plan(name, campaign, (), base, choose_strategy(campaign, None), size)
     rows: list[PlanRow] = []
     kept = 0
+    grid = campaign.search.strategy == "grid"
     for candidate in expand(campaign, base):
-        row = _judge(name, campaign, candidate)
+        row = judge(name, campaign, candidate)
         if row.verdict == "kept":
             kept += 1
             limit = campaign.budget.max_trials
-            if limit is not None and kept > limit:
+            if grid and limit is not None and kept > limit:
                 row = PlanRow(
                     row.stack,
                     candidate,
@@ -87,7 +129,7 @@ def make_plan(name: str, campaign: CampaignSpec, stacks_dir: Path) -> Plan:
                     row.spec,
                 )
         rows.append(row)
-    return Plan(name, campaign, tuple(rows))
+    return Plan(name, campaign, tuple(rows), base, choose_strategy(campaign, kept), size)
 
 
 def plan_campaign(campaign_file: Path, stacks_dir: Path) -> Plan:
@@ -107,14 +149,35 @@ def format_plan(plan: Plan) -> str:
     text = [
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False)) + "  " + line[-1] for line in lines
     ]
+    hosts = f"{len(plan.campaign.pool)} host(s)"
+    if not plan.listed:
+        size = "no end of" if plan.size is None else f"{plan.size}"
+        why = "a real interval" if plan.size is None else f"more than {PLAN_LIMIT} to list"
+        return (
+            f"The axes make {size} candidates ({why}): nothing is listed or launched. `sglang-stacks sweep "
+            f"run` searches them with {_strategy(plan)} on {hosts}, preflight judging each suggestion "
+            "before any launch."
+        )
     counts = {v: sum(r.verdict == v for r in plan.rows) for v in ("kept", "discarded", "over_budget")}
+    runs = "runs the kept ones" if plan.strategy == "grid" else "searches the kept ones"
     summary = (
         f"{len(plan.rows)} candidates: {counts['kept']} kept, {counts['discarded']} discarded by preflight"
         + (f", {counts['over_budget']} over budget" if counts["over_budget"] else "")
-        + ". Nothing was launched; `sglang-stacks sweep run` runs the kept ones on "
-        + f"{len(plan.campaign.pool)} host(s)."
+        + f". Nothing was launched; `sglang-stacks sweep run` {runs} on {hosts} ({_strategy(plan)})."
     )
     return "\n".join([*text, "", summary])
+
+
+def _strategy(plan: Plan) -> str:
+    chosen = "" if plan.campaign.search.strategy else ", the default for this space and budget"
+    what = {
+        "grid": "grid: every kept candidate in file order",
+        "random": "random suggestions",
+        "tpe": "tpe: Optuna's TPE sampler",
+        "nsga2": "nsga2: Optuna's NSGA-II sampler",
+    }[plan.strategy]
+    seed = "" if plan.strategy == "grid" else f", seed {plan.campaign.search.seed}"
+    return f"strategy {what}{seed}{chosen}"
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -88,7 +88,7 @@ def _labels(trial: RankedTrial) -> str:
 
 
 def _ttft(objective: ObjectiveSpec, levels: list[dict[str, Any]]) -> float | None:
-    ttft = level_for(objective, levels).ttft_ms
+    ttft = level_for(objective.level, levels).ttft_ms
     return ttft.p50 if ttft else None
 
 
