@@ -1,7 +1,8 @@
-"""``sglang-stacks sweep plan|run|report|promote <campaign>``: the campaign commands of the CLI.
+"""``sglang-stacks sweep plan|run|report|promote|dashboard <campaign>``: the campaign commands of
+the CLI.
 
-Exit codes: 0 fine; 1 (promote) nothing was written; 2 bad input; 130 (run) interrupted, resume
-with the same command.
+Exit codes: 0 fine (dashboard: stopped with Ctrl-C); 1 (promote) nothing was written; 2 bad input;
+130 (run) interrupted, resume with the same command.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.campaign.plan import Plan, format_plan, plan_campaign
 from sglang_stacks.project import campaign_file, find_project_dir, reports_dir, stacks_dir
 
@@ -24,6 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "run": "run the kept candidates as trial stacks on the pool; resumes where a killed sweep stopped",
         "report": "write reports/<campaign>/report.md with the ranking and its figures",
         "promote": "write the winner's server (and draft model) into a stack file, after showing the diff",
+        "dashboard": "serve the campaign's study in optuna-dashboard on 127.0.0.1 until Ctrl-C",
     }
     for action, text in helps.items():
         sub = actions.add_parser(action, help=text, description=text)
@@ -34,6 +37,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
                 "--trial", help="promote this trial instead of the best (one within noise of it)"
             )
             sub.add_argument("--yes", action="store_true", help="write without asking")
+        if action == "dashboard":
+            sub.add_argument(
+                "--port", type=_port, default=0, help="the port on 127.0.0.1 (default: a free one)"
+            )
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port; give a number from 1 to 65535")
+    return port
 
 
 def _plan(args: argparse.Namespace, project: Path) -> Plan:
@@ -43,6 +60,13 @@ def _plan(args: argparse.Namespace, project: Path) -> Plan:
 def run(args: argparse.Namespace) -> int:
     """Run one ``sweep`` action; its exit code."""
     project = find_project_dir()
+    if args.sweep_action == "dashboard":  # the study only: no plan, no preflight
+        from sglang_stacks.campaign.dashboard import serve_dashboard
+
+        path = campaign_file(args.campaign, project)
+        name = path.stem
+        folder = reports_dir(project) / name
+        return serve_dashboard(name, load_campaign(path), folder, port=args.port, out=sys.stdout)
     plan = _plan(args, project)
     if args.sweep_action == "plan":
         print(format_plan(plan))

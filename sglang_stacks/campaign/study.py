@@ -42,6 +42,7 @@ __all__ = [
     "TrialRecord",
     "TrialStatus",
     "heartbeat",
+    "open_storage",
     "open_study",
     "read_attributes",
     "records",
@@ -203,14 +204,19 @@ def storage_url(campaign: CampaignSpec, folder: Path) -> str:
     return campaign.storage or f"sqlite:///{folder / STUDY_FILE}"
 
 
-def _storage(url: str) -> RDBStorage:
+def open_storage(url: str, *, storage_class: type[RDBStorage] = RDBStorage) -> RDBStorage:
+    """The study database at ``url`` (``storage_class``: a subclass that answers some questions its
+    own way, like the dashboard's); SpecError naming the URL, without its password, when it cannot
+    be opened."""
     # SQLite: worker threads and drivers wait their turn to write; a server: drop dead connections.
     sqlite = url.startswith("sqlite:")
     engine: dict[str, Any] = {"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         try:
-            return RDBStorage(url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+            return storage_class(
+                url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
+            )
         except (ImportError, ModuleNotFoundError) as error:
             raise SpecError(
                 f"storage {_shown(url)}: its database driver is not installed ({error}). Install it (for "
@@ -244,7 +250,7 @@ def open_study(
     url = storage_url(campaign, folder)
     if url.startswith("sqlite:"):
         folder.mkdir(parents=True, exist_ok=True)
-    storage = _storage(url)
+    storage = open_storage(url)
     directions = [goal.goal for goal in campaign.goals]
     names = [goal.name for goal in campaign.goals]
     with warnings.catch_warnings():
