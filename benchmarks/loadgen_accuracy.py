@@ -50,8 +50,8 @@ from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.launcher import start_emulator
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import DEFAULT_PROFILE, load_profile
-from sglang_stacks.results.loadgen import client, contract, streaming
-from sglang_stacks.results.loadgen.streaming import RequestRecord
+from sglang_stacks.hostops.loadgen import client, contract, streaming
+from sglang_stacks.hostops.loadgen.streaming import RequestRecord
 
 RELEASE = "0.5.8"
 FLAGS = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8", "--cuda-graph-max-bs", "128"]

@@ -61,11 +61,11 @@ def _run_compare(args: argparse.Namespace) -> int:
             "error: compare needs at least two stacks, e.g. `compare baseline eagle3-bs128`.", file=sys.stderr
         )
         return EXIT_BAD_INPUT
-    from sglang_stacks import orchestrate  # the Automation API, only for the commands that drive Pulumi
+    from sglang_stacks.drive import automation  # the Automation API, only for the commands that drive Pulumi
 
     return compare.main_compare(
         args.stacks,
-        orchestrate.stack_outputs,
+        automation.stack_outputs,
         json_out=args.json,
         all_flags=args.all_flags,
         tolerance_pct=args.tolerance_pct,
@@ -114,10 +114,12 @@ def _configure_rollout(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_rollout(args: argparse.Namespace) -> int:
-    from sglang_stacks import orchestrate  # the Automation API, only for the commands that drive Pulumi
+    from sglang_stacks.drive.rollout import (
+        rollout,  # the Automation API, only for the commands that drive Pulumi
+    )
 
     # The benchmark step records where the environment says, so the rollout reads the same file.
-    return orchestrate.rollout(args.stack, db_path=history.default_history_path())
+    return rollout(args.stack, db_path=history.default_history_path())
 
 
 def _configure_recover(parser: argparse.ArgumentParser) -> None:
@@ -125,7 +127,7 @@ def _configure_recover(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_recover(args: argparse.Namespace) -> int:
-    from sglang_stacks import recover  # the Automation API's CLI and the providers, only here
+    from sglang_stacks.drive import recover  # the Automation API's CLI and the providers, only here
 
     return recover.recover(args.stack)
 
@@ -137,13 +139,13 @@ def _configure_logs(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_logs(args: argparse.Namespace) -> int:
-    from sglang_stacks import orchestrate  # the Automation API, only for the commands that drive Pulumi
     from sglang_stacks.components.benchmark import progress_path
+    from sglang_stacks.drive import automation  # the Automation API, only for the commands that drive Pulumi
     from sglang_stacks.hostops import logs
     from sglang_stacks.hostops.transport import Connection
 
-    outputs = orchestrate.stack_outputs(args.stack)
-    config = orchestrate.stack_config(args.stack)
+    outputs = automation.stack_outputs(args.stack)
+    config = automation.stack_config(args.stack)
     spec = load_spec(config, args.stack)
     host = spec.host
     conn = Connection.local()

@@ -14,8 +14,8 @@ import yaml
 from pulumi import automation as auto
 
 from sglang_stacks.config.fleet import FleetSpec
-from sglang_stacks.fleet_rollback import FleetRollout, rollback_file
-from sglang_stacks.orchestrate import EXIT_REGRESSION
+from sglang_stacks.drive.fleet_rollback import FleetRollout, rollback_file
+from sglang_stacks.exits import ExitCode
 
 STACK_FILE = """\
 encryptionsalt: v1:salt
@@ -107,7 +107,7 @@ def test_a_regressed_canary_under_on_regression_stop_is_left_out_and_nothing_is_
 
     code = _rollout(target, "stop", out).run()
 
-    assert code == EXIT_REGRESSION
+    assert code == ExitCode.REGRESSION
     assert target.ups == 1  # no second update: nothing relaunched
     said = out.getvalue()
     assert "the canary of fleet regressed: tok/s 40.1 against 88.0 (tolerance 5 %)." in said, said
@@ -120,6 +120,6 @@ def test_a_regressed_canary_of_a_fleet_never_deployed_before_has_nothing_to_roll
 
     code = _rollout(target, "roll_back", out).run()
 
-    assert code == EXIT_REGRESSION
+    assert code == ExitCode.REGRESSION
     assert target.ups == 1
     assert "fleet has no earlier successful update to roll back to: the canary stays out." in out.getvalue()

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from sglang_stacks.config.spec import BenchmarkSpec
-from sglang_stacks.results import loadgen, summary
-from sglang_stacks.results.loadgen import client, contract
+from sglang_stacks.hostops import loadgen
+from sglang_stacks.hostops.loadgen import client, contract
+from sglang_stacks.results import summary
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from sglang_emulator.launcher import RunningEmulator, start_emulator
+from sglang_stacks.hostops.loadgen import client, contract
 from sglang_stacks.hostops.logs import describe_progress
-from sglang_stacks.results.loadgen import client, contract
 
 FLAGS = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8", "--trust-remote-code", "--enable-metrics"]
 FLAGS += ["--cuda-graph-max-bs", "128", "--disable-custom-all-reduce"]

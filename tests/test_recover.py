@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sglang_stacks import recover
 from sglang_stacks.components.router import RouterInputs, leftover_router, start_router, stop_router
+from sglang_stacks.drive import recover
+from sglang_stacks.exits import ExitCode
 from tests._pulumi import Workspace
 from tests._router import local_router_props
 
@@ -53,7 +54,7 @@ def test_a_stale_create_of_the_tools_own_resource_is_cleared(project: Workspace)
 
     code = recover.recover("tuned", project_dir=project.path, out=out)
 
-    assert code == recover.EXIT_CLEAN, out.getvalue()
+    assert code == ExitCode.OK, out.getvalue()
     assert "creating tuned-benchmark (sglang:Benchmark): safe to run again" in out.getvalue()
     assert "creating tuned-r0-worker (sglang:RouterWorker): safe to run again" in out.getvalue()
     assert "cleared 2; nothing remains. `pulumi up -s tuned` converges." in out.getvalue()
@@ -73,7 +74,7 @@ def test_what_the_tool_cannot_settle_is_left_in_place_with_its_command(project: 
     code = recover.recover("tuned", project_dir=project.path, out=out)
 
     said = out.getvalue()
-    assert code == recover.EXIT_LEFT_FOR_YOU, said
+    assert code == ExitCode.LEFT_FOR_YOU, said
     assert "deleting tuned-old-benchmark (sglang:Benchmark): left for you: `pulumi refresh -s tuned`" in said
     assert "creating tuned-router (sglang:Router): left for you: its host could not be checked" in said
     assert "creating tuned-server (sglang:Server): left for you: its host could not be checked" in said
@@ -89,7 +90,7 @@ def test_what_the_tool_cannot_settle_is_left_in_place_with_its_command(project: 
 
 def test_a_stack_without_pending_operations_needs_nothing(project: Workspace) -> None:
     out = io.StringIO()
-    assert recover.recover("tuned", project_dir=project.path, out=out) == recover.EXIT_CLEAN
+    assert recover.recover("tuned", project_dir=project.path, out=out) == ExitCode.OK
     assert out.getvalue() == "recover: stack tuned has no pending operations; nothing to do.\n"
 
 
@@ -107,7 +108,7 @@ def test_a_router_an_interrupted_create_left_running_is_stopped_and_the_create_c
         code = recover.recover("tuned", project_dir=project.path, out=out)
 
         said = out.getvalue()
-        assert code == recover.EXIT_CLEAN, said
+        assert code == ExitCode.OK, said
         assert f"the router it had started on 127.0.0.1:{typed.port}" in said
         assert f"pid {started.pid}, still ran, known to no state: stopped it" in said
         assert pending(project) == []
@@ -119,7 +120,7 @@ def test_a_router_an_interrupted_create_left_running_is_stopped_and_the_create_c
         # A create killed before it started anything leaves nothing: stale, cleared, nothing stopped.
         project.leave_pending("tuned", ("creating", ROUTER, "tuned-router", inputs))
         out = io.StringIO()
-        assert recover.recover("tuned", project_dir=project.path, out=out) == recover.EXIT_CLEAN
+        assert recover.recover("tuned", project_dir=project.path, out=out) == ExitCode.OK
         assert f"127.0.0.1:{typed.port} (the local host) runs no router that the state does not know" in (
             out.getvalue()
         )

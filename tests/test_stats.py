@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import pytest
 
 from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.hostops.loadgen import client, contract
+from sglang_stacks.hostops.loadgen.streaming import RequestRecord
 from sglang_stacks.results import stats, summary
-from sglang_stacks.results.loadgen import client, contract
-from sglang_stacks.results.loadgen.streaming import RequestRecord
 
 
 @pytest.mark.parametrize(

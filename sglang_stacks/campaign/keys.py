@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from sglang_stacks.campaign.model import CampaignSpec, PoolHost
 from sglang_stacks.config.stackfile import read_stack_file
+from sglang_stacks.drive import automation
 from sglang_stacks.errors import SpecError
 
 if TYPE_CHECKING:
@@ -53,10 +54,8 @@ def check_pool_keys(campaign: CampaignSpec, stacks_dir: Path) -> None:
 def give_secrets(trial: auto.Stack, pool_host: PoolHost, base: str, stacks_dir: Path) -> None:
     """Copy into the trial stack's config, as secrets: the pool host's key (ssh hosts only), and the
     base stack's hub token when it has one."""
-    from sglang_stacks import orchestrate
-
     source = pool_host.key_stack(base)
     if source is not None:
-        orchestrate.copy_secret(trial, SSH_KEY, source)
+        automation.copy_secret(trial, SSH_KEY, source)
     if HUB_TOKEN in read_stack_file(base, stacks_dir).secret_keys:
-        orchestrate.copy_secret(trial, HUB_TOKEN, base)
+        automation.copy_secret(trial, HUB_TOKEN, base)

@@ -16,11 +16,11 @@ from typing import Any
 
 from pulumi import automation as auto
 
-from sglang_stacks import orchestrate
 from sglang_stacks.campaign.axes import bind_host
 from sglang_stacks.campaign.keys import give_secrets
 from sglang_stacks.campaign.model import PoolHost
 from sglang_stacks.campaign.plan import PlanRow
+from sglang_stacks.drive import automation
 from sglang_stacks.project import stacks_dir
 
 __all__ = ["TrialFailure", "TrialRunner", "classify"]
@@ -117,7 +117,7 @@ class TrialRunner:
             "Written by `sglang-stacks sweep run`; `pulumi up -s <this stack>` deploys it again."
         )
         with self._write_lock:
-            stack = orchestrate.write_stack(self.project, row.stack, sections, header)
+            stack = automation.write_stack(self.project, row.stack, sections, header)
             # After the write, which replaces the file's config.
             give_secrets(stack, host, self.base, stacks_dir(self.project))
         replace = [self._benchmark_urn(stack)] if benchmark_again else None
@@ -146,7 +146,7 @@ class TrialRunner:
         """Stop the trial's server and release its host: ``pulumi destroy`` of its stack, until the
         state holds no resource (a destroy cut short by Ctrl-C still exits 0, with the claim left).
         ``clear_pending`` first refreshes away creates a killed update left pending."""
-        selected = orchestrate.select_stack(self.project, stack)
+        selected = automation.select_stack(self.project, stack)
         for _ in range(3):
             (handle, write), _ = self._stream(stack, "destroy")
             try:

@@ -105,8 +105,8 @@ class BenchmarkOutputs(Props):
 
 def run_on_host(inputs: BenchmarkInputs) -> dict[str, Any]:
     """Ships the load generator to the host over the session, runs it there, returns its JSON."""
-    from sglang_stacks.results import loadgen
-    from sglang_stacks.results.loadgen.contract import Workload
+    from sglang_stacks.hostops import loadgen
+    from sglang_stacks.hostops.loadgen.contract import Workload
 
     conn = inputs.connection
     settings = inputs.workload.model_dump(mode="json")

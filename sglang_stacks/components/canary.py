@@ -4,7 +4,7 @@ router's machine, and must not be slower (tok/s, TTFT) beyond the rollout's tole
 
 The gate runs once per canary launch. A regressed canary fails the update: the replicas after it
 are never touched, the canary stays out of the router, and the router keeps serving from the rest
-(``sglang-stacks rollout`` then rolls the canary back: see `sglang_stacks.fleet_rollback`). A
+(``sglang-stacks rollout`` then rolls the canary back: see `sglang_stacks.drive.fleet_rollback`). A
 canary on the configuration the router lists for the reference is not judged.
 """
 

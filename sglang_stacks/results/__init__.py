@@ -1,3 +1,3 @@
-"""Results: the load generator shipped to hosts, benchmark statistics and verdicts, the results
-history, compare, the regression gate, promote and plots. Dependencies point down: the command
+"""Results: what the load generator's document says, benchmark statistics and verdicts, the
+results history, compare, the regression gate, promote and plots. Dependencies point down: the command
 and formatting modules (compare, plot) use the others, never the reverse."""

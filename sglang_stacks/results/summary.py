@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sglang_stacks.errors import BenchmarkError
-from sglang_stacks.results.loadgen.contract import SCHEMA as LOADGEN_SCHEMA
+from sglang_stacks.hostops.loadgen.contract import SCHEMA as LOADGEN_SCHEMA
 from sglang_stacks.results.stats import (
     BenchmarkResult,
     Goodput,

@@ -27,13 +27,12 @@ from typing import Any, TextIO
 import pulumi.automation as auto
 from pydantic import ValidationError
 
-from sglang_stacks import orchestrate  # which imports this module: its names are read at call time
+from sglang_stacks.drive.automation import pulumi_command, select_stack
 from sglang_stacks.errors import ClaimError, HostError, RouterError, SpecError
+from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir
 
-__all__ = ["EXIT_CLEAN", "EXIT_LEFT_FOR_YOU", "Pending", "pending_operations", "recover", "warning"]
-
-EXIT_CLEAN, EXIT_LEFT_FOR_YOU = 0, 1
+__all__ = ["Pending", "pending_operations", "recover", "warning"]
 
 _DYNAMIC = "pulumi-python:dynamic/sglang:"
 # Our resources whose create runs again safely: the environment and draft model reuse what is
@@ -108,7 +107,7 @@ def _export(target: auto.Stack, *, secrets: bool) -> dict[str, Any]:
     ``--show-secrets``, and the decrypted copy must not reach a file)."""
     shown = ["--show-secrets"] if secrets else []
     try:
-        done = orchestrate.pulumi_command(target, "stack", "export", "--stack", target.name, *shown)
+        done = pulumi_command(target, "stack", "export", "--stack", target.name, *shown)
     except auto.CommandError as error:
         raise _failed(target.name, "stack export", error) from None
     document: dict[str, Any] = json.loads(done.stdout)
@@ -121,7 +120,7 @@ def _operations(document: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def pending_operations(stack: str, project_dir: Path | None = None) -> list[Pending]:
     """The pending operations of ``stack``'s state, secrets left encrypted."""
-    target = orchestrate.select_stack(project_dir or find_project_dir(), stack)
+    target = select_stack(project_dir or find_project_dir(), stack)
     return [_pending(op) for op in _operations(_export(target, secrets=False))]
 
 
@@ -213,11 +212,11 @@ def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.st
     interrupted create left running) and clears them, or, when others remain, prints the command
     for each: clearing only some is not possible, since ``pulumi stack import`` drops them all.
     Returns 0 when nothing pending remains, 1 when something is left for the user."""
-    target = orchestrate.select_stack(project_dir or find_project_dir(), stack)
+    target = select_stack(project_dir or find_project_dir(), stack)
     encrypted = _export(target, secrets=False)
     if not _operations(encrypted):
         print(f"recover: stack {stack} has no pending operations; nothing to do.", file=out)
-        return EXIT_CLEAN
+        return ExitCode.OK
     decrypted = _export(target, secrets=True)
     if [op["resource"]["urn"] for op in _operations(decrypted)] != [
         op["resource"]["urn"] for op in _operations(encrypted)
@@ -251,11 +250,11 @@ def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.st
             f"--clear-pending-creates -s {stack}` clears every pending operation (the stale ones too).",
             file=out,
         )
-        return EXIT_LEFT_FOR_YOU
+        return ExitCode.LEFT_FOR_YOU
     # Importing the state as it is drops its pending operations: the supported way to clear them.
     try:  # the copy imported keeps its secrets encrypted
         target.import_stack(auto.Deployment(version=encrypted["version"], deployment=encrypted["deployment"]))
     except auto.CommandError as error:
         raise _failed(stack, "stack import", error) from None
     print(f"recover: cleared {stale}; nothing remains. `pulumi up -s {stack}` converges.", file=out)
-    return EXIT_CLEAN
+    return ExitCode.OK

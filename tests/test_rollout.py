@@ -1,6 +1,6 @@
-"""The orchestration module against the real Pulumi CLI: bad input stops a rollout before any
-update, an update that fails before its benchmark is no regression, and a tightened gate judges
-the result measured before, whose regression a hand-back that fails reports.
+"""The rollout and its Automation API adapter against the real Pulumi CLI: bad input stops a
+rollout before any update, an update that fails before its benchmark is no regression, and a
+tightened gate judges the result measured before, whose regression a hand-back that fails reports.
 
 The rollout that hands the host back after a regression measured anew is in test_campaign.
 """
@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from sglang_stacks import orchestrate
+from sglang_stacks.drive import automation
+from sglang_stacks.drive.rollout import rollout
 from sglang_stacks.errors import SpecError
+from sglang_stacks.exits import ExitCode
+from sglang_stacks.project import find_project_dir
 from sglang_stacks.results import history
 from sglang_stacks.results.stats import BenchmarkResult
 from tests._pulumi import Workspace, emulator_stack, free_port
@@ -36,17 +39,17 @@ def project(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
 
 def test_the_project_folder_is_found_upward_like_pulumi_finds_it(project: Workspace, tmp_path: Path) -> None:
     inner = project.path / "stacks"
-    assert orchestrate.find_project_dir(inner) == project.path
+    assert find_project_dir(inner) == project.path
     with pytest.raises(SpecError, match=r"No Pulumi\.yaml in .* Run this from the sglang-stacks project"):
-        orchestrate.find_project_dir(tmp_path)
+        find_project_dir(tmp_path)
 
 
 def test_outputs_of_a_stack_never_deployed_are_empty(project: Workspace) -> None:
     project.run("stack", "init", "fresh")
 
-    assert orchestrate.stack_outputs("fresh", project.path) == {}
+    assert automation.stack_outputs("fresh", project.path) == {}
     with pytest.raises(SpecError, match=r"no stack 'typo'.*`pulumi stack ls`"):
-        orchestrate.stack_outputs("typo", project.path)
+        automation.stack_outputs("typo", project.path)
 
 
 def test_a_baseline_the_backend_lacks_stops_the_rollout_before_any_update(project: Workspace) -> None:
@@ -54,9 +57,7 @@ def test_a_baseline_the_backend_lacks_stops_the_rollout_before_any_update(projec
     out = io.StringIO()
 
     with pytest.raises(SpecError, match=r"The backend has no stack 'baseline'"):
-        orchestrate.rollout(
-            "candidate", db_path=history.default_history_path(), project_dir=project.path, out=out
-        )
+        rollout("candidate", db_path=history.default_history_path(), project_dir=project.path, out=out)
 
     assert out.getvalue() == ""
     assert project.json("stack", "history", "--json", "-s", "candidate") == []
@@ -66,7 +67,7 @@ def test_an_invalid_stack_file_is_bad_input(project: Workspace) -> None:
     project.init_stack("broken", "config:\n  sglang-stacks:server:\n    tp_sise: 8\n")
 
     with pytest.raises(SpecError, match=r"tp_sise"):
-        orchestrate.rollout("broken", db_path=history.default_history_path(), project_dir=project.path)
+        rollout("broken", db_path=history.default_history_path(), project_dir=project.path)
 
 
 def test_an_update_that_fails_before_its_benchmark_is_no_regression(project: Workspace) -> None:
@@ -78,11 +79,11 @@ def test_an_update_that_fails_before_its_benchmark_is_no_regression(project: Wor
     )
     out, err = io.StringIO(), io.StringIO()
 
-    code = orchestrate.rollout(
+    code = rollout(
         "candidate", db_path=history.default_history_path(), project_dir=project.path, out=out, err=err
     )
 
-    assert code == orchestrate.EXIT_UPDATE_FAILED
+    assert code == ExitCode.UPDATE_FAILED
     streamed = out.getvalue() + err.getvalue()
     assert "rollout: pulumi up -s candidate" in streamed
     assert "flashinfer" in streamed  # Pulumi's own output, streamed: the preflight error
@@ -116,7 +117,7 @@ def test_a_tightened_gate_judges_the_result_before_and_a_failed_hand_back_says_s
     history.record(db, "baseline", "0123456789abcdef", "0.5.8", "python -m sglang.launch_server", fast)
     try:
         first = io.StringIO()
-        assert orchestrate.rollout("candidate", db_path=db, project_dir=project.path, out=first) == 0
+        assert rollout("candidate", db_path=db, project_dir=project.path, out=first) == 0
         tok_s = project.outputs("candidate")["tok_s"]
         assert first.getvalue().splitlines()[-1] == (
             f"rollout: candidate is up at {tok_s:.1f} tok/s, past its gate against baseline."
@@ -124,9 +125,9 @@ def test_a_tightened_gate_judges_the_result_before_and_a_failed_hand_back_says_s
         project.run("config", "set", "--path", "gate.tolerance_pct", "5", "-s", "candidate")
         out = io.StringIO()
 
-        code = orchestrate.rollout("candidate", db_path=db, project_dir=project.path, out=out)
+        code = rollout("candidate", db_path=db, project_dir=project.path, out=out)
 
-        assert code == orchestrate.EXIT_REGRESSION
+        assert code == ExitCode.REGRESSION
         lines = out.getvalue().splitlines()
         assert len(history.rows(db, ["candidate"])) == 1  # judged on the result measured before
         regressed = next(line for line in lines if line.startswith("rollout: candidate regressed: "))

@@ -24,7 +24,7 @@ from pulumi import automation as auto
 
 from sglang_stacks.config.fleet import FleetSpec
 from sglang_stacks.config.stackfile import stack_path
-from sglang_stacks.orchestrate import EXIT_PASSED, EXIT_REGRESSION, EXIT_UPDATE_FAILED
+from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 
 _CANARY = ":CanaryGate::"
@@ -111,21 +111,21 @@ class FleetRollout:
         canary = _CanaryErrors()
         if self.up(on_event=canary):
             self.say(f"{name} is up: every replica serves the new configuration through the router.")
-            return EXIT_PASSED
+            return ExitCode.OK
         if not canary.messages:
             self.say(
                 f"the update of {name} failed (see above), not at its canary gate. The hosts it did not "
                 "reach still serve the current configuration through the router; `pulumi up` of the "
                 "previous stack file restores the others."
             )
-            return EXIT_UPDATE_FAILED
+            return ExitCode.UPDATE_FAILED
         self.say(f"the canary of {name} regressed: {canary.numbers()}.")
         if self.fleet.rollout.on_regression == "stop":
             self.say("fleet.rollout.on_regression is stop: the canary stays out of the router.")
-            return EXIT_REGRESSION
+            return ExitCode.REGRESSION
         if before is None:
             self.say(f"{name} has no earlier successful update to roll back to: the canary stays out.")
-            return EXIT_REGRESSION
+            return ExitCode.REGRESSION
         return self._roll_back(*before, canary)
 
     def _roll_back(self, started: str, config: dict[str, auto.ConfigValue], canary: _CanaryErrors) -> int:
@@ -142,10 +142,10 @@ class FleetRollout:
                 f"rolling back failed (see above); restore the previous stack file and run `pulumi up -s "
                 f"{name}` once the cause is fixed."
             )
-            return EXIT_REGRESSION
+            return ExitCode.REGRESSION
         self.say(
             f"rolled back: all {self.fleet.replica_count} replicas serve the configuration of the update of "
             f"{started} through the router again. The change stays in the stack file, rejected by its "
             f"canary ({canary.numbers()}): fix it, or restore the previous file."
         )
-        return EXIT_REGRESSION
+        return ExitCode.REGRESSION
