@@ -36,8 +36,9 @@ try:
             ),
         )
 except StacksError as error:
-    # The message already says what to fix; a traceback would only hide it.
-    raise pulumi.RunError(str(error)) from None
+    # The message already says what to fix; a traceback would only hide it. Its typed record
+    # follows, for a driver (rollout, a sweep) to read back.
+    raise pulumi.RunError(error.with_record()) from None
 
 if spec.fleet is not None:
     pulumi.export("tok_s", fleet.tok_s)

@@ -1,12 +1,8 @@
 """The companion CLI, for what Pulumi has no verb for: ``python -m sglang_stacks.cli <command>``.
 
 Each subcommand is a ``Command`` in ``COMMANDS``: a name, a one-line help, a function that adds
-its arguments and a function that runs it and returns the exit code. Exit codes: 0 fine; 1 the
-answer is no (render: the configuration has errors; compare: a stack is significantly slower than
-the first beyond the tolerance; rollout: the stack regressed past its gate, or a fleet's canary
-did; promote: nothing was written; recover: pending operations are left for the user); 2 bad
-input; 3 (rollout) the update failed for another reason than its gate; 130 (sweep run)
-interrupted: the same command resumes it.
+its arguments and a function that runs it and returns the exit code, one of `ExitCode`
+(``sglang_stacks.exits``, which says what each means).
 """
 
 from __future__ import annotations
@@ -21,12 +17,10 @@ from sglang_stacks.cli_config import configure_render, configure_schema, run_ren
 from sglang_stacks.config.spec import load_spec
 from sglang_stacks.config.stackfile import STACKS_DIR
 from sglang_stacks.errors import StacksError
+from sglang_stacks.exits import ExitCode
 from sglang_stacks.results import compare, history, plot, promote
 
 __all__ = ["COMMANDS", "Command", "main"]
-
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
 
 
 @dataclass(frozen=True)
@@ -60,7 +54,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         print(
             "error: compare needs at least two stacks, e.g. `compare baseline eagle3-bs128`.", file=sys.stderr
         )
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     from sglang_stacks.drive import automation  # the Automation API, only for the commands that drive Pulumi
 
     return compare.main_compare(
@@ -89,11 +83,11 @@ def _run_history(args: argparse.Namespace) -> int:
             f"No benchmark results are recorded{which} in {db_path} yet; "
             "run `pulumi up -s <stack>` to benchmark one."
         )
-        return EXIT_OK
+        return ExitCode.OK
     print(history.format_table(found))
     if args.plot is not None:
         print(f"\nWrote the tok/s plot to {plot.plot_history(found, args.plot)}.")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _configure_promote(parser: argparse.ArgumentParser) -> None:
@@ -163,7 +157,7 @@ def _run_logs(args: argparse.Namespace) -> int:
         logs.follow(conn, paths, lambda line: print(line, flush=True), args.lines)
     else:
         print("\n".join(logs.show(conn, paths, args.lines)))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _configure_sweep(parser: argparse.ArgumentParser) -> None:
@@ -261,12 +255,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else EXIT_BAD_INPUT
+        return exit_.code if isinstance(exit_.code, int) else ExitCode.BAD_INPUT
     try:
         return COMMANDS[args.command].run(args)
     except StacksError as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
 
 
 if __name__ == "__main__":

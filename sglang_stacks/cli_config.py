@@ -17,11 +17,9 @@ from sglang_stacks.config.render import render_argv, render_command
 from sglang_stacks.config.spec import load_spec, spec_json_schema
 from sglang_stacks.config.stackfile import STACKS_DIR, read_stack_file
 from sglang_stacks.errors import FlagError
+from sglang_stacks.exits import ExitCode
 
 __all__ = ["configure_render", "configure_schema", "run_render", "run_schema"]
-
-EXIT_OK = 0
-EXIT_CONFIG_ERRORS = 1
 
 
 def configure_render(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +47,7 @@ def run_render(args: argparse.Namespace) -> int:
                 "fleet.hosts; pick one of them.",
                 file=sys.stderr,
             )
-            return EXIT_CONFIG_ERRORS
+            return ExitCode.CONFIG_ERRORS
         # Each host of a fleet launches its own command (its port; a multi-node server's rank).
         spec = spec.for_host(args.host)
     release = args.release or spec.environment.sglang_release
@@ -80,7 +78,7 @@ def run_render(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         print(_render_text(args.stack, release, command, plan.explain(), findings))
-    return EXIT_CONFIG_ERRORS if errors else EXIT_OK
+    return ExitCode.CONFIG_ERRORS if errors else ExitCode.OK
 
 
 def _render_text(
@@ -112,4 +110,4 @@ def run_schema(args: argparse.Namespace) -> int:
         args.output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
-    return EXIT_OK
+    return ExitCode.OK

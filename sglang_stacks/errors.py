@@ -1,4 +1,5 @@
-"""Every error sglang-stacks raises on purpose, in one hierarchy.
+"""Every error sglang-stacks raises on purpose, in one hierarchy, and the typed record that carries
+one across Pulumi's engine.
 
 StacksError                  base: a sentence saying what went wrong and how to fix it
 ├── SpecError                a stack file or config value is malformed (names the key)
@@ -7,49 +8,243 @@ StacksError                  base: a sentence saying what went wrong and how to 
 ├── HostError                the GPU host cannot be reached, or differs from its declared facts
 │   └── ClaimError           another stack holds, or is taking, this host's GPUs
 ├── ArtifactError            the draft model is missing or does not match its manifest
-├── ServerError              SGLang did not become ready (classified: oom, bad_flag, nccl, other)
+├── ServerError              SGLang did not become ready (its cause: out_of_memory, bad_flag, nccl, ...)
 ├── RouterError              SGLang's router did not start, or would not add or drain a worker
-└── BenchmarkError           the post-deploy benchmark failed or regressed
+└── BenchmarkError           the post-deploy benchmark failed
+    ├── GateError            the regression gate could not judge the result
+    └── RegressionError      a result is slower than its baseline's past the gate's tolerance
+        └── CanaryRegressionError   a fleet's canary is slower than a replica on the current configuration
+
+Code recognises a failure by its type and fields, never by its words. A provider raises in its own
+process and the program in the language host; the driver (``rollout``, a sweep) only sees the
+Pulumi CLI's text. So at those two edges the error's message is followed by one line,
+``sglang-stacks-failure: {...}``, the JSON of its `FailureRecord`, and `failure_from_output` reads
+it back into the exception type with its fields.
 """
 
 from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+__all__ = [
+    "FAILURE_TAG",
+    "ArtifactError",
+    "BenchmarkError",
+    "CanaryRegressionError",
+    "ClaimError",
+    "FailureRecord",
+    "FlagError",
+    "GateError",
+    "HostError",
+    "PreflightError",
+    "RegressionError",
+    "RouterError",
+    "ServerError",
+    "SpecError",
+    "StacksError",
+    "failure_from_output",
+    "failures_from_output",
+]
+
+FAILURE_TAG = "sglang-stacks-failure:"
+"""What starts the line of an error's record in a message that crossed the engine."""
+
+
+class FailureRecord(BaseModel):
+    """One error as it crosses Pulumi's engine: its class in this module and its fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    error: str
+    """The class's name, e.g. ``ServerError``."""
+    message: str
+    """The whole message, as ``str(error)`` said it."""
+    cause: str
+    """What kind of failure: the class's own (``preflight``, ``claim``, ``gate``, ...) or, for a
+    server, how it ended (``out_of_memory``, ``nccl``, ``bad_flag``, ``other``)."""
+    summary: str
+    """The first sentence, without the output attached to it (a server's log lines)."""
+    stack: str | None = None
+    """The stack whose update raised it, when known."""
+    last_output: str | None = None
+    """HostError: the host's last output lines before a session ended."""
+    measurements: str | None = None
+    """RegressionError: what was measured, as the verdict says it (``tok/s 40.1 against 88.0 ...``)."""
+
+    def line(self) -> str:
+        """The tagged line that follows the message."""
+        return f"{FAILURE_TAG} {self.model_dump_json(exclude_none=True)}"
 
 
 class StacksError(Exception):
     """Base of every deliberate error; its message is whole sentences ending with the fix."""
 
+    cause: ClassVar[str] = "other"
+    """The kind of failure the class stands for; a ServerError's instances have their own."""
+
+    def __init__(self, message: str, *, stack: str | None = None, summary: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.stack = stack
+        """The stack whose update failed, when the raiser knows it."""
+        self.summary = summary or message.split("\n", 1)[0]
+        """The first sentence, without attached output."""
+
+    def record(self) -> FailureRecord:
+        """The typed record of this error, which `failure_from_output` turns back into it."""
+        fields = {name: getattr(self, name, None) for name in _EXTRA_FIELDS}
+        return FailureRecord(
+            error=type(self).__name__,
+            message=self.message,
+            cause=self.cause,
+            summary=self.summary,
+            stack=self.stack,
+            **fields,
+        )
+
+    def with_record(self) -> str:
+        """The message followed by the record's tagged line: what a provider or the program says
+        when the error crosses the engine."""
+        return f"{self.message}\n{self.record().line()}"
+
 
 class SpecError(StacksError):
     """A stack file or config value is malformed."""
+
+    cause = "spec"
 
 
 class FlagError(StacksError):
     """A launch flag is unknown to, or has no rendering for, the target SGLang release."""
 
+    cause = "flag"
+
 
 class PreflightError(StacksError):
     """Preflight found errors that would make the launch fail."""
+
+    cause = "preflight"
 
 
 class HostError(StacksError):
     """The GPU host is unreachable or does not match its declared facts."""
 
+    cause = "host"
+
+    def __init__(
+        self, message: str, *, stack: str | None = None, summary: str | None = None, last_output: str = ""
+    ) -> None:
+        super().__init__(message, stack=stack, summary=summary)
+        self.last_output = last_output or None
+        """What the host printed last before the session ended (its last lines), when anything."""
+
 
 class ClaimError(HostError):
     """The host's GPUs are claimed by another stack, or two updates raced for them."""
+
+    cause = "claim"
 
 
 class ArtifactError(StacksError):
     """A draft-model artifact is missing or corrupt."""
 
+    cause = "artifact"
+
 
 class ServerError(StacksError):
     """The SGLang server failed to start or to become ready."""
+
+    def __init__(
+        self, message: str, *, cause: str = "other", stack: str | None = None, summary: str | None = None
+    ) -> None:
+        super().__init__(message, stack=stack, summary=summary)
+        self.cause = cause  # type: ignore[misc]  # each server failure has its own class of cause
 
 
 class RouterError(StacksError):
     """SGLang's router (sglang-router) failed to start, or to add, list or drain a worker."""
 
+    cause = "router"
+
 
 class BenchmarkError(StacksError):
-    """The benchmark could not run, or its result regressed past the gate."""
+    """The benchmark could not run, or its numbers are no measure of the server."""
+
+    cause = "benchmark"
+
+
+class GateError(BenchmarkError):
+    """The regression gate could not judge a result (its baseline has no comparable one)."""
+
+    cause = "gate"
+
+
+class RegressionError(BenchmarkError):
+    """A result is slower than its reference beyond the tolerance: the regression gate's verdict
+    against the baseline stack (and, as `CanaryRegressionError`, a fleet's canary's)."""
+
+    cause = "gate"
+
+    def __init__(
+        self, message: str, *, measurements: str, stack: str | None = None, summary: str | None = None
+    ) -> None:
+        super().__init__(message, stack=stack, summary=summary)
+        self.measurements = measurements
+        """What was measured, as the verdict says it: ``tok/s 40.1 against 88.0 (-54.4 %, ...)``."""
+
+
+class CanaryRegressionError(RegressionError):
+    """A fleet's canary is slower than a replica on the current configuration beyond the rollout's
+    tolerances: the update stops before the other hosts, and ``rollout`` rolls the canary back."""
+
+    cause = "canary"
+
+
+_EXTRA_FIELDS = ("last_output", "measurements")
+"""The record's fields that only some classes have, read from the instance."""
+
+
+def _classes(base: type[StacksError] = StacksError) -> dict[str, type[StacksError]]:
+    found = {base.__name__: base}
+    for sub in base.__subclasses__():
+        found.update(_classes(sub))
+    return found
+
+
+def _from_record(record: FailureRecord) -> StacksError:
+    kind = _classes().get(record.error, StacksError)
+    common: dict[str, Any] = {"stack": record.stack, "summary": record.summary}
+    if issubclass(kind, RegressionError):
+        return kind(record.message, measurements=record.measurements or "", **common)
+    if issubclass(kind, ServerError):
+        return kind(record.message, cause=record.cause, **common)
+    if issubclass(kind, HostError):
+        return kind(record.message, last_output=record.last_output or "", **common)
+    return kind(record.message, **common)
+
+
+def failures_from_output(text: str) -> list[StacksError]:
+    """Every error whose record ``text`` holds (Pulumi's output of an update, a diagnostic), in
+    order, each once; the errors of other tools are not in it."""
+    found: list[StacksError] = []
+    seen: set[str] = set()
+    for line in text.splitlines():
+        _, tag, rest = line.partition(FAILURE_TAG)
+        if not tag or rest.strip() in seen:
+            continue
+        try:
+            record = FailureRecord.model_validate_json(rest.strip())
+        except ValidationError:
+            continue  # a line cut by the terminal, or another tool's text
+        seen.add(rest.strip())
+        found.append(_from_record(record))
+    return found
+
+
+def failure_from_output(text: str) -> StacksError | None:
+    """The first error of sglang-stacks whose record ``text`` holds, as its exception type with its
+    fields, or None when the text holds none (Pulumi's own failure, a crash)."""
+    found = failures_from_output(text)
+    return found[0] if found else None

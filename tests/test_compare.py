@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from sglang_stacks.errors import SpecError
+from sglang_stacks.exits import ExitCode
 from sglang_stacks.results import compare, stats
 from sglang_stacks.results.outputs import parse_argv
 from sglang_stacks.results.stats import BenchmarkResult, Percentiles
@@ -78,7 +79,7 @@ def test_the_campaign_verdict_is_about_forty_percent_slower_and_significant() ->
     assert verdict.change_pct == pytest.approx(-39.6, abs=0.1)
     assert verdict.significant and verdict.p_value is not None and verdict.p_value < 1e-6
     assert verdict.line == "eagle3-bs128 is 39.6 % slower than baseline (significant, p<0.001)"
-    assert comparison.exit_code == compare.EXIT_REGRESSION
+    assert comparison.exit_code == ExitCode.REGRESSION
 
 
 def test_flags_show_only_the_differences_by_default() -> None:

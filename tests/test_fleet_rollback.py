@@ -15,6 +15,7 @@ from pulumi import automation as auto
 
 from sglang_stacks.config.fleet import FleetSpec
 from sglang_stacks.drive.fleet_rollback import FleetRollout, rollback_file
+from sglang_stacks.errors import CanaryRegressionError
 from sglang_stacks.exits import ExitCode
 
 STACK_FILE = """\
@@ -55,7 +56,8 @@ def test_the_roll_back_file_holds_the_recorded_sections_and_the_encrypted_secret
 
 class _RegressingFleet:
     """The Automation API's view of a fleet stack whose update fails at its canary gate: ``up``
-    reports the gate's error, as the engine does, then fails; ``history`` holds ``succeeded``."""
+    reports the gate's error, as the engine does (the provider's message and its record), then
+    fails; ``history`` holds ``succeeded``."""
 
     name = "fleet"
 
@@ -71,10 +73,14 @@ class _RegressingFleet:
             "urn:pulumi:fleet::sglang-stacks::sglang-stacks:index:Fleet"
             "$pulumi-python:dynamic/sglang:CanaryGate::fleet-canary"
         )
-        message = (
+        error = CanaryRegressionError(
             "The canary of fleet fleet regressed: tok/s 40.1 against 88.0 (tolerance 5 %). The roll "
-            "stopped before the other hosts; the canary stays out of the router and the other replicas serve."
+            "stopped before the other hosts; the canary stays out of the router and the other replicas "
+            "serve.",
+            measurements="tok/s 40.1 against 88.0 (tolerance 5 %)",
+            stack="fleet",
         )
+        message = f"sglang_stacks.errors.CanaryRegressionError: {error.with_record()}"
         if on_event is not None:
             on_event(
                 auto.EngineEvent(

@@ -14,7 +14,7 @@ import pytest
 
 from sglang_stacks.drive import automation
 from sglang_stacks.drive.rollout import rollout
-from sglang_stacks.errors import SpecError
+from sglang_stacks.errors import PreflightError, RegressionError, SpecError, failure_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir
 from sglang_stacks.results import history
@@ -87,6 +87,8 @@ def test_an_update_that_fails_before_its_benchmark_is_no_regression(project: Wor
     streamed = out.getvalue() + err.getvalue()
     assert "rollout: pulumi up -s candidate" in streamed
     assert "flashinfer" in streamed  # Pulumi's own output, streamed: the preflight error
+    # The program's error crossed the engine as its type: what a sweep classifies a trial by.
+    assert isinstance(failure_from_output(streamed), PreflightError)
     assert "not at its regression gate" in out.getvalue()
     assert (
         "rollout: stack candidate has 1 pending operation(s) an interrupted update left (creating "
@@ -123,11 +125,15 @@ def test_a_tightened_gate_judges_the_result_before_and_a_failed_hand_back_says_s
             f"rollout: candidate is up at {tok_s:.1f} tok/s, past its gate against baseline."
         )
         project.run("config", "set", "--path", "gate.tolerance_pct", "5", "-s", "candidate")
-        out = io.StringIO()
+        out, err = io.StringIO(), io.StringIO()
 
-        code = rollout("candidate", db_path=db, project_dir=project.path, out=out)
+        code = rollout("candidate", db_path=db, project_dir=project.path, out=out, err=err)
 
         assert code == ExitCode.REGRESSION
+        # The benchmark provider's verdict crossed the engine as its type, with its numbers.
+        judged = failure_from_output(out.getvalue() + err.getvalue())
+        assert isinstance(judged, RegressionError) and judged.stack == "candidate", judged
+        assert judged.measurements is not None and judged.measurements.endswith("tolerance 5 %)")
         lines = out.getvalue().splitlines()
         assert len(history.rows(db, ["candidate"])) == 1  # judged on the result measured before
         regressed = next(line for line in lines if line.startswith("rollout: candidate regressed: "))

@@ -1,8 +1,8 @@
 """``sglang-stacks sweep plan|run|report|promote|dashboard <campaign>``: the campaign commands of
 the CLI.
 
-Exit codes: 0 fine (dashboard: stopped with Ctrl-C); 1 (promote) nothing was written; 2 bad input;
-130 (run) interrupted, resume with the same command.
+Exit codes (`ExitCode`): OK (dashboard: stopped with Ctrl-C); NOT_WRITTEN (promote); BAD_INPUT;
+INTERRUPTED (run): resume with the same command.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.campaign.plan import Plan, format_plan, plan_campaign
+from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import campaign_file, find_project_dir, reports_dir, stacks_dir
 
 __all__ = ["configure", "run"]
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     plan = _plan(args, project)
     if args.sweep_action == "plan":
         print(format_plan(plan))
-        return 0
+        return ExitCode.OK
     if args.sweep_action == "run":
         from sglang_stacks.campaign.runner import run_sweep  # the Automation API, only to run
         from sglang_stacks.results import history
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         path = write_report(plan, reports_dir(project))
         print(f"Wrote {path} and its figures.")
         print(path.read_text(encoding="utf-8").split("## Verdict", 1)[-1].split("## Ranking", 1)[0].strip())
-        return 0
+        return ExitCode.OK
     from sglang_stacks.campaign.promote import promote_winner
 
     return promote_winner(

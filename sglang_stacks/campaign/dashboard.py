@@ -22,6 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sglang_stacks.campaign.model import CampaignSpec
 from sglang_stacks.campaign.study import STUDY_FILE, open_storage, storage_url
 from sglang_stacks.errors import SpecError
+from sglang_stacks.exits import ExitCode
 
 __all__ = ["DASHBOARD_HOST", "Dashboard", "FeasibleBestStorage", "serve_dashboard"]
 
@@ -110,7 +111,7 @@ class Dashboard:
 
 
 def serve_dashboard(name: str, campaign: CampaignSpec, folder: Path, *, port: int, out: TextIO) -> int:
-    """Serve the campaign's dashboard, print its URL, and run until Ctrl-C; exit code 0."""
+    """Serve the campaign's dashboard, print its URL, and run until Ctrl-C; exit code OK."""
     dashboard = Dashboard(name, campaign, folder, port)
     print(f"Dashboard of campaign {name}: {dashboard.url}", file=out)
     print("Press Ctrl-C to stop it.", file=out, flush=True)
@@ -118,4 +119,4 @@ def serve_dashboard(name: str, campaign: CampaignSpec, folder: Path, *, port: in
         dashboard.serve()
     except KeyboardInterrupt:
         print("dashboard: stopped", file=out, flush=True)
-    return 0
+    return ExitCode.OK

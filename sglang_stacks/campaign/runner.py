@@ -27,12 +27,11 @@ from sglang_stacks.campaign.plan import Plan, PlanRow
 from sglang_stacks.campaign.state import SweepState, TrialRecord
 from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.errors import StacksError
+from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 from sglang_stacks.results import history
 
-__all__ = ["EXIT_DONE", "EXIT_INTERRUPTED", "Sweep", "run_sweep"]
-
-EXIT_DONE, EXIT_INTERRUPTED = 0, 130
+__all__ = ["Sweep", "run_sweep"]
 
 
 @dataclass
@@ -207,4 +206,4 @@ def run_sweep(plan: Plan, *, project: Path, reports: Path, db_path: Path, out: T
         with state.edit() as document:
             document.elapsed_s += time.monotonic() - sweep.started
     print(progress.summary(sweep), file=out, flush=True)
-    return EXIT_INTERRUPTED if interrupted else EXIT_DONE
+    return ExitCode.INTERRUPTED if interrupted else ExitCode.OK

@@ -8,7 +8,6 @@ empty, in the backend), so ``pulumi up -s <stack>`` deploys that configuration a
 
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,17 +20,10 @@ from sglang_stacks.campaign.keys import give_secrets
 from sglang_stacks.campaign.model import PoolHost
 from sglang_stacks.campaign.plan import PlanRow
 from sglang_stacks.drive import automation
+from sglang_stacks.errors import failure_from_output
 from sglang_stacks.project import stacks_dir
 
 __all__ = ["TrialFailure", "TrialRunner", "classify"]
-
-_SERVER = re.compile(r"(exited before it became ready|was not ready within [^(]*) \((\w+)\)")
-_CAUSES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"Preflight found"), "preflight"),
-    (re.compile(r"GPUs of|claim lock|claim file"), "claim"),
-    (re.compile(r"regress|gate", re.IGNORECASE), "gate"),
-    (re.compile(r"[Bb]enchmark"), "benchmark"),
-)
 
 
 @dataclass(frozen=True)
@@ -42,27 +34,15 @@ class TrialFailure:
     message: str
 
 
-def _sentence(line: str) -> str:
-    """The error's own words: after Pulumi's prefix and the exception's name, before the log dump."""
-    text = line.rsplit("error: ", 1)[-1]
-    text = re.sub(r"^[\w.]+Error: ", "", text)
-    return text.split(" Last log lines", 1)[0]
-
-
 def classify(output: str) -> TrialFailure:
-    """The cause of a failed ``pulumi up`` from its output: the server's class (``out_of_memory``,
-    ``nccl``, ``bad_flag``, ``other``) when it did not start, else preflight, claim, gate, benchmark."""
+    """The cause of a failed ``pulumi up`` from the error record in its output (see
+    `sglang_stacks.errors`): the server's class (``out_of_memory``, ``nccl``, ``bad_flag``,
+    ``other``) when it did not start, else preflight, claim, gate, benchmark, ...; ``other`` with
+    Pulumi's last error line when no error of this tool failed the update."""
+    error = failure_from_output(output)
+    if error is not None:
+        return TrialFailure(error.cause, error.summary)
     errors = [line.strip() for line in output.splitlines() if "error" in line.lower()]
-    found = _SERVER.search(output)
-    if found:
-        line = next((e for e in errors if found.group(0) in e), found.group(0))
-        return TrialFailure(found.group(2), _sentence(line))
-    text = "\n".join(errors) or output
-    for pattern, cause in _CAUSES:
-        if pattern.search(text):
-            return TrialFailure(
-                cause, next((e for e in errors if pattern.search(e)), errors[0] if errors else "")
-            )
     return TrialFailure("other", errors[-1] if errors else "pulumi up failed; see the trial's log")
 
 

@@ -261,15 +261,17 @@ def _import_providers(own_module: str) -> None:
 class _sentences_only:
     """The project's own errors (a StacksError already says what to fix) reach the user without a
     Python traceback: Pulumi's provider host prints `traceback.format_exc()`, which honours
-    `sys.tracebacklimit`. The process serves one update, which fails here anyway."""
+    `sys.tracebacklimit`. The process serves one update, which fails here anyway. The message
+    leaves with the error's typed record (`StacksError.with_record`), for the driver to read back."""
 
     def __enter__(self) -> None:
         # Whatever a provider does on a host ends with the update that asked for it.
         lifetime.watch_engine()
 
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if kind is not None and issubclass(kind, StacksError):
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, *_: object) -> None:
+        if isinstance(error, StacksError):
             sys.tracebacklimit = 0
+            error.args = (error.with_record(),)
 
 
 def resource_props(inputs: Mapping[str, Any], outputs: type[Props]) -> dict[str, Any]:

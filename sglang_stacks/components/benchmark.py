@@ -8,7 +8,6 @@ not otherwise: an `up` with nothing changed spends no GPU time.
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -159,8 +158,7 @@ def _dropped(inputs: BenchmarkInputs, elapsed_s: float, timeout_s: float, error:
     so the connection settings are right and the connection dropped."""
     if elapsed_s >= timeout_s:
         return error  # the workload's own time limit: the message says so
-    said = re.search(r"Last output: (.*?)\.? (Check|Raise|Start)", str(error))
-    cause = f" (the SSH client said: {said.group(1)})" if said else ""
+    cause = f" (the SSH client said: {error.last_output})" if error.last_output else ""
     return BenchmarkError(
         f"The connection to {inputs.connection.label} dropped after {elapsed_s:.0f} s of the benchmark"
         f"{cause}; nothing was recorded. The load generator on the host stops with its session, and "

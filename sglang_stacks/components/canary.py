@@ -29,7 +29,7 @@ from sglang_stacks.components._provider import (
 from sglang_stacks.components.benchmark import BenchmarkInputs, run_on_host
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
-from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.errors import CanaryRegressionError
 from sglang_stacks.results import stats, summary
 
 
@@ -142,7 +142,7 @@ def pick_reference(inputs: CanaryInputs) -> tuple[str | None, str]:
 
 
 def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
-    """Measures the canary and the reference; BenchmarkError when the canary regressed."""
+    """Measures the canary and the reference; CanaryRegressionError when the canary regressed."""
     canary = _measure(inputs, inputs.canary_url, inputs.canary_instance)
     reference_url, unjudged = pick_reference(inputs)
     if reference_url is None:
@@ -150,12 +150,15 @@ def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
     reference = _measure(inputs, reference_url, "reference")
     problems = judge(canary, reference, inputs.rollout)
     if problems:
-        raise BenchmarkError(
-            f"The canary of fleet {inputs.stack} regressed: {'; '.join(problems)}. The roll stopped "
+        measurements = "; ".join(problems)
+        raise CanaryRegressionError(
+            f"The canary of fleet {inputs.stack} regressed: {measurements}. The roll stopped "
             "before the other hosts; the canary stays out of the router and the other replicas serve. "
             f"`sglang-stacks rollout {inputs.stack}` rolls it back by itself (fleet.rollout.on_regression: "
             f"roll_back); after a plain `pulumi up`, restore the previous stack file and run `pulumi up -s "
-            f"{inputs.stack}`, which relaunches the canary on it. Or loosen fleet.rollout's tolerances."
+            f"{inputs.stack}`, which relaunches the canary on it. Or loosen fleet.rollout's tolerances.",
+            measurements=measurements,
+            stack=inputs.stack,
         )
     return CanaryOutputs(
         canary_tok_s=round(canary.tok_s_mean, 2),

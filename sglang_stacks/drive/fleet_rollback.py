@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pulumi import automation as auto
 
 from sglang_stacks.config.fleet import FleetSpec
 from sglang_stacks.config.stackfile import stack_path
+from sglang_stacks.errors import RegressionError, failures_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 
@@ -43,10 +43,11 @@ class _CanaryErrors:
             self.messages.append(found.message.strip())
 
     def numbers(self) -> str:
-        """The canary's measurements, as the gate wrote them ("tok/s 40.1 against 88.0 (...)")."""
-        text = " ".join(self.messages)
-        found = re.search(r"regressed: (.*?)\. The roll stopped", text, re.S)
-        return found.group(1) if found else text
+        """The canary's measurements, as its gate's `RegressionError` carries them ("tok/s 40.1
+        against 88.0 (...)"); the errors' words when the canary failed in another way."""
+        found = [error for m in self.messages for error in failures_from_output(m)]
+        regressed = [error.measurements for error in found if isinstance(error, RegressionError)]
+        return regressed[0] if regressed else " ".join(self.messages)
 
 
 def deployed_config(stack: auto.Stack) -> tuple[str, dict[str, auto.ConfigValue]] | None:

@@ -6,6 +6,7 @@ import re
 from typing import TYPE_CHECKING
 
 from sglang_stacks.errors import HostError
+from sglang_stacks.hostops._output import last_lines, said_last
 
 if TYPE_CHECKING:
     from sglang_stacks.hostops.connection import Connection
@@ -56,11 +57,7 @@ def ssh_failure(conn: Connection, stderr: str) -> HostError:
         return HostError(f"The host name {conn.host!r} does not resolve. Check host.address.")
     if "No route to host" in stderr or "Network is unreachable" in stderr:
         return HostError(f"{where} is unreachable from here (no route). Check host.address and the network.")
-    return HostError(f"SSH to {where} failed. {_tail(stderr)} Check the connection settings of host.")
-
-
-def _tail(text: str, lines: int = 5) -> str:
-    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
-    if not kept:
-        return "It printed nothing."
-    return "Last output: " + " | ".join(kept) + "."
+    last = last_lines(stderr)
+    return HostError(
+        f"SSH to {where} failed. {said_last(last)} Check the connection settings of host.", last_output=last
+    )

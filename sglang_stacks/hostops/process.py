@@ -249,9 +249,12 @@ def start_failure(conn: Connection, spec: Launch, verdict: str, tail_text: str) 
             )
     else:
         why = "exited before it became ready" if verdict == "exited" else "could not be checked"
+    summary = f"SGLang on {conn.label} {why} ({failure.kind})."
     return ServerError(
-        f"SGLang on {conn.label} {why} ({failure.kind}). Last log lines of {spec.log_path}:\n"
-        f"{_shorten_lines(tail_text) or '(the log is empty)'}\n{fix}"
+        f"{summary} Last log lines of {spec.log_path}:\n"
+        f"{_shorten_lines(tail_text) or '(the log is empty)'}\n{fix}",
+        cause=failure.kind,
+        summary=summary,
     )
 
 

@@ -13,9 +13,10 @@ import time
 from collections.abc import Mapping
 
 from sglang_stacks.errors import HostError
+from sglang_stacks.hostops._output import last_lines, said_last
 from sglang_stacks.hostops._ssh_errors import ssh_failure
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.transport import _SESSION_MARKER, _command_line, _exports, _spawn, _tail
+from sglang_stacks.hostops.transport import _SESSION_MARKER, _command_line, _exports, _spawn
 
 __all__ = ["Session", "open_session"]
 
@@ -97,9 +98,11 @@ class Session:
         stderr = "\n".join(line for line in lines if not line.startswith(_SESSION_MARKER))
         if self.conn.kind == "ssh" and self._process.returncode == 255:
             return ssh_failure(self.conn, stderr)
+        last = last_lines(stderr)
         return HostError(
             f"The session with {self.conn.label} ended (exit {self._process.returncode}). "
-            f"{_tail(stderr)} Check the host's logs and run the update again."
+            f"{said_last(last)} Check the host's logs and run the update again.",
+            last_output=last,
         )
 
 

@@ -33,6 +33,7 @@ from typing import IO, Literal
 from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import HostError, SpecError, StacksError
 from sglang_stacks.hostops import _batch
+from sglang_stacks.hostops._output import last_lines, said_last
 from sglang_stacks.hostops._ssh import client_argv
 from sglang_stacks.hostops._ssh_errors import ssh_failure
 from sglang_stacks.hostops.connection import Connection
@@ -184,9 +185,11 @@ def upload(
 
     result = _execute(conn, script, timeout_s=timeout_s, feed=feed)
     if not result.ok:
+        last = last_lines(result.stderr)
         raise HostError(
             f"Copying {str(source)!r} to {remote_path!r} on {conn.label} failed (exit {result.exit_code}): "
-            f"{_tail(result.stderr)} Check that the user may write there and the disk has room."
+            f"{said_last(last)} Check that the user may write there and the disk has room.",
+            last_output=last,
         )
 
 
@@ -312,9 +315,11 @@ def _result(
             )
         if conn.kind == "ssh" and returncode == 255:
             raise ssh_failure(conn, err_text)
+        last = last_lines(err_text)
         raise HostError(
             f"The session with {conn.label} ended before the script finished (exit {returncode}). "
-            f"{_tail(err_text)} Check the host's logs (out of memory, reboot) and run the update again."
+            f"{said_last(last)} Check the host's logs (out of memory, reboot) and run the update again.",
+            last_output=last,
         )
     exit_code = int(found.group(1))
     script_stderr = err_text[: found.start()]
@@ -330,14 +335,9 @@ def _result(
 
 
 def _timed_out(conn: Connection, timeout_s: float, output: str) -> HostError:
+    last = last_lines(output)
     return HostError(
         f"A script on {conn.label} did not finish within {timeout_s:g} s and was stopped there. "
-        f"{_tail(output)} Raise the timeout if the work is slow, or find what hangs."
+        f"{said_last(last)} Raise the timeout if the work is slow, or find what hangs.",
+        last_output=last,
     )
-
-
-def _tail(text: str, lines: int = 5) -> str:
-    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
-    if not kept:
-        return "It printed nothing."
-    return "Last output: " + " | ".join(kept) + "."

@@ -14,14 +14,12 @@ from typing import Any, TextIO
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sglang_stacks.errors import SpecError, StacksError
+from sglang_stacks.exits import ExitCode
 from sglang_stacks.results.outputs import FlagValue, StackOutputs, parse_argv
 from sglang_stacks.results.stats import BenchmarkResult
 from sglang_stacks.results.verdict import StackVerdict, change_pct, judge
 
 __all__ = [
-    "EXIT_BAD_INPUT",
-    "EXIT_OK",
-    "EXIT_REGRESSION",
     "Comparison",
     "FlagRow",
     "MetricRow",
@@ -30,8 +28,6 @@ __all__ = [
     "main_compare",
     "to_json",
 ]
-
-EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class FlagRow(BaseModel):
@@ -192,7 +188,7 @@ def compare(
         verdicts=verdicts,
         notes=_workload_notes(results),
         tolerance_pct=tolerance_pct,
-        exit_code=EXIT_REGRESSION if regressed else EXIT_OK,
+        exit_code=ExitCode.REGRESSION if regressed else ExitCode.OK,
     )
 
 
@@ -260,7 +256,7 @@ def main_compare(
     """The ``compare`` command: print the table (or JSON) and return the exit code for CI."""
     if len(set(stacks)) != len(stacks):
         print(f"compare: a stack is named twice in {list(stacks)}; name each stack once.", file=err)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     try:
         comparison = compare(
             {stack: outputs_loader(stack) for stack in stacks},
@@ -269,6 +265,6 @@ def main_compare(
         )
     except StacksError as exc:
         print(f"compare: {exc}", file=err)
-        return EXIT_BAD_INPUT
+        return ExitCode.BAD_INPUT
     print(to_json(comparison) if json_out else format_table(comparison), file=out)
     return comparison.exit_code

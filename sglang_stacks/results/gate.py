@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from sglang_stacks.config.spec import GateSpec
-from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.errors import GateError, RegressionError
 from sglang_stacks.results import history
 from sglang_stacks.results.stats import BenchmarkResult
 from sglang_stacks.results.verdict import GateVerdict, judge_gate
@@ -23,7 +23,7 @@ def evaluate(
 ) -> GateVerdict:
     """The gate's verdict on ``stack``'s ``result`` against its baseline's recorded result.
 
-    Raises BenchmarkError when the baseline has no recorded result with the same workload.
+    Raises GateError when the baseline has no recorded result with the same workload.
     """
     recorded = _comparable_result(stack, result, gate.baseline_stack, db_path)
     return judge_gate(
@@ -36,17 +36,22 @@ def evaluate(
 
 
 def check(stack: str, result: BenchmarkResult, gate: GateSpec, db_path: str | os.PathLike[str]) -> None:
-    """Raises BenchmarkError with both numbers when ``result`` regressed past the gate."""
+    """Raises RegressionError with both numbers when ``result`` regressed past the gate."""
     verdict = evaluate(stack, result, gate, db_path)
     if verdict.passed:
         return
+    measurements = (
+        f"tok/s {verdict.candidate_tok_s:.1f} against {verdict.baseline_tok_s:.1f} "
+        f"({verdict.change_pct:+.1f} %, tolerance {verdict.tolerance_pct:g} %)"
+    )
+    message = verdict.message
     if gate.on_regression == "hand_back":
-        raise BenchmarkError(
-            f"{verdict.message} This stack hands the host back on a regression "
+        message += (
+            " This stack hands the host back on a regression "
             f"(on_regression: hand_back) when deployed with `sglang-stacks rollout {stack}`, "
             f"which then deploys {gate.baseline_stack} again by itself."
         )
-    raise BenchmarkError(verdict.message)
+    raise RegressionError(message, measurements=measurements, stack=stack)
 
 
 def _workload(result: BenchmarkResult) -> str:
@@ -65,7 +70,7 @@ def _comparable_result(
     """The baseline's newest result measured with the same workload as ``result``."""
     recorded = history.rows(db_path, [baseline_stack])
     if not recorded:
-        raise BenchmarkError(
+        raise GateError(
             f"The gate compares {stack} with {baseline_stack}, which has no recorded benchmark yet. "
             f"Run `pulumi up -s {baseline_stack}` first, or remove the gate from this stack."
         )
@@ -73,7 +78,7 @@ def _comparable_result(
     # about a regression.
     same = [row.result for row in recorded if _workload(row.result) == _workload(result)]
     if not same:
-        raise BenchmarkError(
+        raise GateError(
             f"The gate compares {stack} with {baseline_stack}, but {baseline_stack} was benchmarked with "
             f"{_workload(recorded[-1].result)} and {stack} with {_workload(result)}, so their tok/s are "
             f"not comparable. Give both stacks the same sglang-stacks:benchmark workload and run "

@@ -17,6 +17,7 @@ from typing import TextIO
 from sglang_stacks.config.spec import CONFIG_NAMESPACE, load_spec
 from sglang_stacks.config.stackfile import STACKS_DIR, read_stack_file, stack_path
 from sglang_stacks.errors import SpecError
+from sglang_stacks.exits import ExitCode
 
 PROMOTED_SECTIONS = ("server", "draftModel")
 _SECTION_LINE = re.compile(rf"^  {re.escape(CONFIG_NAMESPACE)}:(?P<key>[A-Za-z_]+):")
@@ -98,7 +99,7 @@ def promote(
     after = promoted_text(winner_text, before)
     if after == before:
         print(f"{target} already has {winner}'s server configuration; nothing to promote.", file=out)
-        return 0
+        return ExitCode.OK
     # The result must still be a valid stack before anything is written.
     with tempfile.TemporaryDirectory() as scratch:
         stack_path(target, Path(scratch)).write_text(after)
@@ -118,11 +119,11 @@ def promote(
     out.write("".join(diff))
     if not yes and not _confirmed(confirm, f"\nWrite this to {target_path}? [y/N] ", out):
         print("Nothing written. Answer y to write it, or pass --yes to write without asking.", file=out)
-        return 1
+        return ExitCode.NOT_WRITTEN
     target_path.write_text(after)
     print(
         f"Promoted {winner}'s {' and '.join(PROMOTED_SECTIONS)} into {target_path}. "
         f"`pulumi preview --diff -s {target}` shows what deploying it will change.",
         file=out,
     )
-    return 0
+    return ExitCode.OK

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from sglang_stacks.errors import BenchmarkError, SpecError
+from sglang_stacks.errors import GateError, SpecError
 from sglang_stacks.results.stats import ALPHA, BenchmarkResult, welch_t_test
 
 __all__ = ["GateVerdict", "StackVerdict", "change_pct", "judge", "judge_gate"]
@@ -92,7 +92,7 @@ def judge_gate(
             f"The gate tolerance is {tolerance_pct} %, but it must be 0 or more; set e.g. 5 for 5 %."
         )
     if baseline.tok_s_mean <= 0:
-        raise BenchmarkError(
+        raise GateError(
             f"{baseline_stack}'s recorded tok/s is {baseline.tok_s_mean}, so nothing can be gated "
             f"against it. Benchmark it again with `pulumi up -s {baseline_stack}`."
         )

@@ -1,0 +1,113 @@
+"""Failures cross Pulumi's engine as typed records: the driver reads back the exception type and
+its fields from the CLI's text, never the words of the message."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_stacks import errors
+from sglang_stacks.campaign.trial import TrialFailure, classify
+from sglang_stacks.errors import (
+    CanaryRegressionError,
+    ClaimError,
+    HostError,
+    PreflightError,
+    RegressionError,
+    ServerError,
+    StacksError,
+    failure_from_output,
+    failures_from_output,
+)
+
+
+def _every_class(base: type[StacksError] = StacksError) -> list[type[StacksError]]:
+    return [base, *(found for sub in base.__subclasses__() for found in _every_class(sub))]
+
+
+def _example(kind: type[StacksError]) -> StacksError:
+    message = f"A {kind.__name__} happened.\nIts detail, on the next line. Fix it and run again."
+    if issubclass(kind, RegressionError):
+        return kind(message, measurements="tok/s 40.1 against 88.0 (-54.4 %, tolerance 5 %)", stack="s")
+    if issubclass(kind, ServerError):
+        return kind(message, cause="out_of_memory", stack="s", summary="SGLang on x exited (out_of_memory).")
+    if issubclass(kind, HostError):
+        return kind(message, last_output="ssh: connect | Connection reset", stack="s")
+    return kind(message, stack="s")
+
+
+def _as_pulumi_prints_it(error: StacksError) -> str:
+    """An update's output with the error of a provider in it, as the engine shows a diagnostic."""
+    said = f"sglang_stacks.errors.{type(error).__name__}: {error.with_record()}"
+    indented = "\n".join(f"    {line}" for line in said.splitlines())
+    return (
+        "Updating (s):\n  pulumi:pulumi:Stack sglang-stacks-s running\n"
+        f"  sglang:index:Server (s-server):\n    error: {indented.lstrip()}\n"
+        "Resources:\n    3 unchanged\n"
+    )
+
+
+@pytest.mark.parametrize("kind", _every_class(), ids=lambda kind: kind.__name__)
+def test_every_error_is_read_back_from_pulumis_output_as_its_type_with_its_fields(
+    kind: type[StacksError],
+) -> None:
+    raised = _example(kind)
+
+    found = failure_from_output(_as_pulumi_prints_it(raised))
+
+    assert type(found) is kind
+    assert found is not None and found.record() == raised.record()
+    assert (found.message, found.cause, found.stack) == (raised.message, raised.cause, raised.stack)
+
+
+def test_the_fields_of_a_failure_travel_with_it() -> None:
+    server = failure_from_output(_as_pulumi_prints_it(_example(ServerError)))
+    canary = failure_from_output(_as_pulumi_prints_it(_example(CanaryRegressionError)))
+    host = failure_from_output(_as_pulumi_prints_it(_example(ClaimError)))
+
+    assert isinstance(server, ServerError) and server.cause == "out_of_memory"
+    assert server.summary == "SGLang on x exited (out_of_memory)."
+    assert isinstance(canary, RegressionError) and canary.cause == "canary"
+    assert canary.measurements == "tok/s 40.1 against 88.0 (-54.4 %, tolerance 5 %)"
+    assert isinstance(host, HostError) and host.last_output == "ssh: connect | Connection reset"
+
+
+def test_output_without_a_record_names_no_failure_and_a_cut_record_is_skipped() -> None:
+    cut = PreflightError("Preflight found 1 error(s).").with_record()[:-10]
+    pulumis_own = "error: update failed\nerror: preview failed: resource 'x' is locked"
+
+    assert failure_from_output(pulumis_own) is None
+    assert failure_from_output(cut) is None
+    # Words alone never make a failure, whatever they say.
+    assert failure_from_output("error: Preflight found 1 error(s); the canary regressed: gate") is None
+
+
+def test_the_same_record_printed_twice_is_one_failure_in_order_of_appearance() -> None:
+    claim = ClaimError("The GPUs of x belong to stack 'a'.")
+    server = ServerError("SGLang on x exited before it became ready (nccl).", cause="nccl")
+    # The engine prints a diagnostic where it happens and again in the summary at the end.
+    text = "\n".join([claim.with_record(), server.with_record(), claim.with_record()])
+
+    assert [type(e).__name__ for e in failures_from_output(text)] == ["ClaimError", "ServerError"]
+
+
+def test_a_trial_is_classified_by_the_type_and_fields_of_its_failure() -> None:
+    server = ServerError(
+        "SGLang on the local host exited before it became ready (nccl). Last log lines of /l:\nNCCL WARN",
+        cause="nccl",
+        summary="SGLang on the local host exited before it became ready (nccl).",
+    )
+    gate = RegressionError("s ran at 40.0 tok/s, beyond the 5 % tolerance.", measurements="tok/s 40.0")
+
+    assert classify(_as_pulumi_prints_it(server)) == TrialFailure(
+        "nccl", "SGLang on the local host exited before it became ready (nccl)."
+    )
+    assert classify(_as_pulumi_prints_it(gate)).cause == "gate"
+    assert classify(_as_pulumi_prints_it(PreflightError("Preflight found 2 error(s)."))).cause == "preflight"
+    assert classify(_as_pulumi_prints_it(ClaimError("The claim lock stayed taken."))).cause == "claim"
+    # A failure of Pulumi's own (no record) is "other", with its last error line.
+    assert classify("error: one\nerror: update failed\n") == TrialFailure("other", "error: update failed")
+
+
+def test_the_hierarchy_the_docstring_draws_is_the_one_the_module_has() -> None:
+    drawn = {word for word in (errors.__doc__ or "").split() if word.endswith("Error")}
+    assert drawn == {kind.__name__ for kind in _every_class()}
