@@ -15,9 +15,9 @@ from pathlib import Path
 
 from sglang_stacks.cli_config import configure_render, configure_schema, run_render, run_schema
 from sglang_stacks.config.spec import load_spec
-from sglang_stacks.config.stackfile import STACKS_DIR
 from sglang_stacks.errors import StacksError
 from sglang_stacks.exits import ExitCode
+from sglang_stacks.project import find_project_dir, stacks_dir
 from sglang_stacks.results import compare, history, plot, promote
 
 __all__ = ["COMMANDS", "Command", "main"]
@@ -96,11 +96,12 @@ def _configure_promote(parser: argparse.ArgumentParser) -> None:
         "target", nargs="?", default="baseline", help="the stack file to write (default: baseline)"
     )
     parser.add_argument("--yes", action="store_true", help="write without asking")
-    parser.add_argument("--stacks-dir", type=Path, default=STACKS_DIR, help=argparse.SUPPRESS)
+    parser.add_argument("--stacks-dir", type=Path, help=argparse.SUPPRESS)
 
 
 def _run_promote(args: argparse.Namespace) -> int:
-    return promote.promote(args.winner, args.target, yes=args.yes, stacks_dir=args.stacks_dir, out=sys.stdout)
+    folder = args.stacks_dir or stacks_dir(find_project_dir())
+    return promote.promote(args.winner, args.target, yes=args.yes, stacks_dir=folder, out=sys.stdout)
 
 
 def _configure_rollout(parser: argparse.ArgumentParser) -> None:
@@ -136,21 +137,13 @@ def _run_logs(args: argparse.Namespace) -> int:
     from sglang_stacks.components.benchmark import progress_path
     from sglang_stacks.drive import automation  # the Automation API, only for the commands that drive Pulumi
     from sglang_stacks.hostops import logs
-    from sglang_stacks.hostops.transport import Connection
+    from sglang_stacks.hostops.connection import Connection
 
     outputs = automation.stack_outputs(args.stack)
     config = automation.stack_config(args.stack)
     spec = load_spec(config, args.stack)
     host = spec.host
-    conn = Connection.local()
-    if host.kind == "ssh":
-        conn = Connection(
-            host=host.address or "",
-            port=host.port,
-            user=host.user or "",
-            host_key=host.host_key,
-            private_key=config.get("sglang-stacks:sshPrivateKey"),
-        )
+    conn = Connection.for_host(host, config.get("sglang-stacks:sshPrivateKey"))
     paths = [str(outputs["server_log"])] if outputs.get("server_log") else []
     paths.append(progress_path(host.state_dir, args.stack))
     if args.follow:

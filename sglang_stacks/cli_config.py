@@ -15,9 +15,10 @@ from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.preflight import Finding, run_preflight
 from sglang_stacks.config.render import render_argv, render_command
 from sglang_stacks.config.spec import load_spec, spec_json_schema
-from sglang_stacks.config.stackfile import STACKS_DIR, read_stack_file
+from sglang_stacks.config.stackfile import read_stack_file
 from sglang_stacks.errors import FlagError
 from sglang_stacks.exits import ExitCode
+from sglang_stacks.project import find_project_dir, stacks_dir
 
 __all__ = ["configure_render", "configure_schema", "run_render", "run_schema"]
 
@@ -34,11 +35,11 @@ def configure_render(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="a fleet's host to render, by index in fleet.hosts (default 0: in a multi-node server, rank 0)",
     )
-    parser.add_argument("--stacks-dir", type=Path, default=STACKS_DIR, help=argparse.SUPPRESS)
+    parser.add_argument("--stacks-dir", type=Path, help=argparse.SUPPRESS)
 
 
 def run_render(args: argparse.Namespace) -> int:
-    stack_file = read_stack_file(args.stack, args.stacks_dir)
+    stack_file = read_stack_file(args.stack, args.stacks_dir or stacks_dir(find_project_dir()))
     spec = load_spec(stack_file.sections, args.stack)
     if spec.fleet is not None:
         if not 0 <= args.host < len(spec.fleet.hosts):

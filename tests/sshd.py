@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 from tests._ports import free_port
 
 INSTALL_HINT = "OpenSSH is not installed here; run scripts/ensure-sshd.sh once, then the tests again."

@@ -16,7 +16,7 @@ import pytest
 
 from sglang_stacks.errors import ClaimError
 from sglang_stacks.hostops import claim
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 from tests.sshd import SshServer, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ def test_running_update_is_never_taken_over(state_dir: str) -> None:
 UPDATER = """
 import json, sys, time
 from pathlib import Path
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.claim import acquire
 
 task = json.loads(Path(sys.argv[1]).read_text())
@@ -180,7 +180,7 @@ def test_unreadable_claim_file_is_reported_with_the_fix(state_dir: str) -> None:
 RACER = """
 import json, sys, time
 from pathlib import Path
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.claim import acquire
 from sglang_stacks.errors import ClaimError
 
@@ -248,7 +248,7 @@ import pulumi.dynamic as dynamic
 class ClaimProvider(dynamic.ResourceProvider):
     def create(self, props):
         from sglang_stacks.hostops import claim
-        from sglang_stacks.hostops.transport import Connection
+        from sglang_stacks.hostops.connection import Connection
 
         claim.acquire(Connection.local(), props["stack"], takeover=True, state_dir=props["state_dir"])
         return dynamic.CreateResult(props["stack"], props)

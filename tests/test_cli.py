@@ -10,9 +10,9 @@ import pytest
 
 from sglang_flags import known_releases, release_key
 from sglang_stacks.cli import COMMANDS, main
-from sglang_stacks.config.stackfile import STACKS_DIR
 from sglang_stacks.results import history
 from sglang_stacks.results.stats import BenchmarkResult, Percentiles
+from tests._stacks import STACKS_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 

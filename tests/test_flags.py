@@ -14,8 +14,9 @@ from sglang_flags.regenerate import describe_parser
 from sglang_flags.renames import spellings
 from sglang_stacks.config.flags import AttentionBackend, MoeA2ABackend, ServerFlags, SpeculativeAlgorithm
 from sglang_stacks.config.render import flag_problems, render_argv, render_command, resolve_flag
-from sglang_stacks.config.stackfile import STACKS_DIR, load_stack_spec
+from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import FlagError
+from tests._stacks import STACKS_DIR
 
 RELEASES = known_releases()
 REPO = Path(__file__).resolve().parent.parent
@@ -263,7 +264,7 @@ UNRENDERABLE = {
 @pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("stack", STACKS)
 def test_shipped_stacks_render_argv_the_release_parser_accepts(stack, release):
-    flags = load_stack_spec(stack).launch_flags()
+    flags = load_stack_spec(stack, STACKS_DIR).launch_flags()
     if (stack, release) in UNRENDERABLE:
         with pytest.raises(FlagError, match=UNRENDERABLE[stack, release]):
             render_argv(flags, release)

@@ -12,7 +12,7 @@ import pytest
 
 from sglang_stacks.cli import COMMANDS
 from sglang_stacks.hostops import logs
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 
 STEP = {
     "time_unix_s": 1.0, "level": "concurrency 16", "phase": "measure", "repetition": 2, "of": 5,

@@ -10,6 +10,7 @@ from sglang_stacks.config.memory import (
     plan_memory,
 )
 from sglang_stacks.config.stackfile import load_stack_spec
+from tests._stacks import STACKS_DIR
 
 # The campaign's host and model: 8 x 96 GB (97887 MiB), TP 8, Kimi-K2.5 with its 27 x 1152 vision tower.
 CAMPAIGN = MemoryInputs(
@@ -111,7 +112,7 @@ def test_unknown_fraction_gives_an_unknown_verdict_and_the_smallest_fraction():
 
 
 def test_plan_of_a_stack_spec_uses_its_host_model_and_draft():
-    spec = load_stack_spec("eagle3-bs128")
+    spec = load_stack_spec("eagle3-bs128", STACKS_DIR)
     plan = plan_memory(spec)
     assert plan == plan_memory(memory_inputs(spec))
     assert plan.total_gb == pytest.approx(97887 / 1024)
@@ -122,7 +123,7 @@ def test_plan_of_a_stack_spec_uses_its_host_model_and_draft():
 
 
 def test_plan_for_another_release_than_the_pinned_one():
-    spec = load_stack_spec("eagle3-auto-mem")
+    spec = load_stack_spec("eagle3-auto-mem", STACKS_DIR)
     assert plan_memory(spec).verdict == "does_not_fit"
     assert plan_memory(spec, "0.5.23").verdict == "unknown"
 

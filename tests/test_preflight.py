@@ -7,6 +7,7 @@ from sglang_stacks.config.preflight import Finding, raise_on_errors, run_preflig
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS, StackSpec, load_spec
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import PreflightError
+from tests._stacks import STACKS_DIR
 
 # baseline-bs128 of the campaign: clean on both releases apart from the unknown auto fraction.
 BASE: dict[str, Any] = {
@@ -306,7 +307,7 @@ CAMPAIGN = {
 
 @pytest.mark.parametrize("stack", sorted(CAMPAIGN))
 def test_campaign_stacks_get_exactly_the_findings_the_campaign_explains(stack):
-    spec = load_stack_spec(stack)
+    spec = load_stack_spec(stack, STACKS_DIR)
     findings = run_preflight(spec, spec.environment.sglang_release)
     errors, warnings = CAMPAIGN[stack]
     assert _codes(findings, "error") == errors

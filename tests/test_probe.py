@@ -11,6 +11,7 @@ import pytest
 from sglang_stacks.components.host import FACT_KEYS, ProbeInputs, ProbeOutputs, ProbeProvider
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS, HostSpec
 from sglang_stacks.errors import HostError
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.probe import (
     ComputeApp,
     GpuInfo,
@@ -21,7 +22,6 @@ from sglang_stacks.hostops.probe import (
     parse_topology,
     probe,
 )
-from sglang_stacks.hostops.transport import Connection
 from tests.sshd import SshServer, start_sshd
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-1gpu"

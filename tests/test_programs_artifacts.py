@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stacks.hostops.artifacts import local_tree_digest, put
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 from tests._programs import run_sh
 
 

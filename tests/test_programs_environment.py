@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from sglang_stacks.hostops import environment as hostenv
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs import source
-from sglang_stacks.hostops.transport import Connection
 from tests._programs import run_sh
 
 STAND_IN_PYTHON = """#!/bin/bash

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from sglang_stacks.hostops import serving
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 from tests._programs import run_py, run_sh
 
 

@@ -27,7 +27,7 @@ from sglang_stacks.config.render import (
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import ServerError
 from sglang_stacks.hostops import claim, process
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 from tests._pulumi import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sglang_stacks.hostops import serving
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 
 BASELINE = {"--cuda-graph-max-bs": "512", "--tensor-parallel-size": "8", "--disable-custom-all-reduce": True}
 EAGLE3 = {

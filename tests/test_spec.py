@@ -9,8 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS, StackSpec, load_spec, spec_json_schema
-from sglang_stacks.config.stackfile import STACKS_DIR, load_stack_spec
+from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import SpecError
+from tests._stacks import STACKS_DIR
 
 SECTIONS: dict[str, Any] = {
     "host": {"kind": "emulator"},
@@ -231,7 +232,7 @@ def test_schema_carries_the_field_docstrings():
 @pytest.mark.parametrize("path", sorted(STACKS_DIR.glob("Pulumi.*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_stack_loads(path):
     stack = path.name[len("Pulumi.") : -len(".yaml")]
-    spec = load_stack_spec(stack)
+    spec = load_stack_spec(stack, STACKS_DIR)
     assert isinstance(spec, StackSpec)
     assert spec.host.kind == "emulator"
     assert spec.model.weights_per_gpu_gb == 72.33

@@ -22,8 +22,9 @@ import pytest
 
 from sglang_stacks.errors import HostError, SpecError
 from sglang_stacks.hostops import _ssh
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.session import open_session
-from sglang_stacks.hostops.transport import Connection, HostPath, gathering, quote, quote_path, run, upload
+from sglang_stacks.hostops.transport import HostPath, gathering, quote, quote_path, run, upload
 from tests._ports import free_port
 from tests._pulumi import ROOT
 from tests.sshd import SshServer, new_key, start_sshd
@@ -33,7 +34,8 @@ T = TypeVar("T")
 # Runs one call in a process of its own: argv is port, user, host key, script; the key is on stdin.
 CALLER = """
 import sys
-from sglang_stacks.hostops.transport import Connection, run
+from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.transport import run
 port, user, host_key, script = sys.argv[1:]
 conn = Connection(host="127.0.0.1", port=int(port), user=user, host_key=host_key,
                   private_key=sys.stdin.read(), connect_timeout_s=5)

@@ -14,7 +14,7 @@ from sglang_stacks.components._wiring import options_of, render_flags, served_no
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import serving
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 
 
 def _host_line(index: int, fields: Mapping[str, Any], spec: StackSpec, stack: str) -> str:

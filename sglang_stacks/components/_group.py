@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sglang_stacks.components._provider import Props
 from sglang_stacks.hostops import claim, process
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 
 __all__ = ["GroupMember", "member_runs"]
 

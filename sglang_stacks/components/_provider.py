@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import lifetime
-from sglang_stacks.hostops.transport import Connection, gathering
+from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.transport import gathering
 from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
 
 if TYPE_CHECKING:

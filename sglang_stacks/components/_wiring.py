@@ -18,7 +18,7 @@ from sglang_stacks.config.flags import FlagValue
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.hostops import serving
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 
 if TYPE_CHECKING:
     from pulumi_command.remote import ConnectionArgs
@@ -47,13 +47,14 @@ def connection_args(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None)
         )
     from pulumi_command.remote import ConnectionArgs  # only SSH stacks pay for the import
 
+    conn = Connection.for_host(host)  # the key stays an Output, a secret
     return ConnectionArgs(
-        host=host.address or "",
-        port=host.port,
-        user=host.user,
-        host_key=host.host_key,
+        host=conn.host,
+        port=conn.port,
+        user=conn.user,
+        host_key=conn.host_key,
         private_key=ssh_private_key,
-        per_dial_timeout=host.connect_timeout_s,
+        per_dial_timeout=int(conn.connect_timeout_s),  # whole seconds in the host section
     )
 
 

@@ -30,7 +30,7 @@ from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.hostops import serving
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 
 if TYPE_CHECKING:
     from pulumi_command.remote import ConnectionArgs

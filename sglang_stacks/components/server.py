@@ -31,7 +31,7 @@ from sglang_stacks.components.host import check_installed_release
 from sglang_stacks.config.values import FlagValue
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import claim, process, serving
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 
 
 class ServerInputs(HostInputs):

@@ -18,7 +18,6 @@ from sglang_stacks.errors import SpecError
 
 __all__ = ["StackFile", "load_stack_spec", "read_stack_file", "stack_path"]
 
-STACKS_DIR = Path(__file__).resolve().parents[2] / "stacks"
 _STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -32,7 +31,7 @@ class StackFile:
     secret_keys: tuple[str, ...]
 
 
-def stack_path(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
+def stack_path(stack: str, stacks_dir: Path) -> Path:
     """Where the stack file of ``stack`` lives."""
     if not _STACK_NAME.match(stack):
         raise SpecError(f"{stack!r} is not a stack name. Use letters, digits, '.', '_' and '-'.")
@@ -53,7 +52,7 @@ def _nested_secrets(value: object, path: str) -> list[str]:
     return []
 
 
-def read_stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> StackFile:
+def read_stack_file(stack: str, stacks_dir: Path) -> StackFile:
     """Read ``Pulumi.<stack>.yaml``; raises SpecError when it is missing or malformed."""
     path = stack_path(stack, stacks_dir)
     try:
@@ -96,6 +95,6 @@ def read_stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> StackFile:
     return StackFile(stack=stack, path=path, sections=sections, secret_keys=tuple(secrets))
 
 
-def load_stack_spec(stack: str, stacks_dir: Path = STACKS_DIR) -> StackSpec:
+def load_stack_spec(stack: str, stacks_dir: Path) -> StackSpec:
     """Read and validate a stack file into its spec."""
     return load_spec(read_stack_file(stack, stacks_dir).sections, stack)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_stacks.errors import ArtifactError, HostError
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs import run_bash
-from sglang_stacks.hostops.transport import Connection, HostPath, tail, upload
+from sglang_stacks.hostops.transport import HostPath, tail, upload
 
 __all__ = ["TreeDigest", "local_tree_digest", "measure", "put", "verify"]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from sglang_stacks.errors import ClaimError, HostError
 from sglang_stacks.hostops import lifetime
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs import open_python, run_python
 from sglang_stacks.hostops.session import Session
-from sglang_stacks.hostops.transport import Connection
 
 __all__ = [
     "DEFAULT_STATE_DIR",

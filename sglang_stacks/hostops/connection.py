@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from sglang_stacks.errors import SpecError
 from sglang_stacks.hostops._ssh import host_key_lines
+
+if TYPE_CHECKING:
+    from sglang_stacks.config.sections import HostSpec
 
 __all__ = ["Connection"]
 
@@ -72,6 +75,22 @@ class Connection:
     def local(cls) -> Connection:
         """The machine sglang-stacks runs on, reached with plain ``bash``."""
         return cls(kind="local")
+
+    @classmethod
+    def for_host(cls, host: HostSpec, private_key: str | None = None) -> Connection:
+        """The connection of a stack file's host section, with the ``sshPrivateKey`` secret: the
+        one place a host section becomes a connection, every option of the section kept (the
+        emulator host is this machine)."""
+        if host.kind == "emulator":
+            return cls.local()
+        return cls(
+            host=host.address or "",
+            port=host.port,
+            user=host.user or "",
+            private_key=private_key,
+            host_key=host.host_key,
+            connect_timeout_s=host.connect_timeout_s,
+        )
 
     @property
     def label(self) -> str:

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_stacks.errors import HostError
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs import Param, run_bash, source
-from sglang_stacks.hostops.transport import Connection, HostPath, tail, upload
+from sglang_stacks.hostops.transport import HostPath, tail, upload
 
 __all__ = [
     "EMULATOR_PACKAGES",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops import programs
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 
 __all__ = ["check_init_address"]
 

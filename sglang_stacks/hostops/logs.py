@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops import session as session_module
 from sglang_stacks.hostops import transport
-from sglang_stacks.hostops.transport import Connection, quote_path
+from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.transport import quote_path
 
 __all__ = ["describe_progress", "follow", "show"]
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from sglang_stacks.errors import HostError
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.nvidia_smi import (
     QUERY_APPS_FIELDS,
     QUERY_GPU_FIELDS,
@@ -21,7 +22,6 @@ from sglang_stacks.hostops.nvidia_smi import (
     parse_topology,
 )
 from sglang_stacks.hostops.programs import run_bash
-from sglang_stacks.hostops.transport import Connection
 
 __all__ = [
     "QUERY_GPU_FIELDS",

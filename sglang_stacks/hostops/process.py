@@ -15,7 +15,8 @@ from typing import Literal
 
 from sglang_stacks.errors import ServerError
 from sglang_stacks.hostops import claim, programs, serving
-from sglang_stacks.hostops.transport import Connection, HostPath, quote
+from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.transport import HostPath, quote
 
 FailureClass = Literal["out_of_memory", "bad_flag", "nccl", "other"]
 

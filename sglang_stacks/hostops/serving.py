@@ -8,8 +8,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs import run_bash
-from sglang_stacks.hostops.transport import Connection, HostPath
+from sglang_stacks.hostops.transport import HostPath
 
 NOTE = "serving.json"
 

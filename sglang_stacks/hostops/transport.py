@@ -40,7 +40,6 @@ from sglang_stacks.hostops.connection import Connection
 
 __all__ = [
     "CommandResult",
-    "Connection",
     "HostPath",
     "gathering",
     "quote",

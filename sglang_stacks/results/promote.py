@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sglang_stacks.config.spec import CONFIG_NAMESPACE, load_spec
-from sglang_stacks.config.stackfile import STACKS_DIR, read_stack_file, stack_path
+from sglang_stacks.config.stackfile import read_stack_file, stack_path
 from sglang_stacks.errors import SpecError
 from sglang_stacks.exits import ExitCode
 
@@ -79,7 +79,7 @@ def promote(
     target: str,
     *,
     yes: bool,
-    stacks_dir: Path = STACKS_DIR,
+    stacks_dir: Path,
     confirm: Callable[[str], str] = input,
     out: TextIO,
     winner_text: str | None = None,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_stacks.hostops import claim
-from sglang_stacks.hostops.transport import Connection
+from sglang_stacks.hostops.connection import Connection
 from tests._pulumi import Workspace, emulator_stack, free_port, pulumi_binary
 
 # A benchmark long enough to be interrupted (about 2 s per request on the emulator).

@@ -17,8 +17,9 @@ import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.session import Session, open_session
-from sglang_stacks.hostops.transport import CommandResult, Connection, HostPath, quote, run
+from sglang_stacks.hostops.transport import CommandResult, HostPath, quote, run
 
 FOLDER = Path(__file__).resolve().parent
 
