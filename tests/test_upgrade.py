@@ -10,30 +10,60 @@ from __future__ import annotations
 
 import importlib
 import io
+import json
+import re
+import shutil
 import subprocess
+import sys
 import tarfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import pulumi.dynamic as dynamic
 import pytest
 
+from sglang_stacks.components._pickled import provider_paths
 from tests._pulumi import ROOT, Workspace, emulator_stack, free_port
 
 # The last commit before the `sglang_stacks` package: its providers live in `components.*`.
 BEFORE_THE_PACKAGE = "4aa527fea7579151c1c8f40c60462e32c5920257"
 
-# Every provider class a state may name, by the import path it was pickled under. Moving or
-# renaming one breaks `refresh` and `destroy` of every stack deployed with it: add, never remove.
+# Every provider path a state of any release may name: what `provider_paths` derived from each
+# release's code. Moving or renaming a provider breaks `refresh` and `destroy` of every stack
+# deployed with it unless its old name stays bound (see components/_pickled.py): add, never remove.
 PICKLED_PROVIDERS = (
-    "components.server:_ServerProvider",
     "components.benchmark:_BenchmarkProvider",
-    "components.environment:_PythonEnvironmentProvider",
     "components.draft_model:_DraftModelProvider",
-    "components.host:_ProbeProvider",
+    "components.environment:_PythonEnvironmentProvider",
     "components.host:_ClaimProvider",
-    "sglang_stacks.components.server:ServerProvider",
+    "components.host:_ProbeProvider",
+    "components.server:_ServerProvider",
+    "sglang_stacks.components.benchmark:BenchmarkProvider",
+    "sglang_stacks.components.canary:CanaryProvider",
+    "sglang_stacks.components.draft_model:DraftModelProvider",
+    "sglang_stacks.components.environment:PythonEnvironmentProvider",
+    "sglang_stacks.components.host:ClaimProvider",
+    "sglang_stacks.components.host:ProbeProvider",
     "sglang_stacks.components.multinode:InitAddressProvider",
+    "sglang_stacks.components.router:RouterProvider",
+    "sglang_stacks.components.router:RouterWorkerProvider",
+    "sglang_stacks.components.server:ServerProvider",
 )
+
+
+def guard(found: Iterable[str]) -> list[str]:
+    """What is wrong with the provider paths the code offers (``found``), as sentences."""
+    offered, recorded = set(found), set(PICKLED_PROVIDERS)
+    gone = [
+        f"{path}: a state may name it and the code no longer binds it; keep the old name bound "
+        "(`OldName = NewName` in its module, or a module kept for it)"
+        for path in PICKLED_PROVIDERS
+        if path not in offered
+    ]
+    new = [
+        f"{path}: a new provider path; record it in PICKLED_PROVIDERS" for path in sorted(offered - recorded)
+    ]
+    return gone + new
 
 
 @pytest.mark.parametrize("path", PICKLED_PROVIDERS)
@@ -41,6 +71,66 @@ def test_every_provider_path_a_state_may_name_still_imports_a_provider(path: str
     module, name = path.split(":")
     provider = getattr(importlib.import_module(module), name)
     assert isinstance(provider, type) and issubclass(provider, dynamic.ResourceProvider)
+
+
+def test_the_provider_paths_the_code_offers_are_every_recorded_one_and_no_other() -> None:
+    found = provider_paths()
+
+    assert guard(found) == []
+    # Every provider class is reachable under its own name where it is defined.
+    assert {f"{cls.__module__}:{cls.__name__}" for cls in found.values()} <= set(found)
+
+
+_DERIVE = """
+import json, os, pickle, sglang_stacks
+from sglang_stacks.components._pickled import provider_paths
+
+assert sglang_stacks.__file__.startswith(os.getcwd()), sglang_stacks.__file__
+# What Pulumi's dill wrote for the benchmark's provider: its class by reference.
+pickled = b"\\x80\\x04csglang_stacks.components.benchmark\\nBenchmarkProvider\\n)\\x81."
+try:
+    loaded = type(pickle.loads(pickled)).__name__
+except AttributeError as error:
+    loaded = f"AttributeError: {error}"
+print(json.dumps({"paths": sorted(provider_paths()), "loaded": loaded}))
+"""
+
+
+def _derive_in(copy: Path) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", _DERIVE], cwd=copy, capture_output=True, text=True, check=True
+    )
+    found: dict[str, object] = json.loads(done.stdout)
+    return found
+
+
+def test_renaming_a_provider_without_keeping_its_old_name_fails_the_guard(tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    for package in ("sglang_stacks", "components"):
+        shutil.copytree(ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for source in copy.rglob("*.py"):  # the class and every use of its name, as an editor renames
+        source.write_text(re.sub(r"\bBenchmarkProvider\b", "BenchmarkRunner", source.read_text()))
+
+    renamed = _derive_in(copy)
+
+    # A stack deployed before the rename cannot load its benchmark's provider any more ...
+    assert str(renamed["loaded"]).startswith("AttributeError"), renamed["loaded"]
+    # ... and the guard names the path it lost (and the new one to record).
+    problems = guard(renamed["paths"])  # type: ignore[arg-type]
+    assert any(
+        p.startswith("sglang_stacks.components.benchmark:BenchmarkProvider: a state may") for p in problems
+    )
+    assert any(p.startswith("sglang_stacks.components.benchmark:BenchmarkRunner: a new") for p in problems)
+
+    benchmark = copy / "sglang_stacks" / "components" / "benchmark.py"
+    benchmark.write_text(benchmark.read_text() + "\n\nBenchmarkProvider = BenchmarkRunner\n")
+    kept = _derive_in(copy)
+
+    assert kept["loaded"] == "BenchmarkRunner"
+    assert guard(kept["paths"]) == [  # type: ignore[arg-type]
+        "sglang_stacks.components.benchmark:BenchmarkRunner: a new provider path; record it in "
+        "PICKLED_PROVIDERS"
+    ]
 
 
 def checkout(commit: str, into: Path) -> Path:
