@@ -26,7 +26,7 @@ from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.spec import load_spec
 from sglang_stacks.config.stackfile import read_stack_file
-from sglang_stacks.results.loadgen import client, contract
+from sglang_stacks.hostops.loadgen import client, contract
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,9 +78,9 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=3)
     args = parser.parse_args()
     within, across, runs = measure(args.stack, args.trials, args.campaign)
-    count = sum(len(r) for r in runs)
+    values = [v for r in runs for v in r]
     print(
-        f"{args.stack}: {len(runs)} trials, {count} repetitions, mean {fmean(v for r in runs for v in r):.3f} tok/s; "
+        f"{args.stack}: {len(runs)} trials, {len(values)} repetitions, mean {fmean(values):.3f} tok/s; "
         f"CV within a trial {100 * within:.3f} %, across trial means {100 * across:.3f} %"
     )
     return 0

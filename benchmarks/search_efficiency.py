@@ -35,6 +35,7 @@ Run: ``python benchmarks/search_efficiency.py [--seeds 20] [--quick] [--json res
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -58,17 +59,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from emulated_trials import EmulatedTrial, emulate
 
-from sglang_stacks.campaign.model import CampaignSpec, load_campaign
-from sglang_stacks.campaign.plan import make_plan
+from sglang_stacks.campaign.axes import trial_stack_name
+from sglang_stacks.campaign.early_stop import IntervalPruner, merge_levels
+from sglang_stacks.campaign.model import CampaignSpec, EarlyStopSpec, SearchSpec, load_campaign
+from sglang_stacks.campaign.objective import samples
+from sglang_stacks.campaign.plan import Plan, PlanRow, make_plan
+from sglang_stacks.campaign.search import Search, report_repetitions
+from sglang_stacks.results.stats import BenchmarkResult, ci95, stdev
 
 ROOT = Path(__file__).resolve().parent.parent
 
-NOISE_CV = 0.00099
-"""Coefficient of variation of a repetition's tok/s on the emulator: 0.099 % within a trial (pooled
-over 3 trials of 5 repetitions; across the trial means 0.060 %), measured with
-``python benchmarks/emulator_noise.py --trials 3`` on the stack baseline-bs128 (real emulator over
-HTTP, the project's load generator, the seeds' workload), 2026-12-01, on the 2-core development
-machine at a load average of about 10."""
+NOISE_CV = {"seeds": 0.00099, "large": 0.0024}
+"""Coefficient of variation of a repetition's tok/s on the emulator, per space: the pooled standard
+deviation over the mean of the repetitions within a trial, measured by ``benchmarks/emulator_noise.py``
+(the real emulator over HTTP, the project's load generator, 3 trials of a fresh server each) on
+2026-12-01 on the 2-core development machine, shared with other test suites (load average about 10):
+
+- seeds: ``--stack baseline-bs128`` with its workload (concurrency 1, 5 repetitions of 2 requests,
+  1024 in / 512 out): 87.92 tok/s, CV 0.099 % within a trial, 0.060 % across the trials' means;
+- large: ``--stack baseline --campaign benchmarks/search-large.yaml`` (concurrency 8, 4 repetitions
+  of 8 requests, 1024 in / 256 out): 480.6 tok/s, CV 0.240 % within a trial, 0.220 % across."""
 
 SPACES = {"seeds": ROOT / "campaigns" / "seeds.yaml", "large": ROOT / "benchmarks" / "search-large.yaml"}
 STRATEGIES = ("grid", "random", "tpe", "ours")
@@ -95,9 +105,29 @@ class Space:
     """A campaign's candidates, worked out, with the optimum and its band."""
 
     name: str
-    campaign: CampaignSpec
+    plan: Plan
     candidates: tuple[Candidate, ...]
     cv: float
+
+    @property
+    def campaign(self) -> CampaignSpec:
+        return self.plan.campaign
+
+    @property
+    def concurrency(self) -> int:
+        """The load level the objective reads."""
+        concurrency = self.campaign.goals[0].level.concurrency
+        assert concurrency is not None, "the benchmark's spaces read a closed-loop level"
+        return concurrency
+
+    @functools.cached_property
+    def rows(self) -> dict[str, PlanRow]:
+        """Plan rows by candidate digest."""
+        return {row.candidate.digest: row for row in self.plan.rows}
+
+    @functools.cached_property
+    def by_stack(self) -> dict[str, Candidate]:
+        return {c.stack: c for c in self.candidates}
 
     @functools.cached_property
     def kept(self) -> list[Candidate]:
@@ -151,10 +181,19 @@ def load_space(name: str, path: Path, cv: float) -> Space:
         if row.spec is None:
             raise SystemExit(f"{name}: candidate {row.stack} is not a valid stack: {row.reasons}")
         truth = emulate(row.spec)
-        value = None if truth.failure else truth.level(campaign.objective.concurrency).tok_s_mean
         labels = tuple(row.candidate.labels.values())
-        candidates.append(Candidate(index, row.stack, labels, row.verdict == "kept", truth, value))
-    return Space(name, campaign, tuple(candidates), cv)
+        candidates.append(Candidate(index, row.stack, labels, row.verdict == "kept", truth, None))
+    space = Space(name, plan, (), cv)
+    level = space.concurrency
+    return Space(
+        name,
+        plan,
+        tuple(
+            dataclasses.replace(c, value=None if c.truth.failure else c.truth.level(level).tok_s_mean)
+            for c in candidates
+        ),
+        cv,
+    )
 
 
 # --- one run: the host that launches a strategy's trials and keeps the account ---
@@ -231,7 +270,7 @@ class Trial:
 
     def measure(self, repetitions: int) -> list[float]:
         """One benchmark of the next ``repetitions`` repetitions (its warmup included)."""
-        level = self.candidate.truth.level(self.host.space.campaign.objective.concurrency)
+        level = self.candidate.truth.level(self.host.space.concurrency)
         start = len(self.runs)
         done = level.tok_s_runs[start : start + repetitions]
         seconds = level.warmup_s + sum(level.repetition_s[start : start + repetitions])
@@ -326,9 +365,83 @@ def run_plain_tpe(space: Space, seed: int, host: Host, stop: StopRule) -> None:
             study.tell(trial, measured.mean)
 
 
+def _levels(space: Space, runs: Sequence[float]) -> list[dict[str, Any]]:
+    """A trial's benchmark levels, as the load generator's summary makes them, from its runs."""
+    workload = space.campaign.workload
+    assert workload is not None
+    result = BenchmarkResult(
+        concurrency=space.concurrency,
+        input_len=workload.input_len,
+        output_len=workload.output_len,
+        repetitions=len(runs),
+        tok_s_mean=statistics.fmean(runs),
+        tok_s_stdev=stdev(runs),
+        tok_s_ci95=ci95(runs),
+        tok_s_runs=tuple(runs),
+        requests=len(runs) * workload.requests_per_repetition,
+        errors=0,
+    )
+    return [result.model_dump(mode="json")]
+
+
+MAX_REPEATS = 50
+
+
+def ours_campaign(space: Space, seed: int) -> CampaignSpec:
+    """The space's campaign as ``sweep run`` would search it: TPE with the seed, early stop."""
+    return space.campaign.model_copy(
+        update={
+            "search": SearchSpec(strategy="tpe", seed=seed),
+            "early_stop": space.campaign.early_stop or EarlyStopSpec(),
+        }
+    )
+
+
 def run_ours(space: Space, seed: int, host: Host, stop: StopRule) -> None:
-    """The campaign's own search (``sglang_stacks.campaign.search``)."""
-    raise NotImplementedError
+    """The campaign's own search (``sglang_stacks.campaign.search``), driven as ``sweep run``
+    drives it between launches: a suggestion preflight discards is told infeasible at no cost, a
+    repeated one the earlier outcome, a failed launch a constraint violation; with early stop, the
+    first repetitions are reported and the interval pruner decides whether the rest are measured."""
+    campaign = ours_campaign(space, seed)
+    search = Search.in_memory(campaign, space.plan.base, len(space.kept), space.repetitions)
+    early = campaign.early_stop
+    assert early is not None
+    ran: dict[str, int] = {}
+    repeats = 0
+    while not stop.done(host) and repeats < MAX_REPEATS:
+        trial, suggested = search.ask()
+        stack = trial_stack_name(space.plan.name, suggested)
+        attributes: dict[str, Any] = {"stack": stack, "labels": suggested.labels}
+        if stack in ran:
+            search.tell_duplicate(trial, search.study.trials[ran[stack]], attributes)
+            repeats += 1
+            continue
+        ran[stack] = trial.number
+        row = space.rows[suggested.digest]
+        if row.verdict == "discarded":
+            search.tell_infeasible(trial, row, attributes)
+            continue
+        repeats = 0
+        candidate = space.by_stack[stack]
+        gpus = row.spec.tp_size if row.spec else 1
+        launched = host.launch(candidate)
+        if launched.failure is not None:
+            launched.end()
+            search.tell_failed(trial, "out_of_memory", launched.failure, attributes | {"gpus": gpus})
+            continue
+        first = _levels(space, launched.measure(early.after_repetitions))
+        report_repetitions(trial, samples(campaign.goals[0], first, gpus))
+        pruner = search.study.pruner
+        if isinstance(pruner, IntervalPruner) and trial.should_prune():
+            reason = pruner.reason(search.study, search.study.get_trials(deepcopy=False)[trial.number])
+            launched.end()
+            search.tell_measured(trial, first, attributes | {"gpus": gpus}, stopped_early=reason)
+            continue
+        rest = _levels(space, launched.measure(space.repetitions - early.after_repetitions))
+        for step, value in enumerate(samples(campaign.goals[0], rest, gpus), start=early.after_repetitions):
+            trial.report(value, step)
+        launched.end()
+        search.tell_measured(trial, merge_levels(first, rest), attributes | {"gpus": gpus})
 
 
 RUNNERS: dict[str, Strategy] = {
@@ -476,7 +589,8 @@ def table(space: Space, summaries: Sequence[Summary]) -> str:
     for s in summaries:
         lines.append(
             f"| {s.strategy} | {_n(s.launches_median, 0)} / {_n(s.launches_p90, 0)} | "
-            f"{_n(s.gpu_h_median)} / {_n(s.gpu_h_p90)} | {_n(s.pct_of_kept_median)} / {_n(s.pct_of_kept_p90)} | "
+            f"{_n(s.gpu_h_median)} / {_n(s.gpu_h_p90)} | "
+            f"{_n(s.pct_of_kept_median)} / {_n(s.pct_of_kept_p90)} | "
             f"{s.pick_is_optimum_pct:.0f} % | {s.pick_in_band_pct:.0f} % | {s.failed_launches_median:.0f} |"
         )
     return "\n".join(lines)
@@ -511,17 +625,19 @@ def verdicts(summaries: dict[str, Summary]) -> Iterator[tuple[str, float, float,
 
 
 def describe(space: Space) -> str:
+    """The space in one paragraph: its size, what preflight keeps, the optimum and its band."""
     kept = space.kept
     best = [c for c in space.candidates if space.is_optimum(c)]
     band = [c for c in space.candidates if space.in_band(c)]
+    failing = sum(c.truth.failure is not None for c in space.candidates)
     return (
         f"{space.name}: {len(space.candidates)} candidates, {len(kept)} kept by preflight "
-        f"({space.kept_gpu_s / 3600:.1f} GPU-h to run them all); {sum(c.truth.failure is not None for c in space.candidates)} "
-        f"fail on the emulator, {sum(c.truth.failure is not None for c in kept)} of them kept. Optimum "
-        f"{space.optimum:.2f} tok/s at concurrency {space.campaign.objective.concurrency} "
-        f"({len(best)} candidates, {sum(c.kept for c in best)} kept; e.g. {best[0].stack}: {', '.join(best[0].labels)}); "
-        f"noise band {100 * space.band_fraction:.3f} % (CV {100 * space.cv:.3f} %, {space.repetitions} repetitions): "
-        f"{len(band)} candidates, {sum(c.kept for c in band)} kept."
+        f"({space.kept_gpu_s / 3600:.1f} GPU-h to run them all); {failing} fail on the emulator, "
+        f"{sum(c.truth.failure is not None for c in kept)} of them kept. Optimum {space.optimum:.2f} tok/s "
+        f"at concurrency {space.concurrency} ({len(best)} candidates, {sum(c.kept for c in best)} kept; e.g. "
+        f"{best[0].stack}: {', '.join(best[0].labels)}); noise band {100 * space.band_fraction:.3f} % "
+        f"(CV {100 * space.cv:.3f} %, {space.repetitions} repetitions): {len(band)} candidates, "
+        f"{sum(c.kept for c in band)} kept."
     )
 
 
@@ -547,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget-pct", type=float, default=15.0, help="%% of the kept GPU time spent before the final pick"
     )
-    parser.add_argument("--cv", type=float, default=NOISE_CV, help="noise: coefficient of variation")
+    parser.add_argument("--cv", type=float, help="noise: coefficient of variation (default: NOISE_CV)")
     parser.add_argument("--json", type=Path, help="write every run's result here")
     parser.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: one per core)"
@@ -557,10 +673,10 @@ def main(argv: list[str] | None = None) -> int:
     names = (args.spaces or ("seeds" if args.quick else ",".join(SPACES))).split(",")
     strategies = args.strategies.split(",")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    report: dict[str, object] = {"seeds": seeds, "cv": args.cv, "budget_pct": args.budget_pct, "spaces": {}}
+    report: dict[str, object] = {"seeds": seeds, "budget_pct": args.budget_pct, "spaces": {}}
     for name in names:
         started = time.monotonic()
-        space = load_space(name, SPACES[name], args.cv)
+        space = load_space(name, SPACES[name], args.cv or NOISE_CV[name])
         print(describe(space), f"(worked out in {time.monotonic() - started:.0f} s)", flush=True)
         results = run_all(space, strategies, seeds, args.budget_pct, args.jobs)
         summaries = {s: summarize(space, s, r) for s, r in results.items()}
@@ -570,6 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"({time.monotonic() - started:.0f} s)\n", flush=True)
         report["spaces"][name] = {  # type: ignore[index]
             "candidates": len(space.candidates),
+            "cv": space.cv,
             "kept": len(space.kept),
             "kept_gpu_h": space.kept_gpu_s / 3600,
             "optimum_tok_s": space.optimum,
