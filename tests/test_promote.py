@@ -250,3 +250,65 @@ def test_the_target_defaults_to_baseline(stacks_dir: Path) -> None:
     assert promote(stacks_dir, "eagle3-bs128", "--yes") == 0
 
     assert "sglang-stacks:draftModel" in config_of(stacks_dir / "Pulumi.baseline.yaml")
+
+
+COMMENTED = """\
+encryptionsalt: v1:c2FsdA==:v1:c2FsdHk=:c2FsdA==
+config:
+  sglang-stacks:host:
+    kind: emulator
+  sglang-stacks:model:
+    weights_per_gpu_gb: 72.33  # measured on the host, not the card's nominal size
+    # The path the host mounts.
+    path: /shared/kimi-k2.5-int4
+  # The draft model EAGLE-3 reads.
+  sglang-stacks:draftModel:
+    source: host
+    path_on_host: /data/eagle3/old
+    weights_gb: 2.4
+  # Flags of the tuned server.
+  sglang-stacks:server:
+    tp_size: 8
+    cuda_graph_max_bs: 512  # the old batch size
+  # The benchmark keeps its own comment.
+  sglang-stacks:benchmark:
+    output_len: 512
+    input_len: 1024
+"""
+
+
+def test_comments_around_a_replaced_or_removed_section_and_the_key_order_survive(stacks_dir: Path) -> None:
+    (stacks_dir / "Pulumi.commented.yaml").write_text(COMMENTED)
+
+    assert promote(stacks_dir, "baseline", "commented", "--yes") == 0
+
+    text = (stacks_dir / "Pulumi.commented.yaml").read_text()
+    # The draft model went (baseline has none); what introduced the server stays before it, and
+    # the model's comments (one at a line's end, one inside) stay where they were.
+    assert text == (
+        "encryptionsalt: v1:c2FsdA==:v1:c2FsdHk=:c2FsdA==\n"
+        "config:\n"
+        "  sglang-stacks:host:\n"
+        "    kind: emulator\n"
+        "  sglang-stacks:model:\n"
+        "    weights_per_gpu_gb: 72.33  # measured on the host, not the card's nominal size\n"
+        "    # The path the host mounts.\n"
+        "    path: /shared/kimi-k2.5-int4\n"
+        "  # The draft model EAGLE-3 reads.\n"
+        "  # Flags of the tuned server.\n"
+        "  sglang-stacks:server:\n"
+        "    tp_size: 8\n"
+        "    trust_remote_code: true\n"
+        "    port: 30000\n"
+        "    cuda_graph_max_bs: 128\n"
+        "  # The benchmark keeps its own comment.\n"
+        "  sglang-stacks:benchmark:\n"
+        "    output_len: 512\n"
+        "    input_len: 1024\n"
+    )
+    assert list(config_of(stacks_dir / "Pulumi.commented.yaml")) == [
+        "sglang-stacks:host",
+        "sglang-stacks:model",
+        "sglang-stacks:server",
+        "sglang-stacks:benchmark",
+    ]

@@ -8,11 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
-import yaml
-
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.report import load_ranking
-from sglang_stacks.config.spec import CONFIG_NAMESPACE
+from sglang_stacks.config.stackfile import stack_file_text
 from sglang_stacks.errors import SpecError
 from sglang_stacks.results import promote as promote_stack
 
@@ -44,8 +42,7 @@ def promote_winner(
         )
     print(ranking.verdict(), file=out)
     row = next(r for r in plan.rows if r.stack == chosen)
-    sections = {f"{CONFIG_NAMESPACE}:{key}": value for key, value in row.candidate.sections.items()}
-    winner_text = yaml.safe_dump({"config": sections}, sort_keys=False)
+    winner_text = stack_file_text(row.candidate.sections)
     return promote_stack.promote(
         chosen, target, yes=yes, stacks_dir=stacks_dir, out=out, winner_text=winner_text
     )

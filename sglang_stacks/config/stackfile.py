@@ -1,22 +1,43 @@
-"""Reading a stack file (``stacks/Pulumi.<stack>.yaml``) without Pulumi, for the companion CLI.
+"""Stack files (``stacks/Pulumi.<stack>.yaml``): read without Pulumi, and edited in one place.
 
 Only the ``sglang-stacks:`` keys are read. Secret values (``secure:``) are never decrypted: the
 file says which secret keys are set, and nothing more.
+
+Edits (promote's sections, a trial's file, a fleet's roll-back file) go through `StackText`,
+which edits the YAML with ruamel.yaml's round trip: comments, key order, quoting and number
+formatting stay as their author wrote them, and the comments that introduce a section stay with
+that section when its neighbour is replaced or removed.
 """
 
 from __future__ import annotations
 
+import copy
+import io
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import CommentMark, YAMLError
+from ruamel.yaml.tokens import CommentToken
+from ruamel.yaml.util import load_yaml_guess_indent
 
 from sglang_stacks.config.spec import CONFIG_NAMESPACE, SECRET_KEYS, StackSpec, load_spec
 from sglang_stacks.errors import SpecError
 
-__all__ = ["StackFile", "load_stack_spec", "read_stack_file", "stack_path"]
+__all__ = [
+    "StackFile",
+    "StackText",
+    "load_stack_spec",
+    "read_stack_file",
+    "stack_file_text",
+    "stack_path",
+    "write_stack_file",
+]
 
 _STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -98,3 +119,153 @@ def read_stack_file(stack: str, stacks_dir: Path) -> StackFile:
 def load_stack_spec(stack: str, stacks_dir: Path) -> StackSpec:
     """Read and validate a stack file into its spec."""
     return load_spec(read_stack_file(stack, stacks_dir).sections, stack)
+
+
+def _round_trip(indent: int = 2, sequence_offset: int | None = None) -> YAML:
+    editor = YAML()  # round trip: comments, order, quotes and number formats kept
+    offset = indent if sequence_offset is None else sequence_offset
+    editor.indent(mapping=indent, sequence=indent + offset, offset=offset)
+    editor.preserve_quotes = True
+    editor.width = 4096  # never wrap a long value onto a second line
+    return editor
+
+
+def _commented(value: Any) -> Any:
+    """``value`` with its mappings and lists as ruamel's, which can carry comments."""
+    if isinstance(value, Mapping) and not isinstance(value, CommentedMap):
+        return CommentedMap({key: _commented(item) for key, item in value.items()})
+    if isinstance(value, list) and not isinstance(value, CommentedSeq):
+        return CommentedSeq([_commented(item) for item in value])
+    return value
+
+
+def _after_slot(container: Any, key: Any) -> tuple[Any, Any, int]:
+    """Where ruamel keeps the lines that follow ``container[key]`` in the file: on the deepest
+    last item of its value (a mapping's slot 2, a sequence's slot 0)."""
+    value = container[key]
+    if isinstance(value, CommentedMap) and value:
+        return _after_slot(value, next(reversed(value)))
+    if isinstance(value, CommentedSeq) and value:
+        return _after_slot(value, len(value) - 1)
+    return container, key, 2 if isinstance(container, CommentedMap) else 0
+
+
+def _take_after(container: Any, key: Any) -> str:
+    """Removes and returns the comment lines after ``container[key]`` (they introduce what
+    follows it); a comment at the end of its own last line stays."""
+    owner, slot_key, position = _after_slot(container, key)
+    slot = owner.ca.items.get(slot_key)
+    if slot is None or slot[position] is None:
+        return ""
+    said: str = slot[position].value
+    own, _, after = said.partition("\n")
+    if own:
+        slot[position].value = own + "\n"
+    else:
+        slot[position] = None
+    return after
+
+
+def _put_after(container: Any, key: Any, after: str) -> None:
+    """Adds comment lines after ``container[key]``, below the comment lines already there."""
+    if not after:
+        return
+    owner, slot_key, position = _after_slot(container, key)
+    slot = owner.ca.items.setdefault(slot_key, [None, None, None, None])
+    there = slot[position].value if slot[position] is not None else "\n"
+    slot[position] = CommentToken(there + after, CommentMark(0), None)
+
+
+class StackText:
+    """A stack file's text, edited as YAML that keeps its comments, order and formatting."""
+
+    def __init__(self, text: str, name: str = "the stack file") -> None:
+        try:
+            _, indent, offset = load_yaml_guess_indent(text) if text.strip() else (None, 2, None)
+            self._yaml = _round_trip(indent or 2, offset)
+            document = self._yaml.load(text) if text.strip() else None
+        except YAMLError as error:
+            raise SpecError(
+                f"{name} is not valid YAML ({error}). Fix the syntax at the place shown."
+            ) from None
+        self._document: CommentedMap = document if isinstance(document, CommentedMap) else CommentedMap()
+        config = self._document.get("config")
+        if not isinstance(config, CommentedMap):
+            config = CommentedMap()
+            self._document["config"] = config
+        self._config = config
+
+    def section(self, name: str) -> Any:
+        """The ``sglang-stacks:<name>`` section as the file holds it, or None."""
+        return self._config.get(f"{CONFIG_NAMESPACE}:{name}")
+
+    def put_section(self, name: str, value: Any) -> None:
+        """Sets the ``sglang-stacks:<name>`` section to ``value`` (another file's section, copied
+        without the comments that followed it there), in its place, or added at the end of
+        ``config:``; ``None`` removes it. The comment lines that introduced the section after it
+        stay in front of that section."""
+        key, config = f"{CONFIG_NAMESPACE}:{name}", self._config
+        if key in config:
+            after = _take_after(config, key)
+            if value is None:
+                keys = list(config)
+                before = keys[keys.index(key) - 1] if keys.index(key) else None
+                del config[key]
+                self._restore_after(before, after)
+                return
+        elif value is None:
+            return
+        else:
+            last = next(reversed(config), None)
+            after = _take_after(config, last) if last is not None else ""
+        new = _commented(copy.deepcopy(value))
+        config[key] = new
+        if isinstance(new, CommentedMap | CommentedSeq) and new:
+            _take_after(config, key)  # what followed it in its own file
+        _put_after(config, key, after)
+
+    def _restore_after(self, before: Any, after: str) -> None:
+        if before is not None:
+            _put_after(self._config, before, after)
+        elif after:  # it was the first section: the lines now open `config:`
+            self._config.ca.comment = [None, [CommentToken(after, CommentMark(0), None)]]
+
+    def config(self) -> Mapping[str, Any]:
+        """Every key under ``config:`` (full keys, other namespaces' too), as the file holds it."""
+        return self._config
+
+    def replace_config(self, values: Mapping[str, Any]) -> None:
+        """Replaces every key under ``config:`` (full keys, ``sglang-stacks:server``); the rest of
+        the file (``encryptionsalt``, comments outside ``config:``) stays."""
+        self._config.clear()
+        self._config.update(values)
+
+    def text(self) -> str:
+        """The file's text with the edits."""
+        out = io.StringIO()
+        self._yaml.dump(self._document, out)
+        return out.getvalue()
+
+
+def stack_file_text(
+    sections: Mapping[str, Any], header: str = "", kept: Mapping[str, Any] | None = None
+) -> str:
+    """A new stack file's text: ``header`` as comment lines, the keys ``kept`` from an earlier file
+    (``encryptionsalt``: Pulumi's secrets settings), and ``sections`` under ``config:`` as
+    ``sglang-stacks:<section>``."""
+    document = CommentedMap({name: value for name, value in (kept or {}).items() if name != "config"})
+    document["config"] = {f"{CONFIG_NAMESPACE}:{key}": value for key, value in sections.items()}
+    if header:
+        document.yaml_set_start_comment(header)
+    out = io.StringIO()
+    _round_trip().dump(document, out)
+    return out.getvalue()
+
+
+def write_stack_file(path: Path, sections: Mapping[str, Any], header: str) -> None:
+    """Writes ``path`` anew (`stack_file_text`), keeping the keys outside ``config:`` that the file
+    there has (the secrets settings Pulumi wrote when it created the stack)."""
+    kept = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
+    path.write_text(
+        stack_file_text(sections, header, kept if isinstance(kept, dict) else None), encoding="utf-8"
+    )

@@ -15,11 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pulumi import automation as auto
 
-from sglang_stacks.config.spec import CONFIG_NAMESPACE
-from sglang_stacks.config.stackfile import stack_path
+from sglang_stacks.config.stackfile import stack_path, write_stack_file
 from sglang_stacks.errors import SpecError
 from sglang_stacks.project import find_project_dir, stacks_dir
 
@@ -60,12 +58,7 @@ def write_stack(project_dir: Path, stack: str, sections: dict[str, Any], header:
             f"Pulumi could not create stack {stack!r}: {error}. Put the project's Pulumi CLI on PATH "
             "and select its backend with `. scripts/env.sh`."
         ) from None
-    path = stack_path(stack, stacks_dir(project_dir))
-    existing = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else None
-    document = {k: v for k, v in (existing or {}).items() if k != "config"}
-    document["config"] = {f"{CONFIG_NAMESPACE}:{key}": value for key, value in sections.items()}
-    comments = "".join(f"# {line}\n" for line in header.splitlines())
-    path.write_text(comments + yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    write_stack_file(stack_path(stack, stacks_dir(project_dir)), sections, header)
     return selected
 
 

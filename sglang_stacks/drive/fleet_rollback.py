@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
 from pulumi import automation as auto
 
 from sglang_stacks.config.fleet import FleetSpec
-from sglang_stacks.config.stackfile import stack_path
+from sglang_stacks.config.stackfile import StackText, stack_path
 from sglang_stacks.errors import RegressionError, failures_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
@@ -62,8 +61,8 @@ def deployed_config(stack: auto.Stack) -> tuple[str, dict[str, auto.ConfigValue]
 def rollback_file(stack_file: Path, config: dict[str, auto.ConfigValue], folder: Path) -> Path:
     """A stack file holding ``config``: its plain values as recorded, its secrets and the secrets
     settings (``encryptionsalt``) as the stack file has them now, never decrypted."""
-    document: dict[str, Any] = yaml.safe_load(stack_file.read_text(encoding="utf-8")) or {}
-    current = document.get("config") or {}
+    document = StackText(stack_file.read_text(encoding="utf-8"), stack_file.name)
+    current = document.config()
     values: dict[str, Any] = {}
     for key, item in config.items():
         if item.secret:
@@ -72,9 +71,9 @@ def rollback_file(stack_file: Path, config: dict[str, auto.ConfigValue], folder:
             continue
         text = item.value
         values[key] = json.loads(text) if isinstance(text, str) and text[:1] in "[{" else text
-    document["config"] = values
+    document.replace_config(values)
     path = folder / stack_file.name
-    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    path.write_text(document.text(), encoding="utf-8")
     os.chmod(path, 0o600)
     return path
 
