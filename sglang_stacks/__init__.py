@@ -1,18 +1,68 @@
 """sglang-stacks: each SGLang server configuration is a Pulumi stack.
 
-The package has four rooms:
+The rooms, each a package whose ``__init__`` names what it offers:
 
-- ``sglang_stacks.config``: the stack spec, typed SGLang flags, the memory planner, preflight;
+- ``sglang_stacks.config``: the stack spec, typed SGLang flags, the memory planner, preflight,
+  stack files;
 - ``sglang_stacks.hostops``: what runs on a GPU host (transport, claim, probe, server process,
-  the load generator);
-- ``sglang_stacks.results``: statistics, history, compare, gate, promote, plots;
-- ``sglang_stacks.components``: the Pulumi resources, built on the three rooms above.
+  the load generator shipped there);
+- ``sglang_stacks.results``: statistics, verdicts, history, compare, gate, promote, plots;
+- ``sglang_stacks.components``: the Pulumi resources and components, built on the rooms above;
+- ``sglang_stacks.drive``: what drives stacks through Pulumi's Automation API (``rollout``,
+  a fleet's roll back, ``recover``);
+- ``sglang_stacks.campaign``: sweeps of a search space of stacks over a pool of hosts.
 
-Beside them, ``sglang_stacks.drive`` drives Pulumi across stacks (``rollout``, ``recover``) through
-its Automation API; ``sglang_stacks.campaign`` sweeps a search space of stacks over a pool of hosts
-through it (``sweep``); ``sglang_stacks.project`` finds the project's folders; and
-``sglang_stacks.cli`` is the ``sglang-stacks`` command.
+Beside them: ``errors`` (the one exception hierarchy, and the typed record a failure crosses
+Pulumi's engine in), ``exits`` (every exit code of the CLI), ``project`` (the project's folders)
+and ``cli`` (the ``sglang-stacks`` command).
 
-Importing the package has no side effects and imports none of its rooms: another Pulumi program
-imports what it uses, e.g. ``from sglang_stacks.components import SGLangDeployment``.
+Importing the package, or any room, has no side effects and imports no module: each name is
+imported when it is first read. Another Pulumi program imports what it uses::
+
+    from sglang_stacks.components import DeploymentArgs, SGLangDeployment
+    from sglang_stacks.config import load_spec
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sglang_stacks._face import lazy_face
+
+if TYPE_CHECKING:
+    from sglang_stacks.errors import ArtifactError as ArtifactError
+    from sglang_stacks.errors import BenchmarkError as BenchmarkError
+    from sglang_stacks.errors import CanaryRegressionError as CanaryRegressionError
+    from sglang_stacks.errors import ClaimError as ClaimError
+    from sglang_stacks.errors import FlagError as FlagError
+    from sglang_stacks.errors import GateError as GateError
+    from sglang_stacks.errors import HostError as HostError
+    from sglang_stacks.errors import PreflightError as PreflightError
+    from sglang_stacks.errors import RegressionError as RegressionError
+    from sglang_stacks.errors import RouterError as RouterError
+    from sglang_stacks.errors import ServerError as ServerError
+    from sglang_stacks.errors import SpecError as SpecError
+    from sglang_stacks.errors import StacksError as StacksError
+    from sglang_stacks.exits import ExitCode as ExitCode
+
+__all__ = [
+    "ArtifactError",
+    "BenchmarkError",
+    "CanaryRegressionError",
+    "ClaimError",
+    "ExitCode",
+    "FlagError",
+    "GateError",
+    "HostError",
+    "PreflightError",
+    "RegressionError",
+    "RouterError",
+    "ServerError",
+    "SpecError",
+    "StacksError",
+]
+
+_HOMES = {name: "exits" if name == "ExitCode" else "errors" for name in __all__}
+"""Each name's module: imported when the name is first read, so importing the package costs nothing."""
+
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)

@@ -7,6 +7,8 @@ previews it. The installed package claims no generic top-level name such as ``co
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import subprocess
 import sys
 import textwrap
@@ -20,8 +22,10 @@ PROGRAM = '''
 """A user's own program: one deployment of the emulator host, built from Python."""
 import pulumi
 
-from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment
-from sglang_stacks.config.spec import load_spec
+from sglang_stacks.components import DeploymentArgs, Fleet, FleetArgs, SGLangDeployment, SGLangServer
+from sglang_stacks.config import load_spec
+
+pulumi.log.info(f"the package offers {Fleet.__name__}({FleetArgs.__name__}) and {SGLangServer.__name__}")
 
 spec = load_spec(
     {
@@ -99,3 +103,48 @@ def test_a_program_outside_the_repository_previews_a_deployment_from_the_install
         "mine-benchmark",
     } <= created
     assert preview["changeSummary"]["create"] >= 7
+    said = [d.get("message", "") for d in preview.get("diagnostics", [])]
+    assert any("the package offers Fleet(FleetArgs) and SGLangServer" in m for m in said), said
+
+
+PUBLIC_PACKAGES = (
+    "sglang_stacks",
+    "sglang_stacks.campaign",
+    "sglang_stacks.components",
+    "sglang_stacks.config",
+    "sglang_stacks.drive",
+    "sglang_stacks.hostops",
+    "sglang_stacks.results",
+)
+
+
+def _isort_order(name: str) -> tuple[int, str]:
+    """How `__all__` is sorted (ruff's RUF022): CONSTANTS, then Classes, then functions."""
+    return (0 if name.isupper() else 1 if name[:1].isupper() else 2, name)
+
+
+@pytest.mark.parametrize("package", PUBLIC_PACKAGES)
+def test_each_public_package_names_what_it_offers_in_a_sorted_all(package: str) -> None:
+    face = importlib.import_module(package)
+    offered = face.__all__
+
+    assert offered == sorted(offered, key=_isort_order)
+    assert offered, f"{package} offers nothing"
+    submodules = {found.name for found in pkgutil.iter_modules(face.__path__)}
+    # A name that is also a submodule's would be shadowed by the module once it is imported.
+    assert not set(offered) & submodules
+    for name in offered:
+        value = getattr(face, name)
+        assert value is not None and name in dir(face)
+        home = getattr(value, "__module__", None)
+        assert home is None or home.startswith(package), f"{package}.{name} is {home}'s"
+
+
+def test_importing_the_public_packages_imports_none_of_their_modules() -> None:
+    check = (
+        f"import sys, {', '.join(PUBLIC_PACKAGES)}\n"
+        "print(sorted(m for m in sys.modules if m.startswith('sglang_stacks')))"
+    )
+    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
+
+    assert done.stdout.strip() == str(sorted({*PUBLIC_PACKAGES, "sglang_stacks._face"}))

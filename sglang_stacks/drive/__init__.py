@@ -1,4 +1,49 @@
 """What drives stacks through Pulumi's Automation API: ``automation`` (the adapter: select or write
 a stack, run a raw command, copy a secret, read outputs and config), ``rollout`` (one stack's
-rollout and the gate's hand-back), ``fleet_rollback`` (a fleet's rollout, a regressed canary rolled
-back) and ``recover`` (the pending operations an interrupted update left)."""
+rollout and the gate's hand-back: ``rollout.rollout``), ``fleet_rollback`` (a fleet's rollout, a
+regressed canary rolled back) and ``recover`` (the pending operations an interrupted update left:
+``recover.recover``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sglang_stacks._face import lazy_face
+
+if TYPE_CHECKING:
+    from sglang_stacks.drive.automation import copy_secret as copy_secret
+    from sglang_stacks.drive.automation import pulumi_command as pulumi_command
+    from sglang_stacks.drive.automation import select_stack as select_stack
+    from sglang_stacks.drive.automation import stack_config as stack_config
+    from sglang_stacks.drive.automation import stack_outputs as stack_outputs
+    from sglang_stacks.drive.automation import write_stack as write_stack
+    from sglang_stacks.drive.fleet_rollback import FleetRollout as FleetRollout
+    from sglang_stacks.drive.recover import Pending as Pending
+    from sglang_stacks.drive.recover import pending_operations as pending_operations
+
+__all__ = [
+    "FleetRollout",
+    "Pending",
+    "copy_secret",
+    "pending_operations",
+    "pulumi_command",
+    "select_stack",
+    "stack_config",
+    "stack_outputs",
+    "write_stack",
+]
+
+_HOMES = {
+    "FleetRollout": "fleet_rollback",
+    "Pending": "recover",
+    "copy_secret": "automation",
+    "pending_operations": "recover",
+    "pulumi_command": "automation",
+    "select_stack": "automation",
+    "stack_config": "automation",
+    "stack_outputs": "automation",
+    "write_stack": "automation",
+}
+"""Each name's module: imported when the name is first read, so importing the package costs nothing."""
+
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)

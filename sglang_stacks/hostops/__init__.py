@@ -1,2 +1,44 @@
 """Host operations: how a GPU host is reached and what runs there (the claim, the probe, the
-serving note, the server process). No Pulumi here: the resources in ``components`` call these."""
+serving note, the server process, the load generator). No Pulumi here: the resources in
+``components`` call these."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sglang_stacks._face import lazy_face
+
+if TYPE_CHECKING:
+    from sglang_stacks.hostops.claim import Claim as Claim
+    from sglang_stacks.hostops.connection import Connection as Connection
+    from sglang_stacks.hostops.session import Session as Session
+    from sglang_stacks.hostops.session import open_session as open_session
+    from sglang_stacks.hostops.transport import CommandResult as CommandResult
+    from sglang_stacks.hostops.transport import HostPath as HostPath
+    from sglang_stacks.hostops.transport import run as run
+    from sglang_stacks.hostops.transport import upload as upload
+
+__all__ = [
+    "Claim",
+    "CommandResult",
+    "Connection",
+    "HostPath",
+    "Session",
+    "open_session",
+    "run",
+    "upload",
+]
+
+_HOMES = {
+    "Claim": "claim",
+    "CommandResult": "transport",
+    "Connection": "connection",
+    "HostPath": "transport",
+    "Session": "session",
+    "open_session": "session",
+    "run": "transport",
+    "upload": "transport",
+}
+"""Each name's module: imported when the name is first read, so importing the package costs nothing."""
+
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)

@@ -1,3 +1,47 @@
 """Results: what the load generator's document says, benchmark statistics and verdicts, the
-results history, compare, the regression gate, promote and plots. Dependencies point down: the command
-and formatting modules (compare, plot) use the others, never the reverse."""
+results history, compare, the regression gate, promote and plots. Dependencies point down: the
+command and formatting modules (compare, plot) use the others, never the reverse."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sglang_stacks._face import lazy_face
+
+if TYPE_CHECKING:
+    from sglang_stacks.results.compare import Comparison as Comparison
+    from sglang_stacks.results.history import HistoryRow as HistoryRow
+    from sglang_stacks.results.stats import BenchmarkResult as BenchmarkResult
+    from sglang_stacks.results.stats import Goodput as Goodput
+    from sglang_stacks.results.stats import Percentiles as Percentiles
+    from sglang_stacks.results.stats import Slo as Slo
+    from sglang_stacks.results.stats import WelchTest as WelchTest
+    from sglang_stacks.results.verdict import GateVerdict as GateVerdict
+    from sglang_stacks.results.verdict import StackVerdict as StackVerdict
+
+__all__ = [
+    "BenchmarkResult",
+    "Comparison",
+    "GateVerdict",
+    "Goodput",
+    "HistoryRow",
+    "Percentiles",
+    "Slo",
+    "StackVerdict",
+    "WelchTest",
+]
+
+_HOMES = {
+    "BenchmarkResult": "stats",
+    "Comparison": "compare",
+    "GateVerdict": "verdict",
+    "Goodput": "stats",
+    "HistoryRow": "history",
+    "Percentiles": "stats",
+    "Slo": "stats",
+    "StackVerdict": "verdict",
+    "WelchTest": "stats",
+}
+"""Each name's module: imported when the name is first read, so importing the package costs nothing."""
+
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)
