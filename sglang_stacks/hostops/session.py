@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops._output import last_lines, said_last
 from sglang_stacks.hostops._ssh_errors import ssh_failure
+from sglang_stacks.hostops._wire import SESSION_MARKER, command_line, spawn
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.transport import _SESSION_MARKER, _command_line, _exports, _spawn
+from sglang_stacks.hostops.transport import _exports
 
 __all__ = ["Session", "open_session"]
 
@@ -95,7 +96,7 @@ class Session:
     def _ended(self) -> HostError:
         self.close(timeout_s=5)
         lines = self._stderr.decode(errors="replace").splitlines()
-        stderr = "\n".join(line for line in lines if not line.startswith(_SESSION_MARKER))
+        stderr = "\n".join(line for line in lines if not line.startswith(SESSION_MARKER))
         if self.conn.kind == "ssh" and self._process.returncode == 255:
             return ssh_failure(self.conn, stderr)
         last = last_lines(stderr)
@@ -116,6 +117,6 @@ def open_session(
     after ``max_lifetime_s`` in any case.
     """
     body = (_exports(env) + script).encode()
-    session = Session(conn, _spawn(conn, _command_line(conn)))
-    session.send(f"{_SESSION_MARKER} {max_lifetime_s:g} {len(body)}\n".encode() + body)
+    session = Session(conn, spawn(conn, command_line(conn)))
+    session.send(f"{SESSION_MARKER} {max_lifetime_s:g} {len(body)}\n".encode() + body)
     return session

@@ -1,7 +1,8 @@
 """Runs bash scripts on a GPU host and copies files to it: through the system OpenSSH client, or
 directly with ``bash`` for the local (emulator) host. Every remote operation goes through here.
 
-A script runs as ``bash`` on the host under ``timeout``, so a hung command cannot hang a deploy.
+A script runs as ``bash`` on the host under ``timeout`` (the bootstrap of ``_wire``), so a hung
+command cannot hang a deploy.
 It must not leave the call open: a background process it starts keeps the output pipes (and so
 the SSH session) open unless it is detached, always as
 ``setsid nohup COMMAND >LOG 2>&1 </dev/null &``. `run` notices a script that finished while a
@@ -19,23 +20,21 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import selectors
 import shlex
-import subprocess
 import tarfile
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
 from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import HostError, SpecError, StacksError
 from sglang_stacks.hostops import _batch
 from sglang_stacks.hostops._output import last_lines, said_last
-from sglang_stacks.hostops._ssh import client_argv
 from sglang_stacks.hostops._ssh_errors import ssh_failure
+from sglang_stacks.hostops._wire import KILL_AFTER_S, collect, command_line, spawn
 from sglang_stacks.hostops.connection import Connection
 
 __all__ = [
@@ -51,30 +50,6 @@ __all__ = [
 
 quote = shlex.quote
 """Quotes one value for bash; the only quoting function the components use."""
-
-# Seconds the host-side `timeout` waits after TERM before it sends KILL.
-_KILL_AFTER_S = 5
-# Seconds of quiet after the script's end after which its output is taken as held open.
-_LINGER_S = 3.0
-# Ends a session's script on the host's stderr; nothing waits for it.
-_SESSION_MARKER = "__sglang_stacks_session"
-
-# Runs on the host. Reads one header line "<marker> <timeout_s> <script_bytes>", then exactly that
-# many bytes of script; whatever follows on stdin is the script's own stdin. The script travels
-# on stdin, never on a command line, because the env it exports may hold secrets. The marker line
-# written after the script ends lets the caller tell the script's end from the session's end.
-_BOOTSTRAP = r"""
-IFS=' ' read -r marker limit_s length || { echo "sglang-stacks: no script received" >&2; exit 2; }
-LC_ALL=C IFS= read -r -N "$length" script
-if ! command -v timeout >/dev/null 2>&1; then
-    echo "sglang-stacks: the host has no 'timeout' command; install coreutils" >&2
-    exit 2
-fi
-timeout -k KILL_AFTER "$limit_s" bash <(printf '%s' "$script")
-rc=$?
-printf '\n%s %s\n' "$marker" "$rc" >&2
-exit "$rc"
-""".replace("KILL_AFTER", str(_KILL_AFTER_S))
 
 
 @dataclass(frozen=True)
@@ -213,13 +188,6 @@ def _exports(env: Mapping[str, str] | None) -> str:
     )
 
 
-def _command_line(conn: Connection) -> list[str]:
-    """The argv that runs the bootstrap on the host: plain bash, or a session of the host's master."""
-    if conn.kind == "local":
-        return ["bash", "-c", _BOOTSTRAP]
-    return client_argv(conn, "bash -c " + quote(_BOOTSTRAP))
-
-
 def _execute(
     conn: Connection, script: str, *, timeout_s: float, feed: Callable[[IO[bytes]], None]
 ) -> CommandResult:
@@ -229,9 +197,9 @@ def _execute(
     body = script.encode()
     header = f"{marker} {timeout_s:g} {len(body)}\n".encode()
     # The host stops the script at timeout_s; this deadline only covers a session that hangs.
-    deadline_s = timeout_s + _KILL_AFTER_S + conn.connect_timeout_s + 10
+    deadline_s = timeout_s + KILL_AFTER_S + conn.connect_timeout_s + 10
     started = time.monotonic()
-    process = _spawn(conn, _command_line(conn))
+    process = spawn(conn, command_line(conn))
 
     def write_request() -> None:
         pipe = process.stdin
@@ -244,53 +212,13 @@ def _execute(
 
     writer = threading.Thread(target=write_request, daemon=True)
     writer.start()
-    stdout, stderr, outcome = _collect(process, marker.encode(), started + deadline_s)
+    stdout, stderr, outcome = collect(process, marker.encode(), started + deadline_s)
     if outcome != "closed":
         process.kill()
     process.wait()
     writer.join(timeout=5)
     elapsed_s = time.monotonic() - started
     return _result(conn, process.returncode, stdout, stderr, marker, outcome, timeout_s, elapsed_s)
-
-
-def _spawn(conn: Connection, argv: list[str]) -> subprocess.Popen[bytes]:
-    try:
-        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except FileNotFoundError:
-        raise HostError(
-            f"`{argv[0]}` is not installed on this machine, so {conn.label} cannot be reached. "
-            "Install the OpenSSH client (scripts/ensure-sshd.sh does) and run the update again."
-        ) from None
-
-
-def _collect(
-    process: subprocess.Popen[bytes], marker: bytes, deadline: float
-) -> tuple[bytes, bytes, Literal["closed", "held", "hung"]]:
-    """Reads stdout and stderr until both close, the output is held open, or the deadline."""
-    buffers = {process.stdout: bytearray(), process.stderr: bytearray()}
-    selector = selectors.DefaultSelector()
-    for pipe in buffers:
-        assert pipe is not None
-        selector.register(pipe, selectors.EVENT_READ)
-    last_data = time.monotonic()
-    outcome: Literal["closed", "held", "hung"] = "closed"
-    with selector:
-        while selector.get_map():
-            for key, _ in selector.select(timeout=0.1):
-                chunk = os.read(key.fd, 65536)
-                if chunk:
-                    buffers[key.fileobj].extend(chunk)  # type: ignore[index]
-                    last_data = time.monotonic()
-                else:
-                    selector.unregister(key.fileobj)
-            now = time.monotonic()
-            if now - last_data > _LINGER_S and marker in buffers[process.stderr]:
-                outcome = "held"
-                break
-            if now > deadline:
-                outcome = "hung"
-                break
-    return bytes(buffers[process.stdout]), bytes(buffers[process.stderr]), outcome
 
 
 def _result(
