@@ -148,3 +148,11 @@ def test_importing_the_public_packages_imports_none_of_their_modules() -> None:
     done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
 
     assert done.stdout.strip() == str(sorted({*PUBLIC_PACKAGES, "sglang_stacks._face"}))
+
+
+def test_the_public_imports_the_readme_shows_work() -> None:
+    built = (ROOT / "README.md").read_text().split("## How it is built", 1)[1].split("\n## ", 1)[0]
+    shown = built.split("```python\n", 1)[1].split("```", 1)[0]
+
+    exec(compile(shown, "README.md", "exec"), {})  # raises ImportError if a name moved
+    assert shown.count("import") >= 5
