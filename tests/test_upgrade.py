@@ -92,7 +92,9 @@ try:
     loaded = type(pickle.loads(pickled)).__name__
 except AttributeError as error:
     loaded = f"AttributeError: {error}"
-print(json.dumps({"paths": sorted(provider_paths()), "loaded": loaded}))
+# The rooms providers live in (the guard above walks the whole package).
+found = provider_paths(("sglang_stacks.components", "components"))
+print(json.dumps({"paths": sorted(found), "loaded": loaded}))
 """
 
 
