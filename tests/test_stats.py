@@ -40,6 +40,20 @@ def test_a_difference_at_the_published_critical_t_has_p_five_percent() -> None:
     assert stats.welch_t_test([0.0, 2.0], [shift + 0.5, shift + 2.5]).significant()
 
 
+def test_welchs_interval_of_the_difference_is_the_published_t_quantile_times_its_standard_error() -> None:
+    # The example above: each mean's variance is 1 and Welch's df is 2, so the interval's half width
+    # is 4.303 * sqrt(2); it just touches zero when p is 5 %.
+    shift = 4.3027 * math.sqrt(2)
+    test = stats.welch_t_test([0.0, 2.0], [shift, shift + 2.0])
+    assert test.difference == pytest.approx(-shift)
+    assert test.difference_ci95 is not None
+    low, high = test.difference_ci95
+    assert (high - low) / 2 == pytest.approx(4.3027 * math.sqrt(2), abs=1e-3)
+    assert high == pytest.approx(0.0, abs=1e-3)
+    assert stats.welch_t_test([1.0], [2.0, 3.0]).difference_ci95 is None
+    assert stats.welch_t_test([5.0, 5.0], [6.0, 6.0]).difference_ci95 == (-1.0, -1.0)
+
+
 def test_mean_stdev_and_ci95_of_five_runs() -> None:
     runs = [88.0, 89.0, 89.5, 90.0, 91.0]
     assert stats.mean(runs) == pytest.approx(89.5)

@@ -85,24 +85,40 @@ class WelchTest:
     df: float
     p_value: float | None
     """Two-sided; ``None`` when a sample has fewer than two values, so nothing can be said."""
+    difference: float = 0.0
+    """The first sample's mean minus the second's."""
+    difference_ci95: tuple[float, float] | None = None
+    """95 % confidence interval of ``difference`` (Welch's degrees of freedom); ``None`` with
+    fewer than two values in a sample."""
 
     def significant(self, alpha: float = ALPHA) -> bool:
         return self.p_value is not None and self.p_value < alpha
 
 
 def welch_t_test(a: Sequence[float], b: Sequence[float]) -> WelchTest:
-    """Whether the means of ``a`` and ``b`` differ more than their spread explains."""
+    """Whether the means of ``a`` and ``b`` differ more than their spread explains, and by how much."""
     if len(a) < 2 or len(b) < 2:
-        return WelchTest(t=0.0, df=0.0, p_value=None)
+        return WelchTest(t=0.0, df=0.0, p_value=None, difference=mean(a) - mean(b) if a and b else 0.0)
     var_a, var_b = stdev(a) ** 2 / len(a), stdev(b) ** 2 / len(b)
     difference = mean(a) - mean(b)
     if var_a + var_b == 0.0:
         # Two constant samples: identical means say nothing differs, different ones say it surely does.
+        df = float(len(a) + len(b) - 2)
+        point = (difference, difference)
         if difference == 0.0:
-            return WelchTest(t=0.0, df=float(len(a) + len(b) - 2), p_value=1.0)
-        return WelchTest(t=math.copysign(math.inf, difference), df=float(len(a) + len(b) - 2), p_value=0.0)
-    test = _scipy_stats().ttest_ind(a, b, equal_var=False)
-    return WelchTest(t=float(test.statistic), df=float(test.df), p_value=float(test.pvalue))
+            return WelchTest(t=0.0, df=df, p_value=1.0, difference=0.0, difference_ci95=point)
+        t = math.copysign(math.inf, difference)
+        return WelchTest(t=t, df=df, p_value=0.0, difference=difference, difference_ci95=point)
+    scipy_stats = _scipy_stats()
+    test = scipy_stats.ttest_ind(a, b, equal_var=False)
+    half = float(scipy_stats.t.ppf(0.975, float(test.df))) * math.sqrt(var_a + var_b)
+    return WelchTest(
+        t=float(test.statistic),
+        df=float(test.df),
+        p_value=float(test.pvalue),
+        difference=difference,
+        difference_ci95=(difference - half, difference + half),
+    )
 
 
 class Percentiles(BaseModel):
