@@ -1,9 +1,10 @@
-"""Which replica the canary gate judges against: the declared reference, another replica of the
-router when that one is dead, none when the reference serves the canary's own configuration.
+"""Which replica the canary gate judges against (the declared reference, another replica of the
+router when that one is dead, none when the reference serves the canary's own configuration), and
+the reference's trip out of the router and back while both are measured.
 
 The router's ``GET /workers`` and the replicas' ``/health`` are served by small stdlib HTTP servers
 on 127.0.0.1 answering exactly what sglang-router 0.3.2 and SGLang answer (the label sits in each
-worker's ``metadata``); the fleet's integration tests run the real router.
+worker's ``metadata``); the trip out and back runs the real router and emulator replicas.
 """
 
 from __future__ import annotations
@@ -12,20 +13,33 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sglang_stacks.components.canary import CanaryInputs, pick_reference
+from sglang_emulator import start_emulator
+from sglang_stacks.components import _router_api
+from sglang_stacks.components.canary import CanaryInputs, Reference, pick_reference, reference_out_of_router
+from sglang_stacks.components.router import RouterInputs, WorkerInputs, add_worker, start_router, stop_router
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
+from sglang_stacks.errors import BenchmarkError
 from tests._pulumi import free_port
+from tests._router import local_router_props
 
 
-def serve(answers: dict[str, Any]) -> str:
-    """An HTTP server in a thread answering each path in ``answers`` with its JSON; its URL."""
+def serve(answers: dict[str, Any], asked: list[str] | None = None) -> str:
+    """An HTTP server in a thread answering each path in ``answers`` with its JSON; its URL. The
+    methods and paths of requests other than GET go to ``asked``."""
 
     class Handler(BaseHTTPRequestHandler):
+        def do_DELETE(self) -> None:
+            if asked is not None:
+                asked.append(f"DELETE {self.path}")
+            self.send_response(404)
+            self.end_headers()
+
         def do_GET(self) -> None:
             found = self.path in answers
             body = json.dumps(answers.get(self.path, {})).encode()
@@ -53,11 +67,17 @@ def replicas() -> Iterator[dict[str, str]]:
     }
 
 
-def gate(canary: str, reference: str, labels: dict[str, str]) -> CanaryInputs:
+def gate(
+    canary: str,
+    reference: str,
+    labels: dict[str, str],
+    router: str | None = None,
+    asked: list[str] | None = None,
+) -> CanaryInputs:
     workers = [
-        {"url": url, "is_healthy": True, "metadata": {"sglang_stacks_config": d}} for url, d in labels.items()
+        {"url": url, "id": f"w{i}", "is_healthy": True, "metadata": {"sglang_stacks_config": d}}
+        for i, (url, d) in enumerate(labels.items())
     ]
-    router = serve({"/workers": {"workers": workers}})
     return CanaryInputs(
         connection={"kind": "local"},
         stack="fleet",
@@ -68,7 +88,7 @@ def gate(canary: str, reference: str, labels: dict[str, str]) -> CanaryInputs:
         workload=BenchmarkSpec(),
         rollout=RolloutSpec(),
         state_dir="/nowhere",
-        router_url=router,
+        router_url=router or serve({"/workers": {"workers": workers}}, asked),
         config_digest="new",
     )
 
@@ -78,7 +98,7 @@ def test_a_dead_reference_hands_the_judging_to_another_replica_of_the_router(
 ) -> None:
     inputs = gate(replicas["live-a"], replicas["dead"], {replicas["live-b"]: "old"})
 
-    assert pick_reference(inputs) == (replicas["live-b"], "")
+    assert pick_reference(inputs) == (Reference(replicas["live-b"], "old"), "")
 
 
 def test_a_reference_on_the_canarys_configuration_leaves_nothing_to_judge(replicas: dict[str, str]) -> None:
@@ -97,3 +117,61 @@ def test_no_live_replica_on_the_current_configuration_is_said(replicas: dict[str
         None,
         "no replica on the current configuration answered: nothing to compare with",
     )
+
+
+def test_the_reference_stays_in_the_router_when_no_other_replica_would_serve(
+    replicas: dict[str, str],
+) -> None:
+    asked: list[str] = []
+    inputs = gate(replicas["live-a"], replicas["live-b"], {replicas["live-b"]: "old"}, asked=asked)
+
+    with (
+        pytest.raises(BenchmarkError) as raised,
+        reference_out_of_router(inputs, Reference(replicas["live-b"], "old")),
+    ):
+        pytest.fail("the gate measured with no replica serving")
+
+    assert asked == []  # nothing was taken out of the router
+    assert "no other replica is in the router to serve meanwhile, so the canary was not judged" in str(
+        raised.value
+    )
+
+
+@pytest.mark.integration
+def test_the_reference_leaves_the_router_while_measured_and_comes_back_with_its_label_when_it_fails(
+    tmp_path: Path,
+) -> None:
+    router = RouterInputs.model_validate(local_router_props(str(tmp_path / "router.log")))
+    started = start_router(router)
+    flags = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8"]
+    try:
+        with (
+            start_emulator(flags, state_dir=str(tmp_path / "gpus-a")) as reference,
+            start_emulator(flags, state_dir=str(tmp_path / "gpus-b")) as other,
+        ):
+            for url in (reference.base_url, other.base_url):
+                add_worker(
+                    WorkerInputs.model_validate(
+                        {
+                            "connection": {"kind": "local"},
+                            "router_url": started.url,
+                            "worker_url": url,
+                            "server_instance": "i",
+                            "config_digest": "old",
+                        }
+                    )
+                )
+            inputs = gate(f"http://127.0.0.1:{free_port()}", reference.base_url, {}, router=started.url)
+
+            with (
+                pytest.raises(RuntimeError, match="the load generator failed"),
+                reference_out_of_router(inputs, Reference(reference.base_url, "old")),
+            ):
+                assert list(_router_api.worker_configs(started.url)) == [other.base_url]
+                raise RuntimeError("the load generator failed")
+
+            back = _router_api.worker_configs(started.url)
+            assert back == {reference.base_url: "old", other.base_url: "old"}
+            assert all(w["is_healthy"] for w in _router_api.workers(started.url))
+    finally:
+        stop_router(router, started.pid, started.start_ticks)

@@ -91,7 +91,7 @@ class _RegressingFleet:
 
 
 def _rollout(target: _RegressingFleet, on_regression: str, out: io.StringIO) -> FleetRollout:
-    hosts = [{"state_dir": f"/var/tmp/h{i}", "server_port": 31000 + i} for i in range(2)]
+    hosts = [{"state_dir": f"/var/tmp/h{i}", "server_port": 31000 + i} for i in range(3)]
     fleet = FleetSpec.model_validate({"hosts": hosts, "rollout": {"on_regression": on_regression}})
     return FleetRollout(Path("."), target, fleet, out, io.StringIO())  # type: ignore[arg-type]
 

@@ -64,6 +64,7 @@ def test_each_node_gets_its_rank_and_rank_0s_init_address() -> None:
 def test_two_replicas_of_two_nodes_each_have_their_own_rendezvous() -> None:
     changed = sections()
     changed["fleet"]["hosts"] += [{**SSH_FACTS, "address": "gpu-c"}, {**SSH_FACTS, "address": "gpu-d"}]
+    changed["fleet"]["rollout"] = {"canary": False}  # two replicas: none would serve beside a canary's
     spec = load_spec(changed, "two-by-two")
     assert spec.fleet is not None and spec.fleet.replica_count == 2
     assert spec.fleet.replica_hosts(1) == [2, 3]

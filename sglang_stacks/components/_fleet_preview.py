@@ -46,8 +46,15 @@ def rollout_order(spec: StackSpec, stack: str, connections: Sequence[Mapping[str
         f"Fleet {stack} rolls a change {rollout.batch_size} replica(s) at a time, each batch after the "
         "previous one is back in the router:"
     ]
-    for number, batch in enumerate(spec.fleet.batches(), start=1):
-        canary = " (canary: judged before the rest proceeds)" if number == 1 and rollout.canary else ""
+    batches = spec.fleet.batches()
+    for number, batch in enumerate(batches, start=1):
+        canary = ""
+        if number == 1 and rollout.canary and len(batches) > 1:
+            judged, beside = spec.fleet.replica_hosts(batch[0])[0], spec.fleet.replica_hosts(batches[1][0])[0]
+            canary = (
+                f" (canary: host {judged} is benchmarked beside host {beside}, which leaves the router "
+                "for that benchmark, and judged before the rest proceeds)"
+            )
         lines.append(f"  batch {number}{canary}:")
         # A multi-node replica lists each of its hosts (nodes).
         hosts = [host for replica in batch for host in spec.fleet.replica_hosts(replica)]

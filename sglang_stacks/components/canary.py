@@ -1,6 +1,15 @@
 """The canary gate of a fleet's rolling update: before the rest of the fleet changes, the first
-replaced replica is benchmarked beside a replica still on the current configuration, from the
-router's machine, and must not be slower (tok/s, TTFT) beyond the rollout's tolerances.
+replaced replica is measured beside a replica still on the current configuration, under the same
+conditions, and must not be slower (tok/s, TTFT) beyond the rollout's tolerances.
+
+Same conditions: the reference leaves the router while the gate measures (the canary is not in it
+yet), and both are benchmarked at the same moment, the same way, from the router's machine. A
+reference left serving the router's traffic while an idle canary is measured makes the canary
+look faster than it is (the fleet's clients share the reference's batch); measured together, both
+see the same machine and none of the clients. The reference comes back into the router as soon as
+the measurement ends, also when it fails or the update is killed (the engine's watch re-registers
+it; a refresh notices any registration still missing and the next ``up`` restores it). The
+verdict, with the intervals and the significance, is `sglang_stacks.results.verdict.judge_canary`.
 
 The gate runs once per canary launch. A regressed canary fails the update: the replicas after it
 are never touched, the canary stays out of the router, and the router keeps serving from the rest
@@ -10,7 +19,12 @@ canary on the configuration the router lists for the reference is not judged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import pulumi
@@ -27,10 +41,13 @@ from sglang_stacks.components._provider import (
     resource_props,
 )
 from sglang_stacks.components.benchmark import BenchmarkInputs, run_on_host
+from sglang_stacks.components.router import WorkerInputs, add_worker, drain_worker
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
-from sglang_stacks.errors import CanaryRegressionError
+from sglang_stacks.errors import BenchmarkError, CanaryRegressionError, RouterError
+from sglang_stacks.hostops import lifetime
 from sglang_stacks.results import stats, summary
+from sglang_stacks.results.verdict import CanaryVerdict, judge_canary, unjudged_canary
 
 
 class CanaryInputs(HostInputs):
@@ -51,18 +68,28 @@ class CanaryInputs(HostInputs):
     """The router, whose worker labels say which configuration the reference serves."""
     config_digest: Annotated[str, LABEL] = ""
     """The configuration the canary runs (see `RouterWorker`'s label)."""
+    drain_timeout_s: Annotated[float, LABEL] = 120.0
+    """How long the reference may take to finish its requests once out of the router."""
 
 
 class CanaryOutputs(Props):
-    """Both measurements and the verdict."""
+    """The verdict, with both measurements."""
 
-    canary_tok_s: float
-    reference_tok_s: float | None = None
-    """None when no replica answered on the current configuration (the fleet's first deploy)."""
-    verdict: str
+    verdict: CanaryVerdict
 
 
-def _measure(inputs: CanaryInputs, url: str, instance: str) -> stats.BenchmarkResult:
+@dataclass(frozen=True)
+class Reference:
+    """The replica the canary is measured beside, as the router lists it."""
+
+    url: str
+    config_digest: str
+
+
+def _measure(inputs: CanaryInputs, url: str, instance: str, role: str) -> stats.BenchmarkResult:
+    """The workload's first level on ``url``, run from the router's machine. Each role has its own
+    state folder: the load generator stops one left running under the same folder, and the canary's
+    and the reference's run side by side."""
     document = run_on_host(
         BenchmarkInputs(
             connection=inputs.connection,
@@ -74,7 +101,7 @@ def _measure(inputs: CanaryInputs, url: str, instance: str) -> stats.BenchmarkRe
             launch_command="",
             sglang_version="",
             flags_digest="",
-            state_dir=inputs.state_dir,
+            state_dir=f"{inputs.state_dir.rstrip('/')}/canary-gate/{role}",
             update_id="",
         )
     )
@@ -90,27 +117,6 @@ def _reachable(url: str) -> bool:
         return False
 
 
-def judge(canary: stats.BenchmarkResult, reference: stats.BenchmarkResult, rollout: RolloutSpec) -> list[str]:
-    """The ways the canary regressed against the reference, as sentences (none: it passed)."""
-    problems: list[str] = []
-    if rollout.tok_s_tolerance_pct is not None:
-        floor = reference.tok_s_mean * (1 - rollout.tok_s_tolerance_pct / 100)
-        if canary.tok_s_mean < floor:
-            change = 100 * (canary.tok_s_mean / reference.tok_s_mean - 1)
-            problems.append(
-                f"tok/s {canary.tok_s_mean:.1f} against {reference.tok_s_mean:.1f} ({change:+.1f} %, "
-                f"tolerance {rollout.tok_s_tolerance_pct:g} %)"
-            )
-    if rollout.ttft_tolerance_pct is not None and canary.ttft_ms and reference.ttft_ms:
-        ceiling = reference.ttft_ms.p50 * (1 + rollout.ttft_tolerance_pct / 100)
-        if canary.ttft_ms.p50 > ceiling:
-            problems.append(
-                f"median TTFT {canary.ttft_ms.p50:.1f} ms against {reference.ttft_ms.p50:.1f} ms "
-                f"(tolerance {rollout.ttft_tolerance_pct:g} %)"
-            )
-    return problems
-
-
 def _served(inputs: CanaryInputs) -> dict[str, str]:
     """The router's workers and the configuration digest each serves ({} without a router)."""
     import httpx
@@ -121,7 +127,7 @@ def _served(inputs: CanaryInputs) -> dict[str, str]:
         return {}
 
 
-def pick_reference(inputs: CanaryInputs) -> tuple[str | None, str]:
+def pick_reference(inputs: CanaryInputs) -> tuple[Reference | None, str]:
     """The replica to judge the canary against, or None and why there is nothing to judge.
 
     The declared reference first, then any other replica in the router: a dead reference must not
@@ -133,38 +139,138 @@ def pick_reference(inputs: CanaryInputs) -> tuple[str | None, str]:
     canary = inputs.canary_url.rstrip("/")
     others = [url for url in served if url not in (canary, inputs.reference_url.rstrip("/"))]
     for url in [inputs.reference_url.rstrip("/"), *others]:
-        if not _reachable(url):
+        if url not in served or not _reachable(url):
             continue
-        if inputs.config_digest and served.get(url) == inputs.config_digest:
+        if inputs.config_digest and served[url] == inputs.config_digest:
             return None, "the canary runs the configuration the fleet serves: no change to judge"
-        return url, ""
+        return Reference(url, served[url]), ""
     return None, "no replica on the current configuration answered: nothing to compare with"
 
 
+def _worker(inputs: CanaryInputs, reference: Reference) -> WorkerInputs:
+    """The reference's registration, as its `RouterWorker` made it."""
+    return WorkerInputs(
+        connection=inputs.connection,
+        router_url=inputs.router_url,
+        worker_url=reference.url,
+        server_instance="",
+        config_digest=reference.config_digest,
+        drain_timeout_s=inputs.drain_timeout_s,
+    )
+
+
+def _register(worker: WorkerInputs) -> None:
+    """Puts the worker back in the router without waiting: what a process about to end can do."""
+    import httpx
+
+    registration = {"url": worker.worker_url, "labels": {_router_api.CONFIG_LABEL: worker.config_digest}}
+    # When the router does not answer, the next refresh finds the registration missing and the next
+    # `up` restores it.
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(f"{worker.router_url}/workers", json=registration, timeout=10)
+
+
+@contextmanager
+def reference_out_of_router(inputs: CanaryInputs, reference: Reference) -> Iterator[None]:
+    """The reference out of the router, its requests finished, for the length of the block; then
+    back in it (listed healthy), however the block ends.
+
+    Refused when no other replica would serve meanwhile (a host of the fleet is down): the fleet
+    keeps serving, and the canary stays unjudged and out of the router.
+    """
+    import httpx
+
+    canary = inputs.canary_url.rstrip("/")
+    try:
+        listed = _router_api.workers(inputs.router_url)
+    except httpx.HTTPError as error:
+        raise RouterError(f"The router at {inputs.router_url} did not answer ({error}).") from None
+    serving = [
+        w["url"].rstrip("/")
+        for w in listed
+        if w.get("is_healthy") and w["url"].rstrip("/") not in (canary, reference.url)
+    ]
+    if not serving:
+        raise BenchmarkError(
+            f"The canary of fleet {inputs.stack} is measured beside {reference.url} with both out of the "
+            "router, but no other replica is in the router to serve meanwhile, so the canary was not "
+            f"judged and stays out of it. Bring the fleet's other hosts back (`pulumi refresh -s "
+            f"{inputs.stack}` shows which one is down), then run `pulumi up -s {inputs.stack}` again.",
+            stack=inputs.stack,
+        )
+    worker = _worker(inputs, reference)
+    out = threading.Event()
+    # A killed update still puts the reference back: the engine's watch runs this before it ends
+    # the provider.
+    lifetime.on_engine_gone(lambda: _register(worker) if out.is_set() else None)
+    out.set()
+    try:
+        drain_worker(worker, "")
+        yield
+    finally:
+        try:
+            add_worker(worker)
+        except RouterError as error:
+            raise RouterError(
+                f"{error} The canary gate had taken {reference.url} out of the router to measure it; "
+                f"`pulumi up -s {inputs.stack}` puts it back (a refresh sees it missing)."
+            ) from None
+        finally:
+            out.clear()
+
+
+def measure_side_by_side(
+    inputs: CanaryInputs, reference: Reference
+) -> tuple[stats.BenchmarkResult, stats.BenchmarkResult]:
+    """The canary's and the reference's results, measured at the same moment the same way."""
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="canary-gate") as pool:
+        canary = pool.submit(_measure, inputs, inputs.canary_url, inputs.canary_instance, "canary")
+        measured = pool.submit(_measure, inputs, reference.url, "reference", "reference")
+        return canary.result(), measured.result()
+
+
 def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
-    """Measures the canary and the reference; CanaryRegressionError when the canary regressed."""
-    canary = _measure(inputs, inputs.canary_url, inputs.canary_instance)
-    reference_url, unjudged = pick_reference(inputs)
-    if reference_url is None:
-        return CanaryOutputs(canary_tok_s=round(canary.tok_s_mean, 2), reference_tok_s=None, verdict=unjudged)
-    reference = _measure(inputs, reference_url, "reference")
-    problems = judge(canary, reference, inputs.rollout)
-    if problems:
-        measurements = "; ".join(problems)
+    """Measures the canary beside the reference; CanaryRegressionError when the canary regressed."""
+    reference, unjudged = pick_reference(inputs)
+    if reference is None:
+        return CanaryOutputs(verdict=unjudged_canary(unjudged))
+    with reference_out_of_router(inputs, reference):
+        canary, measured = measure_side_by_side(inputs, reference)
+    rollout = inputs.rollout
+    verdict = judge_canary(
+        canary,
+        measured,
+        reference_url=reference.url,
+        tok_s_tolerance_pct=rollout.tok_s_tolerance_pct,
+        ttft_tolerance_pct=rollout.ttft_tolerance_pct,
+    )
+    if not verdict.passed:
         raise CanaryRegressionError(
-            f"The canary of fleet {inputs.stack} regressed: {measurements}. The roll stopped "
+            f"The canary of fleet {inputs.stack} regressed: {verdict.line}. The roll stopped "
             "before the other hosts; the canary stays out of the router and the other replicas serve. "
             f"`sglang-stacks rollout {inputs.stack}` rolls it back by itself (fleet.rollout.on_regression: "
             f"roll_back); after a plain `pulumi up`, restore the previous stack file and run `pulumi up -s "
             f"{inputs.stack}`, which relaunches the canary on it. Or loosen fleet.rollout's tolerances.",
-            measurements=measurements,
+            measurements=verdict.line,
             stack=inputs.stack,
         )
-    return CanaryOutputs(
-        canary_tok_s=round(canary.tok_s_mean, 2),
-        reference_tok_s=round(reference.tok_s_mean, 2),
-        verdict="passed",
-    )
+    return CanaryOutputs(verdict=verdict)
+
+
+def upgrade_outputs(props: Mapping[str, Any]) -> dict[str, Any]:
+    """A gate's state as an earlier version wrote it (``canary_tok_s``, ``reference_tok_s`` and
+    ``verdict`` as a word), in today's shape."""
+    state = dict(props)
+    if isinstance(state.get("verdict"), str):
+        word = state.pop("verdict")
+        canary, reference = state.pop("canary_tok_s", None), state.pop("reference_tok_s", None)
+        state["verdict"] = CanaryVerdict(
+            passed=True,
+            line=word if word != "passed" else "passed (means only, judged by an earlier version)",
+            canary_tok_s=canary,
+            reference_tok_s=reference,
+        ).model_dump(mode="json", exclude_none=True)
+    return state
 
 
 class CanaryProvider(TypedProvider[CanaryInputs, CanaryOutputs]):
@@ -176,6 +282,9 @@ class CanaryProvider(TypedProvider[CanaryInputs, CanaryOutputs]):
     def resource_id(self, inputs: CanaryInputs, outputs: CanaryOutputs) -> str:
         return inputs.canary_instance
 
+    def upgrade(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        return upgrade_outputs(props)
+
     def create_typed(self, inputs: CanaryInputs) -> CanaryOutputs:
         return run_gate(inputs)
 
@@ -183,9 +292,8 @@ class CanaryProvider(TypedProvider[CanaryInputs, CanaryOutputs]):
 class CanaryGate(dynamic.Resource, module="sglang", name="CanaryGate"):
     """The canary replica judged against a replica on the current configuration."""
 
-    canary_tok_s: pulumi.Output[float]
-    reference_tok_s: pulumi.Output[float | None]
-    verdict: pulumi.Output[str]
+    verdict: pulumi.Output[dict[str, Any]]
+    """The `CanaryVerdict`: both measurements with their intervals, the change, the decision."""
 
     def __init__(
         self,
@@ -202,6 +310,7 @@ class CanaryGate(dynamic.Resource, module="sglang", name="CanaryGate"):
         state_dir: str,
         router_url: pulumi.Input[str],
         config_digest: str,
+        drain_timeout_s: float,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         inputs = {
@@ -216,6 +325,7 @@ class CanaryGate(dynamic.Resource, module="sglang", name="CanaryGate"):
             "workload": workload.model_dump(mode="json"),
             "rollout": rollout.model_dump(mode="json"),
             "state_dir": state_dir,
+            "drain_timeout_s": drain_timeout_s,
         }
         super().__init__(
             CanaryProvider(), name, resource_props(inputs, CanaryOutputs), keep_connection_secret(opts)

@@ -5,7 +5,8 @@ Per host it composes the single-host resources (probe, claim, environment, draft
 benchmark) and a `RouterWorker` that puts the replica in the router. The order is Pulumi's
 dependency graph: every replica of a batch waits for the previous batch to be back in the router
 (and the second batch for the canary gate), so `pulumi up` replaces at most a batch at a time and
-the router always has the other replicas to serve from.
+the router always has the other replicas to serve from. The canary gate takes one more replica, its
+reference, out of the router while it measures both (the spec keeps another one serving).
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ class Fleet(pulumi.ComponentResource):
     replicas: pulumi.Output[list[dict[str, Any]]]
     """Per replica: host, URL, launch command, tok/s measured on its own."""
     canary: pulumi.Output[dict[str, Any] | None]
-    """The canary gate's measurements and verdict (None without a canary)."""
+    """The canary gate's `CanaryVerdict`: both measurements, the change, the decision (None without
+    a canary)."""
     launch_flags: pulumi.Output[dict[str, Any]]
 
     def __init__(self, name: str, args: FleetArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -143,13 +145,7 @@ class Fleet(pulumi.ComponentResource):
         self.replicas = pulumi.Output.all(
             *[pulumi.Output.all(r.index, r.url, r.server.launch_command, r.benchmark.tok_s) for r in replicas]
         ).apply(lambda rows: [{"host": i, "url": u, "launch_command": c, "tok_s": t} for i, u, c, t in rows])
-        self.canary = (
-            pulumi.Output.all(gate.canary_tok_s, gate.reference_tok_s, gate.verdict).apply(
-                lambda v: {"canary_tok_s": v[0], "reference_tok_s": v[1], "verdict": v[2]}
-            )
-            if gate
-            else pulumi.Output.from_input(None)
-        )
+        self.canary = gate.verdict if gate else pulumi.Output.from_input(None)  # type: ignore[arg-type]
         self.register_outputs(
             {
                 "router_url": self.router_url,
@@ -280,5 +276,6 @@ class Fleet(pulumi.ComponentResource):
             state_dir=spec.fleet.router.state_dir,
             router_url=router.url,
             config_digest=self._config_digest,
+            drain_timeout_s=spec.fleet.router.drain_timeout_s,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[benchmark]),
         )

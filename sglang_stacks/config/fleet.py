@@ -67,8 +67,9 @@ class RolloutSpec(_Section):
     batch_size: int = Field(default=1, ge=1)
     """Hosts replaced at a time; the others keep serving through the router."""
     canary: bool = True
-    """Benchmark the first batch against a replica still on the current configuration before the
-    rest proceeds."""
+    """Judge the first batch's first replica before the rest proceeds: it is benchmarked beside a
+    replica still on the current configuration (the next batch's first), both out of the router at
+    the same moment, so one more replica than the batch is out for that benchmark."""
     tok_s_tolerance_pct: float | None = Field(default=5.0, ge=0, le=100)
     """The canary may be this much slower in tok/s than the current replica; none: not judged."""
     ttft_tolerance_pct: float | None = Field(default=None, ge=0)
@@ -85,6 +86,16 @@ class RolloutSpec(_Section):
                 "a canary needs a gate: set tok_s_tolerance_pct and/or ttft_tolerance_pct, or canary: false"
             )
         return self
+
+
+def _first_clash(places: list[tuple[object, ...]]) -> tuple[int, int] | None:
+    """The indexes of the first two equal entries of ``places``, or None."""
+    seen: dict[tuple[object, ...], int] = {}
+    for index, place in enumerate(places):
+        if place in seen:
+            return seen[place], index
+        seen[place] = index
+    return None
 
 
 class FleetSpec(_Section):
@@ -122,17 +133,30 @@ class FleetSpec(_Section):
                 f"replicas is {self.replicas} but {count} host(s) are listed; each replica runs {per}: "
                 f"list {self.replicas * nodes} hosts or set replicas: {count // nodes}"
             )
-        places = [(h.worker_address, h.server_port) for h in self.hosts]
-        if len(set(places)) != len(places):
+        clash = _first_clash([(h.worker_address, h.server_port) for h in self.hosts])
+        if clash:
+            first, second = clash
+            port = self.hosts[first].server_port
             raise ValueError(
-                "two hosts serve on the same address and server_port; give each host on one machine its "
-                "own server_port"
+                f"hosts[{first}] and hosts[{second}] both serve on {self.hosts[first].worker_address} port "
+                f"{port if port is not None else '(server.port)'}; give each host on one machine its own "
+                "server_port"
             )
-        folders = [(h.worker_address, h.port, h.state_dir) for h in self.hosts]
-        if len(set(folders)) != len(folders):
+        clash = _first_clash([(h.worker_address, h.port, h.state_dir) for h in self.hosts])
+        if clash:
+            first, second = clash
             raise ValueError(
-                "two hosts on one machine share a state_dir, so their GPU claims would collide; give each "
-                "its own state_dir"
+                f"hosts[{first}] and hosts[{second}] are on one machine and share the state_dir "
+                f"{self.hosts[first].state_dir}, so their GPU claims would collide; give each its own "
+                "state_dir"
+            )
+        batches = self.batches()
+        if self.rollout.canary and len(batches) > 1 and self.replica_count - len(batches[0]) < 2:
+            raise ValueError(
+                "rollout.canary measures the canary beside a replica on the current configuration, both "
+                f"out of the router, while another replica serves; with {self.replica_count} replicas and "
+                f"batch_size {self.rollout.batch_size} none would serve meanwhile. Add a host, lower "
+                "rollout.batch_size, or set rollout.canary: false"
             )
         return self
 

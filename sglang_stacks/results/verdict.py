@@ -2,7 +2,8 @@
 Welch's t-test on their runs calls it significant, and the sentence that says so.
 
 ``compare`` prints a ``StackVerdict`` for each stack; the regression gate decides with a
-``GateVerdict``. Both come from here, so they never disagree on a number.
+``GateVerdict``; a fleet's canary gate with a ``CanaryVerdict``. All come from here, so they never
+disagree on a number.
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ from pydantic import BaseModel, ConfigDict
 from sglang_stacks.errors import GateError, SpecError
 from sglang_stacks.results.stats import ALPHA, BenchmarkResult, welch_t_test
 
-__all__ = ["GateVerdict", "StackVerdict", "change_pct", "judge", "judge_gate"]
+__all__ = [
+    "CanaryVerdict",
+    "GateVerdict",
+    "StackVerdict",
+    "change_pct",
+    "judge",
+    "judge_canary",
+    "judge_gate",
+    "unjudged_canary",
+]
 
 
 def change_pct(value: float, reference: float) -> float:
@@ -119,4 +129,106 @@ def judge_gate(
         tolerance_pct=tolerance_pct,
         p_value=p_value,
         message=message,
+    )
+
+
+class CanaryVerdict(BaseModel):
+    """The canary gate's decision about a fleet's canary against a replica on the current
+    configuration, both measured the same way at the same moment (see `judge_canary`).
+
+    Fields that may be None default to it: Pulumi drops null values from output maps.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    passed: bool
+    line: str
+    """The verdict as a sentence: both tok/s with their intervals, the change, its significance."""
+    canary_tok_s: float | None = None
+    """Mean over the canary's runs; None when nothing was measured (nothing to judge)."""
+    canary_tok_s_ci95: tuple[float, float] | None = None
+    reference_url: str | None = None
+    """The replica the canary was measured beside; None when there was none to judge against."""
+    reference_tok_s: float | None = None
+    reference_tok_s_ci95: tuple[float, float] | None = None
+    change_pct: float | None = None
+    """The canary's tok/s against the reference's, in percent of the reference (negative: slower)."""
+    change_ci95_pct: tuple[float, float] | None = None
+    """95 % confidence interval of ``change_pct`` (Welch's interval of the difference of means)."""
+    p_value: float | None = None
+    """Welch's two-sided p-value of the canary's runs against the reference's."""
+    tok_s_tolerance_pct: float | None = None
+    problems: tuple[str, ...] = ()
+    """What regressed, one sentence each (empty when it passed)."""
+
+
+def _interval(low_high: tuple[float, float], digits: int = 1) -> str:
+    low, high = low_high
+    return f"{low:.{digits}f} to {high:.{digits}f}"
+
+
+def unjudged_canary(reason: str) -> CanaryVerdict:
+    """The verdict when there is nothing to judge the canary against (``reason`` says why)."""
+    return CanaryVerdict(passed=True, line=f"not judged: {reason}")
+
+
+def judge_canary(
+    canary: BenchmarkResult,
+    reference: BenchmarkResult,
+    *,
+    reference_url: str,
+    tok_s_tolerance_pct: float | None,
+    ttft_tolerance_pct: float | None,
+) -> CanaryVerdict:
+    """The canary regressed when its tok/s is below the reference's by more than the tolerance and
+    Welch's test on their runs calls the difference significant, or its median TTFT is above the
+    reference's by more than its tolerance.
+
+    Both results must come from one measurement of both replicas under the same conditions; the
+    significance keeps the noise of two short benchmarks from holding a neutral change back, the
+    tolerance keeps a real but small change from doing so.
+    """
+    test = welch_t_test(canary.tok_s_runs, reference.tok_s_runs)
+    base = reference.tok_s_mean
+    change = change_pct(canary.tok_s_mean, base) if base else 0.0
+    interval = (
+        (test.difference_ci95[0] / base * 100.0, test.difference_ci95[1] / base * 100.0)
+        if test.difference_ci95 is not None and base
+        else None
+    )
+    said = [f"95 % CI {_interval(interval)} %"] if interval else []
+    said.append(_significance(test.p_value))
+    measured = (
+        f"canary {canary.tok_s_mean:.1f} tok/s (95 % CI {_interval(canary.tok_s_ci95)}) against "
+        f"{reference.tok_s_mean:.1f} tok/s (95 % CI {_interval(reference.tok_s_ci95)}) on {reference_url}, "
+        f"{change:+.1f} % ({', '.join(said)})"
+    )
+    problems: list[str] = []
+    if tok_s_tolerance_pct is not None and change < -tok_s_tolerance_pct:
+        if test.p_value is None or test.significant():
+            problems.append(f"{measured}, beyond the {tok_s_tolerance_pct:g} % tolerance")
+        else:
+            measured += f", beyond the {tok_s_tolerance_pct:g} % tolerance but not significant"
+    elif tok_s_tolerance_pct is not None:
+        measured += f", within the {tok_s_tolerance_pct:g} % tolerance"
+    if ttft_tolerance_pct is not None and canary.ttft_ms and reference.ttft_ms:
+        ceiling = reference.ttft_ms.p50 * (1 + ttft_tolerance_pct / 100)
+        if canary.ttft_ms.p50 > ceiling:
+            problems.append(
+                f"median TTFT {canary.ttft_ms.p50:.1f} ms against {reference.ttft_ms.p50:.1f} ms "
+                f"(tolerance {ttft_tolerance_pct:g} %)"
+            )
+    return CanaryVerdict(
+        passed=not problems,
+        line="; ".join(problems) if problems else measured,
+        canary_tok_s=canary.tok_s_mean,
+        canary_tok_s_ci95=canary.tok_s_ci95,
+        reference_url=reference_url,
+        reference_tok_s=reference.tok_s_mean,
+        reference_tok_s_ci95=reference.tok_s_ci95,
+        change_pct=change,
+        change_ci95_pct=interval,
+        p_value=test.p_value,
+        tok_s_tolerance_pct=tok_s_tolerance_pct,
+        problems=tuple(problems),
     )

@@ -1,0 +1,102 @@
+"""The canary's verdict: a regression beyond the tolerance that the runs show is caught, a change
+whose runs cannot tell it from the reference is not held back, and the sentence gives both
+measurements with their intervals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from sglang_stacks.results import stats
+from sglang_stacks.results.verdict import CanaryVerdict, judge_canary, unjudged_canary
+
+REFERENCE_URL = "http://127.0.0.1:30012"
+
+
+def result(runs: Sequence[float], ttft_p50_ms: float = 40.0) -> stats.BenchmarkResult:
+    """A first level's result with these tok/s runs (one stream, as the demo fleet measures)."""
+    ttft = stats.Percentiles(p50=ttft_p50_ms, p90=ttft_p50_ms, p99=ttft_p50_ms)
+    return stats.BenchmarkResult(
+        concurrency=1,
+        input_len=32,
+        output_len=48,
+        repetitions=len(runs),
+        tok_s_mean=stats.mean(runs),
+        tok_s_stdev=stats.stdev(runs),
+        tok_s_ci95=stats.ci95(runs),
+        tok_s_runs=tuple(runs),
+        ttft_ms=ttft,
+        requests=2 * len(runs),
+        errors=0,
+    )
+
+
+def judge(canary: stats.BenchmarkResult, ttft_tolerance_pct: float | None = None) -> CanaryVerdict:
+    """The verdict on ``canary`` against REFERENCE under a 5 % tok/s tolerance."""
+    return judge_canary(
+        canary,
+        REFERENCE,
+        reference_url=REFERENCE_URL,
+        tok_s_tolerance_pct=5,
+        ttft_tolerance_pct=ttft_tolerance_pct,
+    )
+
+
+# The emulator's default profile: cuda_graph_max_bs 512 decodes at 82.0 tok/s, 128 at 89.5.
+REFERENCE = result([89.2, 89.6, 89.4, 89.7, 89.3])
+SLOWER_BY_8_PCT = result([82.1, 81.8, 82.3, 82.0, 81.9])
+
+
+def test_an_eight_percent_slower_canary_is_caught_with_both_intervals_and_the_significance() -> None:
+    verdict = judge(SLOWER_BY_8_PCT)
+
+    assert not verdict.passed
+    assert verdict.change_pct is not None
+    assert verdict.change_pct == pytest.approx(-8.30, abs=0.01)
+    assert verdict.change_ci95_pct is not None
+    low, high = verdict.change_ci95_pct
+    assert low < verdict.change_pct < high < -5  # the whole interval is beyond the tolerance
+    assert verdict.p_value is not None and verdict.p_value < 0.001
+    assert verdict.line.startswith("canary 82.0 tok/s (95 % CI 81.8 to 82.3) against 89.4 tok/s (95 % CI ")
+    assert f"on {REFERENCE_URL}, -8.3 % (95 % CI " in verdict.line
+    assert verdict.line.endswith("%, significant, p<0.001), beyond the 5 % tolerance")
+
+
+def test_a_change_the_runs_cannot_tell_from_the_reference_is_not_held_back() -> None:
+    # A mean 6 % below, from runs that spread over the reference's: noise, not a regression.
+    noisy = result([72.0, 95.0, 80.0, 91.0, 82.0])
+
+    verdict = judge(noisy)
+
+    assert verdict.passed
+    assert verdict.change_pct is not None and verdict.change_pct < -5
+    assert verdict.p_value is not None and verdict.p_value > 0.05
+    assert verdict.line.endswith("beyond the 5 % tolerance but not significant")
+
+
+def test_a_significant_change_within_the_tolerance_passes() -> None:
+    slightly = result([87.2, 87.5, 87.1, 87.4, 87.3])  # 2.4 % slower, surely
+
+    verdict = judge(slightly)
+
+    assert verdict.passed and verdict.problems == ()
+    assert verdict.line.endswith(", within the 5 % tolerance")
+
+
+def test_a_slower_first_token_beyond_its_tolerance_is_caught_alone() -> None:
+    late = result([89.3, 89.5, 89.4, 89.6, 89.2], ttft_p50_ms=60.0)
+
+    verdict = judge(late, ttft_tolerance_pct=20)
+
+    assert not verdict.passed
+    assert verdict.problems == ("median TTFT 60.0 ms against 40.0 ms (tolerance 20 %)",)
+
+
+def test_nothing_to_judge_against_passes_and_says_why() -> None:
+    verdict = unjudged_canary("no replica on the current configuration answered: nothing to compare with")
+
+    assert verdict.passed and verdict.reference_tok_s is None
+    assert verdict.line == (
+        "not judged: no replica on the current configuration answered: nothing to compare with"
+    )
