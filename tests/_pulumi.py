@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tests._ports import free_port as free_port  # where the tests find it
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,6 +140,22 @@ class Workspace:
     def outputs(self, stack: str) -> dict[str, Any]:
         result: dict[str, Any] = self.json("stack", "output", "--json", "-s", stack)
         return result
+
+
+def shipped_stack_config(stack: str, folder: Path) -> str:
+    """The ``config:`` of the shipped fleet stack ``stack`` (a demo of stacks/), with only what ties
+    it to one machine moved to this test's own: free ports for the servers, the router and the
+    rendezvous, and state folders under ``folder``."""
+    document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    config: dict[str, Any] = document["config"]
+    fleet = config["sglang-stacks:fleet"]
+    for index, host in enumerate(fleet["hosts"]):
+        host.update(server_port=free_port(), state_dir=f"{folder}/host{index}")
+    fleet["router"].update(port=free_port(), metrics_port=free_port(), state_dir=f"{folder}/router")
+    if "dist_init_port" in fleet:
+        fleet["dist_init_port"] = free_port()
+    text: str = yaml.safe_dump({"config": config}, sort_keys=False)
+    return text
 
 
 def emulator_stack(

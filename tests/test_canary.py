@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,19 @@ import pytest
 
 from sglang_emulator import start_emulator
 from sglang_stacks.components import _router_api
-from sglang_stacks.components.canary import CanaryInputs, Reference, pick_reference, reference_out_of_router
+from sglang_stacks.components.canary import (
+    CanaryInputs,
+    CanaryOutputs,
+    CanaryProvider,
+    Reference,
+    pick_reference,
+    reference_out_of_router,
+)
 from sglang_stacks.components.router import RouterInputs, WorkerInputs, add_worker, start_router, stop_router
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
 from sglang_stacks.errors import BenchmarkError
+from sglang_stacks.hostops import lifetime
 from tests._pulumi import free_port
 from tests._router import local_router_props
 
@@ -138,9 +147,12 @@ def test_the_reference_stays_in_the_router_when_no_other_replica_would_serve(
 
 
 @pytest.mark.integration
-def test_the_reference_leaves_the_router_while_measured_and_comes_back_with_its_label_when_it_fails(
-    tmp_path: Path,
+def test_the_reference_leaves_the_router_while_measured_and_comes_back_when_it_fails_or_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # What the engine's watch runs before it ends a provider whose update was killed.
+    on_engine_gone: list[Callable[[], None]] = []
+    monkeypatch.setattr(lifetime, "on_engine_gone", on_engine_gone.append)
     router = RouterInputs.model_validate(local_router_props(str(tmp_path / "router.log")))
     started = start_router(router)
     flags = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8"]
@@ -173,5 +185,30 @@ def test_the_reference_leaves_the_router_while_measured_and_comes_back_with_its_
             back = _router_api.worker_configs(started.url)
             assert back == {reference.base_url: "old", other.base_url: "old"}
             assert all(w["is_healthy"] for w in _router_api.workers(started.url))
+
+            with reference_out_of_router(inputs, Reference(reference.base_url, "old")):
+                assert list(_router_api.worker_configs(started.url)) == [other.base_url]
+                for callback in on_engine_gone:
+                    callback()  # the update is killed here: its provider never reaches the block's end
+                deadline = time.monotonic() + 30
+                while reference.base_url not in _router_api.worker_configs(started.url):
+                    assert time.monotonic() < deadline, "the engine's watch did not put the reference back"
+                    time.sleep(0.2)
+                assert _router_api.worker_configs(started.url)[reference.base_url] == "old"
     finally:
         stop_router(router, started.pid, started.start_ticks)
+
+
+def test_a_gate_recorded_by_the_previous_version_reads_back_as_a_verdict() -> None:
+    recorded = {
+        **gate("http://a", "http://b", {}, router="http://r").model_dump(mode="json"),
+        "canary_tok_s": 80.9,
+        "reference_tok_s": 75.8,
+        "verdict": "passed",
+    }
+
+    outputs = CanaryOutputs.model_validate(CanaryProvider().upgrade(recorded))
+
+    assert outputs.verdict.passed
+    assert (outputs.verdict.canary_tok_s, outputs.verdict.reference_tok_s) == (80.9, 75.8)
+    assert outputs.verdict.line == "passed (means only, judged by an earlier version)"

@@ -1,9 +1,11 @@
-"""A fleet with the real Pulumi CLI: three emulator "hosts" behind the real OpenSSH server (one state
-folder and port each; host 1 reached through a forwarder that can die like its sshd), SGLang's real
-router (sglang-router) in front. One fleet is deployed for the module; the tests roll changes over
-it in order: a flag change under constant load through the router (no request may fail), with the
-preview naming the order; a regressing change stopped at the canary and rolled back by
-`sglang-stacks rollout`; a host that dies mid-roll, and the previous stack file restoring the fleet.
+"""A fleet over SSH with the real Pulumi CLI: three emulator "hosts" behind the real OpenSSH server
+(one state folder and port each; host 1 reached through a forwarder that can die like its sshd),
+SGLang's real router (sglang-router) in front. One fleet is deployed for the module: it serves and
+benchmarks each replica; then a host dies mid-roll under constant load through the router (no
+request may fail), and the previous stack file restores the fleet.
+
+The rolling of changes behind the canary gate (a neutral change to every replica, a slower one
+caught and rolled back, under load) runs on the shipped demo fleet: test_fleet_demo.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import yaml
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
 from tests._proxy import TcpForwarder
 from tests._pulumi import Workspace, emulator_stack, free_port
+from tests._router import Load
 from tests.sshd import SshServer, start_sshd
 
 pytestmark = pytest.mark.integration
@@ -157,38 +159,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             deployed.host1_sshd.close()
 
 
-class Load:
-    """Requests sent one after another through the router by two clients, counted."""
-
-    def __init__(self, url: str) -> None:
-        self.url, self.ok, self.failed = url, 0, []  # type: ignore[var-annotated]
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._send, daemon=True) for _ in range(2)]
-
-    def _send(self) -> None:
-        body = {"text": "hello " * 8, "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}}
-        with httpx.Client(timeout=60) as client:
-            while not self._stop.is_set():
-                try:
-                    answer = client.post(f"{self.url}/generate", json=body)
-                    if answer.status_code == 200:
-                        self.ok += 1
-                    else:
-                        self.failed.append(f"HTTP {answer.status_code}: {answer.text[:200]}")
-                except httpx.HTTPError as error:
-                    self.failed.append(repr(error))
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=60)
-
-
 def test_a_three_replica_fleet_serves_through_the_router_and_benchmarks_each_replica(fleet: Fleet) -> None:
     workers = fleet.workers()
     assert sorted(w["url"] for w in workers) == fleet.urls()
@@ -203,60 +173,9 @@ def test_a_three_replica_fleet_serves_through_the_router_and_benchmarks_each_rep
     assert all(r["tok_s"] > 0 for r in outputs["replicas"])
 
 
-def test_a_flag_change_rolls_host_by_host_with_no_failed_request_under_load(fleet: Fleet) -> None:
-    before = fleet.server_pids()
-    fleet.write(BASE_FLAGS + "    max_running_requests: 64\n")
-    previewed = fleet.workspace.run("preview", "--diff", "-s", STACK)
-    preview = previewed.stdout + previewed.stderr  # Pulumi prints the program's info on stderr
-    assert "rolls a change 1 replica(s) at a time" in preview, preview
-    order = preview[preview.index("rolls a change 1 replica(s) at a time") :]
-    places = [
-        order.index(part)
-        for part in ("batch 1 (canary", "host 0 (", "batch 2", "host 1 (", "batch 3", "host 2 (")
-    ]
-    assert places == sorted(places), order
-    assert order.count("+ --max-running-requests 64") == 3, order
-    with Load(fleet.router) as load:
-        time.sleep(1)
-        fleet.workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
-        time.sleep(1)
-    assert load.failed == [], f"{len(load.failed)} failed of {load.ok + len(load.failed)}: {load.failed[:3]}"
-    assert load.ok > 20
-    after = fleet.server_pids()
-    assert all(after[i] != before[i] for i in range(3))
-    assert len(fleet.workers()) == 3
-    assert fleet.workspace.outputs(STACK)["canary"]["verdict"] == "passed"
-
-
-def test_a_regressing_change_is_stopped_at_the_canary_and_rolled_back_by_the_rollout(fleet: Fleet) -> None:
-    before = fleet.server_pids()
-    # The custom all-reduce kernel over PCIe: more than 2x slower (the campaign's 38 tok/s row).
-    fleet.write(BASE_FLAGS + "    max_running_requests: 64\n    disable_custom_all_reduce: false\n")
-    with Load(fleet.router) as load:
-        rolled = fleet.rollout()
-        time.sleep(1)
-    said = rolled.stdout + rolled.stderr
-    assert rolled.returncode == 1, said
-    assert re.search(r"the canary of fleet regressed: tok/s [0-9.]+ against [0-9.]+ \(-[0-9.]+ %", said), said
-    assert "rolled back: all 3 replicas serve the configuration of the update of" in said, said
-    assert load.failed == [], f"{len(load.failed)} failed of {load.ok + len(load.failed)}: {load.failed[:3]}"
-    after = fleet.server_pids()
-    assert after[0] != before[0] and (after[1], after[2]) == (before[1], before[2])  # only the canary changed
-    assert sorted(w["url"] for w in fleet.workers()) == fleet.urls()
-    assert all(w["is_healthy"] for w in fleet.workers())
-    assert fleet.served_flags("disable_custom_all_reduce") == [True, True, True]
-    assert fleet.served_flags("max_running_requests") == [64, 64, 64]
-    verdict = fleet.workspace.outputs(STACK)["canary"]["verdict"]
-    assert verdict == "the canary runs the configuration the fleet serves: no change to judge"
-
-    # Pulumi's state holds the configuration rolled back to: the previous file changes nothing.
-    fleet.write(BASE_FLAGS + "    max_running_requests: 64\n")
-    fleet.workspace.run("up", "--yes", "--skip-preview", "--expect-no-changes", "-s", STACK, timeout_s=900)
-    assert fleet.server_pids() == after
-
-
 def test_a_host_killed_mid_roll_stops_it_the_router_serves_and_the_old_file_restores(fleet: Fleet) -> None:
     before = fleet.server_pids()
+    served_before = fleet.served_flags("max_running_requests")
     canary = next(w["id"] for w in fleet.workers() if w["url"] == fleet.urls(0)[0])
     fleet.write(BASE_FLAGS + "    max_running_requests: 48\n")
     done: list[subprocess.CompletedProcess[str]] = []
@@ -271,20 +190,20 @@ def test_a_host_killed_mid_roll_stops_it_the_router_serves_and_the_old_file_rest
             time.sleep(0.2)
         os.kill(before[1], signal.SIGKILL)
         fleet.host1_sshd.close()
-        served_before = load.ok
+        answered_before = load.ok
         rolling.join(900)
         time.sleep(2)
     said = done[0].stdout + done[0].stderr
     assert done[0].returncode == 3, said  # failed, not at the canary: nothing is rolled back
     assert "Nothing accepts SSH connections at" in said and "connection refused" in said, said
     assert "failed (see above), not at its canary gate" in said, said
-    assert load.ok > served_before  # the router kept answering after the host died
-    assert load.failed == [], f"{len(load.failed)} failed of {load.ok + len(load.failed)}: {load.failed[:3]}"
+    assert load.ok > answered_before  # the router kept answering after the host died
+    assert load.failed == [], load.none_failed()
     assert sorted(w["url"] for w in fleet.workers()) == fleet.urls(0, 2)
     assert fleet.server_pids()[2] == before[2]  # the roll stopped before host 2
 
     fleet.host1_sshd.open()  # the host is back, its server still dead: the refresh notices that
-    fleet.write(BASE_FLAGS + "    max_running_requests: 64\n")
+    fleet.write(BASE_FLAGS)
     fleet.workspace.run("up", "--yes", "--skip-preview", "--refresh", "-s", STACK, timeout_s=900)
     assert sorted(w["url"] for w in fleet.workers()) == fleet.urls()
-    assert fleet.served_flags("max_running_requests") == [64, 64, 64]
+    assert fleet.served_flags("max_running_requests") == served_before

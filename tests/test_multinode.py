@@ -1,7 +1,8 @@
-"""One server over two nodes with the real Pulumi CLI: tp 16 over two emulator "hosts" of the
-default 8-GPU profile on this machine (one state folder and port each), behind SGLang's real
-router. Deployed once for the module; then rank 1 is killed, refresh sees the group gone, and up
-relaunches both nodes together.
+"""One server over two nodes with the real Pulumi CLI: the shipped demo stack
+(stacks/Pulumi.demo-two-nodes.yaml), tp 16 over two emulator "hosts" of the default 8-GPU profile
+on this machine (one state folder and port each), behind SGLang's real router. Deployed once for the
+module; a flag change relaunches both nodes, then rank 1 is killed, refresh sees the group gone, up
+relaunches both nodes together, and destroy leaves nothing.
 """
 
 from __future__ import annotations
@@ -17,48 +18,26 @@ import httpx
 import pytest
 import yaml
 
-from tests._pulumi import Workspace, emulator_stack, free_port
+from tests._pulumi import Workspace, shipped_stack_config
 
 pytestmark = pytest.mark.integration
 
-STACK = "two-nodes"
-
-
-def two_node_config(folder: Path, ports: list[int], init_port: int, router_port: int) -> str:
-    hosts = "".join(
-        f"    - {{kind: emulator, state_dir: {folder}/host{i}, server_port: {port}}}\n"
-        for i, port in enumerate(ports)
-    )
-    fleet = (
-        "  sglang-stacks:fleet:\n"
-        "    nodes_per_replica: 2\n"
-        f"    dist_init_port: {init_port}\n"
-        "    socket_ifname: lo\n"
-        "    hosts:\n"
-        f"{hosts}"
-        "    router:\n"
-        f"      port: {router_port}\n"
-        f"      metrics_port: {free_port()}\n"
-        "      health_check_interval_s: 1\n"
-        f"      state_dir: {folder}/router\n"
-    )
-    text = emulator_stack(port=ports[0], state_dir=folder, extra=fleet)
-    config: dict[str, Any] = yaml.safe_load(text)["config"]
-    del config["sglang-stacks:host"]
-    del config["sglang-stacks:server"]["port"]
-    config["sglang-stacks:server"]["tp_size"] = 16
-    # The weights of the whole model, divided by 16 GPUs: 36.16 GB each.
-    config["sglang-stacks:model"] = {"path": "/shared/kimi-k2.5-int4", "total_weights_gb": 578.64}
-    return yaml.safe_dump({"config": config}, sort_keys=False)
+STACK = "demo-two-nodes"
 
 
 class Deployed:
     """The module's two-node server."""
 
-    def __init__(self, workspace: Workspace, folder: Path) -> None:
-        self.workspace, self.folder = workspace, folder
-        self.ports = [free_port(), free_port()]
-        self.init_port, self.router_port = free_port(), free_port()
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+        fleet = yaml.safe_load(self.stack_file.read_text())["config"]["sglang-stacks:fleet"]
+        self.ports: list[int] = [host["server_port"] for host in fleet["hosts"]]
+        self.init_port: int = fleet["dist_init_port"]
+        self.router_port: int = fleet["router"]["port"]
+
+    @property
+    def stack_file(self) -> Path:
+        return self.workspace.path / "stacks" / f"Pulumi.{STACK}.yaml"
 
     def servers(self) -> dict[str, dict[str, Any]]:
         """The server resources in the state, by name, with their outputs."""
@@ -78,8 +57,8 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     folder = tmp_path_factory.mktemp("multinode")
     workspace = Workspace.create(folder)
     workspace.extra_env["SGLANG_STACKS_HISTORY"] = str(folder / "history.sqlite")
-    server = Deployed(workspace, folder)
-    workspace.init_stack(STACK, two_node_config(folder, server.ports, server.init_port, server.router_port))
+    workspace.init_stack(STACK, shipped_stack_config(STACK, folder))
+    server = Deployed(workspace)
     try:
         workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
         yield server
@@ -117,7 +96,7 @@ def test_a_two_node_tp16_server_deploys_serves_and_benchmarks(deployed: Deployed
 
 def test_a_flag_change_relaunches_every_node_and_the_group_serves_again(deployed: Deployed) -> None:
     before = deployed.pids()
-    path = deployed.workspace.path / "stacks" / f"Pulumi.{STACK}.yaml"
+    path = deployed.stack_file
     document = yaml.safe_load(path.read_text())
     document["config"]["sglang-stacks:server"]["max_running_requests"] = 64
     path.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -159,3 +138,15 @@ def test_a_killed_rank_1_is_seen_by_refresh_and_up_relaunches_the_group(deployed
         timeout=30,
     )
     assert answer.status_code == 200
+
+
+def test_destroy_stops_both_nodes_and_the_router(deployed: Deployed) -> None:
+    pids = deployed.pids()
+    assert all(_alive(pid) for pid in pids.values())
+
+    deployed.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, timeout_s=600)
+
+    assert not any(_alive(pid) for pid in pids.values())
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{deployed.router_port}/workers", timeout=2)
+    assert not deployed.workspace.json("stack", "export", "-s", STACK)["deployment"].get("resources")
