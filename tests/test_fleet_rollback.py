@@ -15,7 +15,7 @@ from pulumi import automation as auto
 
 from sglang_stacks.config.fleet import FleetSpec
 from sglang_stacks.drive.fleet_rollback import FleetRollout, rollback_file
-from sglang_stacks.errors import CanaryRegressionError
+from sglang_stacks.errors import BenchmarkError, CanaryRegressionError, StacksError
 from sglang_stacks.exits import ExitCode
 
 STACK_FILE = """\
@@ -61,8 +61,15 @@ class _RegressingFleet:
 
     name = "fleet"
 
-    def __init__(self, succeeded: list[auto.UpdateSummary]) -> None:
+    def __init__(self, succeeded: list[auto.UpdateSummary], error: StacksError | None = None) -> None:
         self.succeeded, self.ups = succeeded, 0
+        self.error = error or CanaryRegressionError(
+            "The canary of fleet fleet regressed: tok/s 40.1 against 88.0 (tolerance 5 %). The roll "
+            "stopped before the other hosts; the canary stays out of the router and the other replicas "
+            "serve.",
+            measurements="tok/s 40.1 against 88.0 (tolerance 5 %)",
+            stack="fleet",
+        )
 
     def history(self, show_secrets: bool = False) -> list[auto.UpdateSummary]:
         return self.succeeded
@@ -73,14 +80,8 @@ class _RegressingFleet:
             "urn:pulumi:fleet::sglang-stacks::sglang-stacks:index:Fleet"
             "$pulumi-python:dynamic/sglang:CanaryGate::fleet-canary"
         )
-        error = CanaryRegressionError(
-            "The canary of fleet fleet regressed: tok/s 40.1 against 88.0 (tolerance 5 %). The roll "
-            "stopped before the other hosts; the canary stays out of the router and the other replicas "
-            "serve.",
-            measurements="tok/s 40.1 against 88.0 (tolerance 5 %)",
-            stack="fleet",
-        )
-        message = f"sglang_stacks.errors.CanaryRegressionError: {error.with_record()}"
+        error = self.error
+        message = f"sglang_stacks.errors.{type(error).__name__}: {error.with_record()}"
         if on_event is not None:
             on_event(
                 auto.EngineEvent(
@@ -129,3 +130,20 @@ def test_a_regressed_canary_of_a_fleet_never_deployed_before_has_nothing_to_roll
     assert code == ExitCode.REGRESSION
     assert target.ups == 1
     assert "fleet has no earlier successful update to roll back to: the canary stays out." in out.getvalue()
+
+
+def test_a_canary_gate_that_judged_nothing_is_no_regression_and_nothing_is_rolled_back() -> None:
+    unjudged = BenchmarkError(
+        "The canary of fleet fleet is measured beside http://h1:31001 with both out of the router, but "
+        "no other replica is in the router to serve meanwhile, so the canary was not judged.",
+        stack="fleet",
+    )
+    target, out = _RegressingFleet([_succeeded()], unjudged), io.StringIO()
+
+    code = _rollout(target, "roll_back", out).run()
+
+    assert code == ExitCode.UPDATE_FAILED
+    assert target.ups == 1  # a canary nobody judged slower is not rolled back
+    said = out.getvalue()
+    assert "the update of fleet failed (see above), at its canary gate, which judged nothing." in said, said
+    assert "regressed" not in said

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from sglang_stacks.config.sections import HostSpec
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS, StackSpec, load_spec, spec_json_schema
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import SpecError
@@ -235,7 +236,7 @@ def test_every_shipped_stack_loads(path):
     spec = load_stack_spec(stack, STACKS_DIR)
     assert isinstance(spec, StackSpec)
     assert spec.host.kind == "emulator"
-    hosts = spec.fleet.hosts if spec.fleet else [spec.host]
+    hosts: list[HostSpec] = [*spec.fleet.hosts] if spec.fleet else [spec.host]
     assert all(host.kind == "emulator" for host in hosts)  # every shipped stack runs here, no GPU
     # The campaign's model: 72.33 GB per GPU at tp 8, or the whole of it over the two-node demo's 16 GPUs.
     assert (spec.model.weights_per_gpu_gb, spec.model.total_weights_gb) in ((72.33, None), (None, 578.64))

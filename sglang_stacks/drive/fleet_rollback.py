@@ -22,7 +22,7 @@ from pulumi import automation as auto
 
 from sglang_stacks.config.fleet import FleetSpec
 from sglang_stacks.config.stackfile import StackText, stack_path
-from sglang_stacks.errors import RegressionError, failures_from_output
+from sglang_stacks.errors import CanaryRegressionError, failures_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 
@@ -41,12 +41,11 @@ class _CanaryErrors:
         if found and found.severity == "error" and found.urn and _CANARY in found.urn:
             self.messages.append(found.message.strip())
 
-    def numbers(self) -> str:
-        """The canary's measurements, as its gate's `RegressionError` carries them ("tok/s 40.1
-        against 88.0 (...)"); the errors' words when the canary failed in another way."""
+    def regression(self) -> CanaryRegressionError | None:
+        """The canary's regression, as its gate raised it (with the verdict's measurements), or None
+        when the gate failed in another way or did not fail."""
         found = [error for m in self.messages for error in failures_from_output(m)]
-        regressed = [error.measurements for error in found if isinstance(error, RegressionError)]
-        return regressed[0] if regressed else " ".join(self.messages)
+        return next((error for error in found if isinstance(error, CanaryRegressionError)), None)
 
 
 def deployed_config(stack: auto.Stack) -> tuple[str, dict[str, auto.ConfigValue]] | None:
@@ -112,23 +111,29 @@ class FleetRollout:
         if self.up(on_event=canary):
             self.say(f"{name} is up: every replica serves the new configuration through the router.")
             return ExitCode.OK
-        if not canary.messages:
+        regressed = canary.regression()
+        if regressed is None:
+            where = "not at its canary gate"
+            if canary.messages:
+                where = "at its canary gate, which judged nothing"
             self.say(
-                f"the update of {name} failed (see above), not at its canary gate. The hosts it did not "
-                "reach still serve the current configuration through the router; `pulumi up` of the "
-                "previous stack file restores the others."
+                f"the update of {name} failed (see above), {where}. The hosts it did not reach still serve "
+                "the current configuration through the router; `pulumi up` of the previous stack file "
+                "restores the others."
             )
             return ExitCode.UPDATE_FAILED
-        self.say(f"the canary of {name} regressed: {canary.numbers()}.")
+        self.say(f"the canary of {name} regressed: {regressed.measurements}.")
         if self.fleet.rollout.on_regression == "stop":
             self.say("fleet.rollout.on_regression is stop: the canary stays out of the router.")
             return ExitCode.REGRESSION
         if before is None:
             self.say(f"{name} has no earlier successful update to roll back to: the canary stays out.")
             return ExitCode.REGRESSION
-        return self._roll_back(*before, canary)
+        return self._roll_back(*before, regressed)
 
-    def _roll_back(self, started: str, config: dict[str, auto.ConfigValue], canary: _CanaryErrors) -> int:
+    def _roll_back(
+        self, started: str, config: dict[str, auto.ConfigValue], regressed: CanaryRegressionError
+    ) -> int:
         name = self.target.name
         self.say(
             "rolling the changed hosts back to the fleet's current configuration (that of the update "
@@ -146,6 +151,6 @@ class FleetRollout:
         self.say(
             f"rolled back: all {self.fleet.replica_count} replicas serve the configuration of the update of "
             f"{started} through the router again. The change stays in the stack file, rejected by its "
-            f"canary ({canary.numbers()}): fix it, or restore the previous file."
+            f"canary ({regressed.measurements}): fix it, or restore the previous file."
         )
         return ExitCode.REGRESSION
