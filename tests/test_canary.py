@@ -9,6 +9,7 @@ worker's ``metadata``); the trip out and back runs the real router and emulator 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -21,14 +22,8 @@ import pytest
 
 from sglang_emulator import start_emulator
 from sglang_stacks.components import _router_api
-from sglang_stacks.components.canary import (
-    CanaryInputs,
-    CanaryOutputs,
-    CanaryProvider,
-    Reference,
-    pick_reference,
-    reference_out_of_router,
-)
+from sglang_stacks.components._canary_reference import Reference, out_of_router, pick_reference
+from sglang_stacks.components.canary import CanaryInputs, CanaryOutputs, CanaryProvider
 from sglang_stacks.components.router import RouterInputs, WorkerInputs, add_worker, start_router, stop_router
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
@@ -102,18 +97,35 @@ def gate(
     )
 
 
+def pick(inputs: CanaryInputs) -> tuple[Reference | None, str]:
+    """The gate's choice of reference for ``inputs``."""
+    return pick_reference(inputs.router_url, inputs.canary_url, inputs.reference_url, inputs.config_digest)
+
+
+def leaving(inputs: CanaryInputs, url: str) -> contextlib.AbstractContextManager[None]:
+    """The gate's reference at ``url`` (on configuration "old") out of the router for a block."""
+    reference = Reference(url, "old", inputs.router_url)
+    return out_of_router(
+        reference,
+        connection=inputs.connection,
+        canary_url=inputs.canary_url,
+        drain_timeout_s=inputs.drain_timeout_s,
+        stack=inputs.stack,
+    )
+
+
 def test_a_dead_reference_hands_the_judging_to_another_replica_of_the_router(
     replicas: dict[str, str],
 ) -> None:
     inputs = gate(replicas["live-a"], replicas["dead"], {replicas["live-b"]: "old"})
 
-    assert pick_reference(inputs) == (Reference(replicas["live-b"], "old"), "")
+    assert pick(inputs) == (Reference(replicas["live-b"], "old", inputs.router_url), "")
 
 
 def test_a_reference_on_the_canarys_configuration_leaves_nothing_to_judge(replicas: dict[str, str]) -> None:
     inputs = gate(replicas["live-a"], replicas["live-b"], {replicas["live-b"]: "new"})
 
-    assert pick_reference(inputs) == (
+    assert pick(inputs) == (
         None,
         "the canary runs the configuration the fleet serves: no change to judge",
     )
@@ -122,7 +134,7 @@ def test_a_reference_on_the_canarys_configuration_leaves_nothing_to_judge(replic
 def test_no_live_replica_on_the_current_configuration_is_said(replicas: dict[str, str]) -> None:
     inputs = gate(replicas["live-a"], replicas["dead"], {})
 
-    assert pick_reference(inputs) == (
+    assert pick(inputs) == (
         None,
         "no replica on the current configuration answered: nothing to compare with",
     )
@@ -136,7 +148,7 @@ def test_the_reference_stays_in_the_router_when_no_other_replica_would_serve(
 
     with (
         pytest.raises(BenchmarkError) as raised,
-        reference_out_of_router(inputs, Reference(replicas["live-b"], "old")),
+        leaving(inputs, replicas["live-b"]),
     ):
         pytest.fail("the gate measured with no replica serving")
 
@@ -177,7 +189,7 @@ def test_the_reference_leaves_the_router_while_measured_and_comes_back_when_it_f
 
             with (
                 pytest.raises(RuntimeError, match="the load generator failed"),
-                reference_out_of_router(inputs, Reference(reference.base_url, "old")),
+                leaving(inputs, reference.base_url),
             ):
                 assert list(_router_api.worker_configs(started.url)) == [other.base_url]
                 raise RuntimeError("the load generator failed")
@@ -186,7 +198,7 @@ def test_the_reference_leaves_the_router_while_measured_and_comes_back_when_it_f
             assert back == {reference.base_url: "old", other.base_url: "old"}
             assert all(w["is_healthy"] for w in _router_api.workers(started.url))
 
-            with reference_out_of_router(inputs, Reference(reference.base_url, "old")):
+            with leaving(inputs, reference.base_url):
                 assert list(_router_api.worker_configs(started.url)) == [other.base_url]
                 for callback in on_engine_gone:
                     callback()  # the update is killed here: its provider never reaches the block's end

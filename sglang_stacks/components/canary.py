@@ -19,18 +19,14 @@ canary on the configuration the router lists for the reference is not judged.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import pulumi
 import pulumi.dynamic as dynamic
 
-from sglang_stacks.components import _router_api
+from sglang_stacks.components._canary_reference import Reference, out_of_router, pick_reference
 from sglang_stacks.components._provider import (
     LABEL,
     REPLACES,
@@ -41,11 +37,9 @@ from sglang_stacks.components._provider import (
     resource_props,
 )
 from sglang_stacks.components.benchmark import BenchmarkInputs, run_on_host
-from sglang_stacks.components.router import WorkerInputs, add_worker, drain_worker
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
-from sglang_stacks.errors import BenchmarkError, CanaryRegressionError, RouterError
-from sglang_stacks.hostops import lifetime
+from sglang_stacks.errors import CanaryRegressionError
 from sglang_stacks.results import stats, summary
 from sglang_stacks.results.verdict import CanaryVerdict, judge_canary, unjudged_canary
 
@@ -78,14 +72,6 @@ class CanaryOutputs(Props):
     verdict: CanaryVerdict
 
 
-@dataclass(frozen=True)
-class Reference:
-    """The replica the canary is measured beside, as the router lists it."""
-
-    url: str
-    config_digest: str
-
-
 def _measure(inputs: CanaryInputs, url: str, instance: str, role: str) -> stats.BenchmarkResult:
     """The workload's first level on ``url``, run from the router's machine. Each role has its own
     state folder: the load generator stops one left running under the same folder, and the canary's
@@ -108,117 +94,6 @@ def _measure(inputs: CanaryInputs, url: str, instance: str, role: str) -> stats.
     return summary.summarize_levels(document)[0]
 
 
-def _reachable(url: str) -> bool:
-    import httpx  # the provider's own process: imported where it is used
-
-    try:
-        return httpx.get(f"{url}/health", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _served(inputs: CanaryInputs) -> dict[str, str]:
-    """The router's workers and the configuration digest each serves ({} without a router)."""
-    import httpx
-
-    try:
-        return _router_api.worker_configs(inputs.router_url) if inputs.router_url else {}
-    except httpx.HTTPError:
-        return {}
-
-
-def pick_reference(inputs: CanaryInputs) -> tuple[Reference | None, str]:
-    """The replica to judge the canary against, or None and why there is nothing to judge.
-
-    The declared reference first, then any other replica in the router: a dead reference must not
-    let a regression through unjudged. A reference the router lists with the canary's own
-    configuration (a roll back, a restored stack file) means there is no change to judge, only the
-    noise of two measurements.
-    """
-    served = _served(inputs)
-    canary = inputs.canary_url.rstrip("/")
-    others = [url for url in served if url not in (canary, inputs.reference_url.rstrip("/"))]
-    for url in [inputs.reference_url.rstrip("/"), *others]:
-        if url not in served or not _reachable(url):
-            continue
-        if inputs.config_digest and served[url] == inputs.config_digest:
-            return None, "the canary runs the configuration the fleet serves: no change to judge"
-        return Reference(url, served[url]), ""
-    return None, "no replica on the current configuration answered: nothing to compare with"
-
-
-def _worker(inputs: CanaryInputs, reference: Reference) -> WorkerInputs:
-    """The reference's registration, as its `RouterWorker` made it."""
-    return WorkerInputs(
-        connection=inputs.connection,
-        router_url=inputs.router_url,
-        worker_url=reference.url,
-        server_instance="",
-        config_digest=reference.config_digest,
-        drain_timeout_s=inputs.drain_timeout_s,
-    )
-
-
-def _register(worker: WorkerInputs) -> None:
-    """Puts the worker back in the router without waiting: what a process about to end can do."""
-    import httpx
-
-    registration = {"url": worker.worker_url, "labels": {_router_api.CONFIG_LABEL: worker.config_digest}}
-    # When the router does not answer, the next refresh finds the registration missing and the next
-    # `up` restores it.
-    with contextlib.suppress(httpx.HTTPError):
-        httpx.post(f"{worker.router_url}/workers", json=registration, timeout=10)
-
-
-@contextmanager
-def reference_out_of_router(inputs: CanaryInputs, reference: Reference) -> Iterator[None]:
-    """The reference out of the router, its requests finished, for the length of the block; then
-    back in it (listed healthy), however the block ends.
-
-    Refused when no other replica would serve meanwhile (a host of the fleet is down): the fleet
-    keeps serving, and the canary stays unjudged and out of the router.
-    """
-    import httpx
-
-    canary = inputs.canary_url.rstrip("/")
-    try:
-        listed = _router_api.workers(inputs.router_url)
-    except httpx.HTTPError as error:
-        raise RouterError(f"The router at {inputs.router_url} did not answer ({error}).") from None
-    serving = [
-        w["url"].rstrip("/")
-        for w in listed
-        if w.get("is_healthy") and w["url"].rstrip("/") not in (canary, reference.url)
-    ]
-    if not serving:
-        raise BenchmarkError(
-            f"The canary of fleet {inputs.stack} is measured beside {reference.url} with both out of the "
-            "router, but no other replica is in the router to serve meanwhile, so the canary was not "
-            f"judged and stays out of it. Bring the fleet's other hosts back (`pulumi refresh -s "
-            f"{inputs.stack}` shows which one is down), then run `pulumi up -s {inputs.stack}` again.",
-            stack=inputs.stack,
-        )
-    worker = _worker(inputs, reference)
-    out = threading.Event()
-    # A killed update still puts the reference back: the engine's watch runs this before it ends
-    # the provider.
-    lifetime.on_engine_gone(lambda: _register(worker) if out.is_set() else None)
-    out.set()
-    try:
-        drain_worker(worker, "")
-        yield
-    finally:
-        try:
-            add_worker(worker)
-        except RouterError as error:
-            raise RouterError(
-                f"{error} The canary gate had taken {reference.url} out of the router to measure it; "
-                f"`pulumi up -s {inputs.stack}` puts it back (a refresh sees it missing)."
-            ) from None
-        finally:
-            out.clear()
-
-
 def measure_side_by_side(
     inputs: CanaryInputs, reference: Reference
 ) -> tuple[stats.BenchmarkResult, stats.BenchmarkResult]:
@@ -231,10 +106,18 @@ def measure_side_by_side(
 
 def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
     """Measures the canary beside the reference; CanaryRegressionError when the canary regressed."""
-    reference, unjudged = pick_reference(inputs)
+    reference, unjudged = pick_reference(
+        inputs.router_url, inputs.canary_url, inputs.reference_url, inputs.config_digest
+    )
     if reference is None:
         return CanaryOutputs(verdict=unjudged_canary(unjudged))
-    with reference_out_of_router(inputs, reference):
+    with out_of_router(
+        reference,
+        connection=inputs.connection,
+        canary_url=inputs.canary_url,
+        drain_timeout_s=inputs.drain_timeout_s,
+        stack=inputs.stack,
+    ):
         canary, measured = measure_side_by_side(inputs, reference)
     rollout = inputs.rollout
     verdict = judge_canary(

@@ -16,11 +16,13 @@ if TYPE_CHECKING:
     from sglang_stacks.results.stats import Percentiles as Percentiles
     from sglang_stacks.results.stats import Slo as Slo
     from sglang_stacks.results.stats import WelchTest as WelchTest
+    from sglang_stacks.results.verdict import CanaryVerdict as CanaryVerdict
     from sglang_stacks.results.verdict import GateVerdict as GateVerdict
     from sglang_stacks.results.verdict import StackVerdict as StackVerdict
 
 __all__ = [
     "BenchmarkResult",
+    "CanaryVerdict",
     "Comparison",
     "GateVerdict",
     "Goodput",
@@ -33,6 +35,7 @@ __all__ = [
 
 _HOMES = {
     "BenchmarkResult": "stats",
+    "CanaryVerdict": "verdict",
     "Comparison": "compare",
     "GateVerdict": "verdict",
     "Goodput": "stats",
