@@ -24,7 +24,7 @@ it back into the exception type with its fields.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -59,13 +59,12 @@ class FailureRecord(BaseModel):
 
     error: str
     """The class's name, e.g. ``ServerError``."""
-    message: str
-    """The whole message, as ``str(error)`` said it."""
     cause: str
     """What kind of failure: the class's own (``preflight``, ``claim``, ``gate``, ...) or, for a
     server, how it ended (``out_of_memory``, ``nccl``, ``bad_flag``, ``other``)."""
     summary: str
-    """The first sentence, without the output attached to it (a server's log lines)."""
+    """The first sentence, without the output attached to it (a server's log lines). The whole
+    message is the text the record follows; the record does not repeat it."""
     stack: str | None = None
     """The stack whose update raised it, when known."""
     last_output: str | None = None
@@ -97,7 +96,6 @@ class StacksError(Exception):
         fields = {name: getattr(self, name, None) for name in _EXTRA_FIELDS}
         return FailureRecord(
             error=type(self).__name__,
-            message=self.message,
             cause=self.cause,
             summary=self.summary,
             stack=self.stack,
@@ -215,14 +213,14 @@ def _classes(base: type[StacksError] = StacksError) -> dict[str, type[StacksErro
 
 def _from_record(record: FailureRecord) -> StacksError:
     kind = _classes().get(record.error, StacksError)
-    common: dict[str, Any] = {"stack": record.stack, "summary": record.summary}
+    said, common = record.summary, {"stack": record.stack, "summary": record.summary}
     if issubclass(kind, RegressionError):
-        return kind(record.message, measurements=record.measurements or "", **common)
+        return kind(said, measurements=record.measurements or "", **common)
     if issubclass(kind, ServerError):
-        return kind(record.message, cause=record.cause, **common)
+        return kind(said, cause=record.cause, **common)
     if issubclass(kind, HostError):
-        return kind(record.message, last_output=record.last_output or "", **common)
-    return kind(record.message, **common)
+        return kind(said, last_output=record.last_output or "", **common)
+    return kind(said, **common)
 
 
 def failures_from_output(text: str) -> list[StacksError]:
@@ -245,6 +243,7 @@ def failures_from_output(text: str) -> list[StacksError]:
 
 def failure_from_output(text: str) -> StacksError | None:
     """The first error of sglang-stacks whose record ``text`` holds, as its exception type with its
-    fields, or None when the text holds none (Pulumi's own failure, a crash)."""
+    fields (its message is the record's summary), or None when the text holds none (Pulumi's own
+    failure, a crash)."""
     found = failures_from_output(text)
     return found[0] if found else None

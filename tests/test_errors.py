@@ -56,7 +56,10 @@ def test_every_error_is_read_back_from_pulumis_output_as_its_type_with_its_field
 
     assert type(found) is kind
     assert found is not None and found.record() == raised.record()
-    assert (found.message, found.cause, found.stack) == (raised.message, raised.cause, raised.stack)
+    assert (found.message, found.cause, found.stack) == (raised.summary, raised.cause, raised.stack)
+    # The record is one line and does not repeat the message it follows.
+    assert raised.with_record().count("\n") == raised.message.count("\n") + 1
+    assert "Its detail, on the next line" not in raised.record().line()
 
 
 def test_the_fields_of_a_failure_travel_with_it() -> None:
