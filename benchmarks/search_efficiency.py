@@ -470,6 +470,11 @@ class RunResult:
     pick_in_band: bool
     launches: int
     failed_launches: int
+    """Over the whole run."""
+    failed_to_band: int
+    """Failed launches among the launches to the band (all of them when it was not found)."""
+    stopped_early: int
+    """Trials stopped after their first repetitions, over the whole run."""
     gpu_h: float
 
 
@@ -482,7 +487,9 @@ def _result(space: Space, strategy: str, seed: int, host: Host, budget_s: float)
     ]
     best = max(within, key=lambda e: e.mean or 0.0, default=None)
     picked = space.candidates[best.candidate] if best else None
-    failed = sum(1 for e in host.events if space.candidates[e.candidate].truth.failure)
+    failed = [e.launch for e in host.events if space.candidates[e.candidate].truth.failure]
+    last = to_band.launch if to_band else host.launches
+    stopped = sum(1 for e in host.events if not e.full and space.candidates[e.candidate].value is not None)
     return RunResult(
         strategy,
         seed,
@@ -492,7 +499,9 @@ def _result(space: Space, strategy: str, seed: int, host: Host, budget_s: float)
         picked is not None and space.is_optimum(picked),
         picked is not None and space.in_band(picked),
         host.launches,
-        failed,
+        len(failed),
+        sum(1 for launch in failed if launch <= last),
+        stopped,
         host.gpu_s / 3600,
     )
 
@@ -552,7 +561,8 @@ class Summary:
     pick_is_optimum_pct: float
     pick_in_band_pct: float
     not_found: int
-    failed_launches_median: float
+    failed_to_band_median: float
+    stopped_early_median: float
 
 
 def summarize(space: Space, strategy: str, results: Sequence[RunResult]) -> Summary:
@@ -571,27 +581,32 @@ def summarize(space: Space, strategy: str, results: Sequence[RunResult]) -> Summ
         100 * sum(r.pick_is_optimum for r in results) / len(results),
         100 * sum(r.pick_in_band for r in results) / len(results),
         sum(1 for r in results if r.launches_to_band is None),
-        median([float(r.failed_launches) for r in results]),
+        median([float(r.failed_to_band) for r in results]),
+        median([float(r.stopped_early) for r in results]),
     )
 
 
 def _n(value: float, digits: int = 1) -> str:
-    return "not found" if math.isinf(value) else f"{value:.{digits}f}"
+    if math.isinf(value):
+        return "not found"
+    return f"{value:.0f}" if digits == 0 and value.is_integer() else f"{value:.{max(digits, 1)}f}"
 
 
 def table(space: Space, summaries: Sequence[Summary]) -> str:
     """The space's markdown table."""
     lines = [
         "| strategy | launches to band (median / p90) | GPU-h to band (median / p90) | % of kept GPU time "
-        "(median / p90) | final pick is the optimum | final pick in band | failed launches (median) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "(median / p90) | of those launches, failed (median) | trials stopped early (median) "
+        "| final pick is the optimum | final pick in band |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for s in summaries:
         lines.append(
             f"| {s.strategy} | {_n(s.launches_median, 0)} / {_n(s.launches_p90, 0)} | "
             f"{_n(s.gpu_h_median)} / {_n(s.gpu_h_p90)} | "
             f"{_n(s.pct_of_kept_median)} / {_n(s.pct_of_kept_p90)} | "
-            f"{s.pick_is_optimum_pct:.0f} % | {s.pick_in_band_pct:.0f} % | {s.failed_launches_median:.0f} |"
+            f"{_n(s.failed_to_band_median, 0)} | {_n(s.stopped_early_median, 0)} | "
+            f"{s.pick_is_optimum_pct:.0f} % | {s.pick_in_band_pct:.0f} % |"
         )
     return "\n".join(lines)
 
