@@ -427,7 +427,7 @@ def run_ours(space: Space, seed: int, host: Host, stop: StopRule) -> None:
         launched = host.launch(candidate)
         if launched.failure is not None:
             launched.end()
-            search.tell_failed(trial, "out_of_memory", launched.failure, attributes | {"gpus": gpus})
+            search.tell_failed(trial, "launch", launched.failure, attributes | {"gpus": gpus})
             continue
         first = _levels(space, launched.measure(early.after_repetitions))
         report_repetitions(trial, samples(campaign.goals[0], first, gpus))
