@@ -40,22 +40,4 @@ except StacksError as error:
     # follows, for a driver (rollout, a sweep) to read back.
     raise pulumi.RunError(error.with_record()) from None
 
-if spec.fleet is not None:
-    pulumi.export("tok_s", fleet.tok_s)
-    pulumi.export("router_url", fleet.router_url)
-    pulumi.export("benchmark_levels", fleet.benchmark_levels)
-    pulumi.export("replicas", fleet.replicas)
-    pulumi.export("canary", fleet.canary)
-    pulumi.export("launch_flags", fleet.launch_flags)
-else:
-    pulumi.export("tok_s", deployment.tok_s)
-    pulumi.export("benchmark", deployment.benchmark)
-    pulumi.export("benchmark_levels", deployment.benchmark_levels)
-    pulumi.export("goodput", deployment.goodput)
-    pulumi.export("launch_command", deployment.launch_command)
-    pulumi.export("launch_flags", deployment.launch_flags)
-    pulumi.export("sglang_version", deployment.sglang_version)
-    pulumi.export("host", deployment.host_facts)
-    pulumi.export("server_log", deployment.server_log)
-    pulumi.export("preflight", deployment.findings)
-    pulumi.export("memory_plan", deployment.memory_plan)
+(fleet.outputs if spec.fleet is not None else deployment.outputs).export()

@@ -73,6 +73,7 @@ pulumi.export("answer", Thing("thing").id)
 SPEC_COMPILED_PROGRAM = """import pulumi
 
 from sglang_stacks.config import preflight, render
+from sglang_stacks.config.flags import launch_values
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import SECTION_KEYS, load_spec
 
@@ -81,7 +82,7 @@ sections = {key: config.get_object(key) for key in SECTION_KEYS if config.get(ke
 spec = load_spec(sections, pulumi.get_stack())
 release = spec.environment.sglang_release
 preflight.raise_on_errors(preflight.run_preflight(spec, release))
-flags = render.launch_values(spec.launch_flags(), release)
+flags = launch_values(render.canonical_flags(spec.launch_flags(), release))
 memory = plan_memory(spec, release).as_dict()
 deployment = pulumi.ComponentResource("floor:index:Deployment", "deployment")
 inputs = {"probe": {"gpus": spec.host.gpu_count}, "claim": {"stack": pulumi.get_stack()},

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from sglang_stacks.config.render import values_from_argv
 from sglang_stacks.errors import SpecError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.results import compare, stats
-from sglang_stacks.results.outputs import parse_argv
 from sglang_stacks.results.stats import BenchmarkResult, Percentiles
 
 COMMON = [
@@ -50,12 +50,15 @@ def result(runs: Sequence[float], accept: float | None = None, **changes: Any) -
 
 
 def outputs(argv_tail: list[str], benchmark: BenchmarkResult, version: str = "0.5.8") -> dict[str, Any]:
-    # The shape `pulumi stack output --json` prints, with an output compare does not read.
+    # The shape `pulumi stack output --json` prints.
+    argv = COMMON + argv_tail
     return {
-        "launch_argv": COMMON + argv_tail,
-        "sglang_version": version,
+        "tok_s": benchmark.tok_s_mean,
         "benchmark": benchmark.model_dump(mode="json"),
-        "host": {"gpus": 8},
+        "launch_command": " ".join(argv),
+        "launch_flags": values_from_argv(argv[3:], version),
+        "sglang_version": version,
+        "server_log": "/var/tmp/sglang-stacks/logs/baseline.log",
     }
 
 
@@ -85,7 +88,7 @@ def test_the_campaign_verdict_is_about_forty_percent_slower_and_significant() ->
 def test_flags_show_only_the_differences_by_default() -> None:
     comparison = compare.compare(campaign())
     rows = {row.flag: row.values for row in comparison.flags}
-    assert rows["--cuda-graph-max-bs"] == {"baseline": "512", "eagle3-bs128": "128"}
+    assert rows["--cuda-graph-max-bs"] == {"baseline": 512, "eagle3-bs128": 128}
     assert rows["--speculative-algorithm"] == {"baseline": None, "eagle3-bs128": "EAGLE"}
     assert "--model-path" not in rows and "--trust-remote-code" not in rows
     everything = {row.flag: row for row in compare.compare(campaign(), all_flags=True).flags}
@@ -158,20 +161,28 @@ def test_a_different_workload_is_pointed_out() -> None:
     assert note.startswith("eagle3-bs128 was benchmarked with output_len 512 and baseline with 256")
 
 
-def test_argv_parsing_uses_the_release_flag_table() -> None:
+def test_flags_recorded_as_a_command_line_are_read_with_the_release_flag_table() -> None:
+    # Outputs of earlier versions: the launch command only, with abbreviations argparse accepts.
     argv = ["python", "-m", "sglang.launch_server", "--tp", "8", "--model", "/m", "--enable-torch-compile"]
     argv += ["--cuda-graph-bs", "1", "2", "4", "--json-model-override-args={}", "--port", "30000"]
-    assert parse_argv(argv, "0.5.8") == {
-        "--tensor-parallel-size": "8",
+    stacks = campaign()
+    for stack in stacks.values():
+        del stack["launch_flags"]
+    stacks["baseline"]["launch_command"] = " ".join(argv)
+
+    rows = {row.flag: row.values for row in compare.compare(stacks, all_flags=True).flags}
+
+    assert {flag: rows[flag]["baseline"] for flag in rows if rows[flag]["baseline"] is not None} == {
         "--model-path": "/m",
+        "--tensor-parallel-size": 8,
+        "--port": 30000,
         "--enable-torch-compile": True,
-        "--cuda-graph-bs": "1 2 4",
+        "--cuda-graph-bs": [1, 2, 4],
         "--json-model-override-args": "{}",
-        "--port": "30000",
     }
-    # Without a known release: a token that is not an option is the previous option's value.
-    assert parse_argv(argv, "9.9.9")["--tp"] == "8"
-    assert parse_argv(argv, None)["--enable-torch-compile"] is True
+    # Without the release's table: a word that is not an option is the previous option's value.
+    assert values_from_argv(argv[3:], "9.9.9")["tp"] == "8"
+    assert values_from_argv(argv[3:], "9.9.9")["enable_torch_compile"] is True
 
 
 @pytest.mark.parametrize(
@@ -181,9 +192,9 @@ def test_argv_parsing_uses_the_release_flag_table() -> None:
             lambda o: o["eagle3-bs128"].pop("benchmark"),
             r"Stack 'eagle3-bs128' output 'benchmark' is not usable",
         ),
-        (lambda o: o["baseline"].update(launch_argv="[secret]"), r"output 'launch_argv' is not usable"),
+        (lambda o: o["baseline"].update(launch_flags="[secret]"), r"output 'launch_flags' is not usable"),
         (
-            lambda o: o["baseline"].pop("launch_argv"),
+            lambda o: [o["baseline"].pop(key) for key in ("launch_flags", "launch_command")],
             r"Stack 'baseline' outputs are not usable: none of the outputs launch_argv, launch_flags",
         ),
         (lambda o: o.pop("baseline"), r"compare needs at least two stacks, got 1 \(eagle3-bs128\)"),
@@ -214,22 +225,21 @@ def test_a_stack_named_twice_or_a_failing_loader_exits_2() -> None:
 
 
 def test_a_post_release_reads_its_release_table() -> None:
-    argv = ["python", "-m", "sglang.launch_server", "--tp", "8"]
-    assert parse_argv(argv, "0.5.8.post1") == {"--tensor-parallel-size": "8"}
+    assert values_from_argv(["--tp", "8"], "0.5.8.post1") == {"tp_size": 8}
 
 
 def test_flags_also_come_from_the_launch_flags_map_or_the_command_string() -> None:
     stacks = campaign()
+    # Earlier versions recorded the flags as rendered options, or only as the launch command.
     baseline = stacks["baseline"]
-    del baseline["launch_argv"]
     baseline["launch_flags"] = {"--model-path": "/shared/kimi-k2.5-int4", "--tp-size": "8"}
     baseline["launch_flags"] |= {"--trust-remote-code": True, "--cuda-graph-max-bs": "512"}
     baseline["launch_flags"] |= {"--cuda-graph-bs": ["1", "2", "4"]}
     eagle = stacks["eagle3-bs128"]
-    eagle["launch_command"] = " ".join(eagle.pop("launch_argv"))
+    del eagle["launch_flags"]
     rows = {row.flag: row.values for row in compare.compare(stacks).flags}
-    assert rows["--cuda-graph-max-bs"] == {"baseline": "512", "eagle3-bs128": "128"}
-    assert rows["--cuda-graph-bs"] == {"baseline": "1 2 4", "eagle3-bs128": None}
+    assert rows["--cuda-graph-max-bs"] == {"baseline": 512, "eagle3-bs128": 128}
+    assert rows["--cuda-graph-bs"] == {"baseline": [1, 2, 4], "eagle3-bs128": None}
     assert "--trust-remote-code" not in rows and "--tensor-parallel-size" not in rows
     assert rows["--host"] == {"baseline": None, "eagle3-bs128": "0.0.0.0"}
 

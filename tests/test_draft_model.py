@@ -17,6 +17,7 @@ from sglang_stacks.components.draft_model import (
     DraftModelInputs,
     DraftModelOutputs,
     DraftModelProvider,
+    draft_model_args,
     local_tree_digest,
 )
 from sglang_stacks.errors import ArtifactError, SpecError
@@ -260,7 +261,7 @@ def test_bad_inputs_fail_in_the_program_naming_the_value(
 ) -> None:
     args: Props = {"connection": LOCAL, "path_on_host": "/data/eagle3/draft", **kwargs}
     with pytest.raises(error) as caught:
-        DraftModel("draft", **args)
+        DraftModel("draft", draft_model_args(**args))
     assert named in str(caught.value)
 
 
@@ -269,10 +270,7 @@ def test_empty_local_folder_fails_in_the_program(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match="holds no files"):
         DraftModel(
             "draft",
-            connection=LOCAL,
-            source="local",
-            local_path=str(tmp_path / "empty"),
-            path_on_host="/data/e/d",
+            draft_model_args(LOCAL, "local", "/data/e/d", local_path=str(tmp_path / "empty")),
         )
 
 
@@ -298,19 +296,21 @@ import os
 
 import pulumi
 
-from sglang_stacks.components.draft_model import DraftModel
+from sglang_stacks.components.draft_model import DraftModel, draft_model_args
 
 draft = DraftModel(
     "draft",
-    connection=pulumi.Output.secret({"kind": "local"}),
-    source=os.environ["TEST_DRAFT_SOURCE"],
-    local_path=os.environ.get("TEST_DRAFT_LOCAL") or None,
-    path_on_host=os.environ["TEST_DRAFT_PATH"],
-    sha256=os.environ.get("TEST_DRAFT_SHA256") or None,
+    draft_model_args(
+        pulumi.Output.secret({"kind": "local"}),
+        os.environ["TEST_DRAFT_SOURCE"],
+        os.environ["TEST_DRAFT_PATH"],
+        local_path=os.environ.get("TEST_DRAFT_LOCAL") or None,
+        sha256=os.environ.get("TEST_DRAFT_SHA256") or None,
+    ),
 )
-pulumi.export("digest", draft.digest)
-pulumi.export("files", draft.files)
-pulumi.export("path_on_host", draft.path_on_host)
+pulumi.export("digest", draft.output(lambda o: o.digest))
+pulumi.export("files", draft.output(lambda o: o.files))
+pulumi.export("path_on_host", draft.input(lambda i: i.path_on_host))
 """
 
 

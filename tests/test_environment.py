@@ -27,6 +27,7 @@ from sglang_stacks.components.environment import (
     PythonEnvironmentProvider,
     default_venv_path,
     emulator_digest,
+    environment_args,
 )
 from sglang_stacks.errors import HostError, SpecError
 from tests._pulumi import Workspace
@@ -330,7 +331,7 @@ def test_state_of_the_previous_version_validates() -> None:
 def test_bad_inputs_are_refused_naming_the_value(kwargs: Props, named: str) -> None:
     args: dict[str, Any] = {"connection": LOCAL, "runtime": "sglang", "release": "0.5.8", **kwargs}
     with pytest.raises(SpecError) as caught:
-        PythonEnvironment("env", **args)
+        PythonEnvironment("env", environment_args(**args))
     assert named in str(caught.value)
 
 
@@ -348,19 +349,21 @@ import os
 
 import pulumi
 
-from sglang_stacks.components.environment import PythonEnvironment
+from sglang_stacks.components.environment import PythonEnvironment, environment_args
 
 env = PythonEnvironment(
     "env",
-    connection=pulumi.Output.secret(json.loads(os.environ["TEST_ENV_CONNECTION"])),
-    runtime="emulator",
-    release=os.environ["TEST_ENV_RELEASE"],
-    venv_path=os.environ["TEST_ENV_VENV"],
+    environment_args(
+        pulumi.Output.secret(json.loads(os.environ["TEST_ENV_CONNECTION"])),
+        "emulator",
+        os.environ["TEST_ENV_RELEASE"],
+        venv_path=os.environ["TEST_ENV_VENV"],
+    ),
 )
-pulumi.export("python", env.python)
-pulumi.export("sglang_version", env.sglang_version)
-pulumi.export("launcher_module", env.launcher_module)
-pulumi.export("venv_path", env.venv_path)
+pulumi.export("python", env.output(lambda o: o.python))
+pulumi.export("sglang_version", env.output(lambda o: o.sglang_version))
+pulumi.export("launcher_module", env.input(lambda i: i.launcher_module))
+pulumi.export("venv_path", env.output(lambda o: o.venv_path))
 """
 
 

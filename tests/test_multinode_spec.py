@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sglang_stacks.cli import main
-from sglang_stacks.components._wiring import render_flags
+from sglang_stacks.components._wiring import launch_flags
 from sglang_stacks.config import preflight
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec, load_spec
@@ -51,12 +51,12 @@ def problem(changed: dict[str, Any]) -> str:
 
 def test_each_node_gets_its_rank_and_rank_0s_init_address() -> None:
     spec = load_spec(sections(dist_init_port=29500, socket_ifname="ens1f0"), "two-nodes")
-    flags = [render_flags(spec.for_host(i)) for i in (0, 1)]
-    assert [(f["nnodes"], f["node_rank"], f["dist_init_addr"]) for f in flags] == [
+    flags = [launch_flags(spec.for_host(i)) for i in (0, 1)]
+    assert [(f.nnodes, f.node_rank, f.dist_init_addr) for f in flags] == [
         (2, 0, "10.0.0.1:29500"),
         (2, 1, "10.0.0.1:29500"),
     ]
-    assert all(f["tp_size"] == 16 for f in flags)
+    assert all(f.tp_size == 16 for f in flags)
     env = spec.for_host(1).environment.env
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ens1f0"
 
@@ -68,8 +68,8 @@ def test_two_replicas_of_two_nodes_each_have_their_own_rendezvous() -> None:
     spec = load_spec(changed, "two-by-two")
     assert spec.fleet is not None and spec.fleet.replica_count == 2
     assert spec.fleet.replica_hosts(1) == [2, 3]
-    assert render_flags(spec.for_host(3))["dist_init_addr"] == "gpu-c:20001"
-    assert render_flags(spec.for_host(2))["node_rank"] == 0
+    assert launch_flags(spec.for_host(3)).dist_init_addr == "gpu-c:20001"
+    assert launch_flags(spec.for_host(2)).node_rank == 0
 
 
 def test_tp_that_does_not_split_over_the_nodes_names_the_key() -> None:

@@ -37,8 +37,7 @@ spec = load_spec(
     "mine",
 )
 deployment = SGLangDeployment("mine", DeploymentArgs(stack="mine", spec=spec))
-pulumi.export("launch_flags", deployment.launch_flags)
-pulumi.export("memory_plan", deployment.memory_plan)
+deployment.outputs.export()
 '''
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.hostops import serving
 from sglang_stacks.hostops.connection import Connection
 from tests._programs import run_py, run_sh
@@ -88,7 +89,8 @@ def test_serving_note_program_records_reads_and_forgets_only_its_pid(tmp_path: P
 def test_a_serving_note_under_the_home_folder_is_kept_there(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    serving.record(Connection.local(), "~/state", {"stack": "baseline", "pid": 7})
+    note = serving.ServingNote(stack="baseline", pid=7, release="0.5.8", flags=ServerFlags(tp_size=8))
+    serving.record(Connection.local(), "~/state", note)
     assert json.loads((tmp_path / "home" / "state" / "serving.json").read_text())["pid"] == 7
-    assert serving.read(Connection.local(), "~/state") == {"stack": "baseline", "pid": 7}
+    assert serving.read(Connection.local(), "~/state", "0.5.8") == note
     assert [p.name for p in tmp_path.iterdir()] == ["home"]

@@ -17,13 +17,8 @@ from typing import Any
 import pytest
 
 from sglang_stacks.components import server
-from sglang_stacks.config.render import (
-    flags_from_values,
-    launch_values,
-    render_argv,
-    render_command,
-    values_from_argv,
-)
+from sglang_stacks.config.flags import flags_from_values, launch_values
+from sglang_stacks.config.render import canonical_flags, render_argv, render_command, values_from_argv
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import ServerError
 from sglang_stacks.hostops import claim, process
@@ -117,7 +112,7 @@ def test_the_recorded_launch_values_render_every_shipped_stacks_argv_again(stack
     release = spec.environment.sglang_release
     argv = render_argv(spec.launch_flags(), release)
 
-    values = launch_values(spec.launch_flags(), release)
+    values = launch_values(canonical_flags(spec.launch_flags(), release))
 
     assert render_argv(flags_from_values(values), release) == argv
     assert values_from_argv(argv, release) == values, "state of earlier versions upgrades to the same map"
@@ -129,7 +124,7 @@ def test_launch_values_keep_types_and_a_negative_value_keeps_its_flag_name() -> 
         {**values_from_argv(argv, "0.5.8"), "chunked_prefill_size": -1, "random_seed": -1}
     )
 
-    values = launch_values(flags, "0.5.8")
+    values = launch_values(canonical_flags(flags, "0.5.8"))
 
     assert values == {
         "model_path": "/m",
@@ -233,7 +228,7 @@ def server_props(
         "runtime": "emulator",
         "release": "0.5.8",
         "installed_version": "0.5.8",
-        "flags": values_from_argv([*argv, "--port", str(port)], "0.5.8"),
+        "flags": as_the_engine_delivers(values_from_argv([*argv, "--port", str(port)], "0.5.8")),
         "env": {**emulator, **(env or {})},
         "port": port,
         "nvidia_smi": [
@@ -248,6 +243,14 @@ def server_props(
     }
     props.update(changes)
     return props
+
+
+def as_the_engine_delivers(values: dict[str, Any]) -> dict[str, Any]:
+    """Launch values as a provider receives them: every number a float."""
+    return {
+        key: float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        for key, value in values.items()
+    }
 
 
 def start(props: dict[str, Any]) -> server.ServerOutputs:
@@ -312,6 +315,10 @@ def test_started_server_is_ready_and_stop_waits_until_its_gpu_memory_is_free(
         )
         owner = claim.read(conn, state_dir=props["state_dir"])
         assert owner is not None and (owner.stack, owner.server_pid) == ("baseline", started.pid)
+        # The host's note of what it serves keeps each flag's type: an int flag stays an int.
+        note = json.loads((host / "state" / "serving.json").read_text())
+        assert note["flags"]["tp_size"] == 8 and type(note["flags"]["tp_size"]) is int
+        assert type(note["flags"]["port"]) is int and type(note["pid"]) is int
     finally:
         process.stop(conn, started.pid, started.start_ticks, props["nvidia_smi"], 20.0)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pulumi
 
-from sglang_stacks.components._wiring import options_of, render_flags, served_now
+from sglang_stacks.components._wiring import launch_flags, served_now
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import serving
@@ -29,12 +29,11 @@ def _host_line(index: int, fields: Mapping[str, Any], spec: StackSpec, stack: st
         return f"host {index}: unreachable now (its probe will say why)"
     if current is None:
         return f"{where}: serves nothing of sglang-stacks; a replica of {stack} would start"
-    theirs = current["release"]
-    changes = serving.flag_changes(current["flags"], options_of(render_flags(host), release))
-    if theirs != release:
-        changes.insert(0, f"~ release {theirs} => {release}")
+    changes = serving.changes_from(current, launch_flags(host), release)
+    if current.release != release:
+        changes.insert(0, f"~ release {current.release} => {release}")
     if not changes:
-        return f"{where}: unchanged (serves {current.get('stack', '?')} with the same launch flags)"
+        return f"{where}: unchanged (serves {current.stack} with the same launch flags)"
     return f"{where}:\n" + "\n".join(f"        {line}" for line in changes)
 
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pulumi
 
-from sglang_stacks.components._wiring import emulator_env, nvidia_smi_command, render_flags
-from sglang_stacks.components.draft_model import DraftModel
-from sglang_stacks.components.environment import PythonEnvironment
-from sglang_stacks.components.host import FACT_KEYS, GpuClaim, HostProbe
-from sglang_stacks.components.server import SGLangServer
-from sglang_stacks.config.flags import FlagValue
+from sglang_stacks.components._wiring import emulator_env, launch_flags, nvidia_smi_command
+from sglang_stacks.components.draft_model import DraftModel, draft_model_args
+from sglang_stacks.components.environment import PythonEnvironment, environment_args
+from sglang_stacks.components.host import FACT_KEYS, ClaimArgs, GpuClaim, HostProbe, ProbeArgs
+from sglang_stacks.components.server import ServerArgs, SGLangServer
+from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.spec import StackSpec
 
 DEFAULT_PORT = 30000
@@ -36,8 +36,8 @@ class HostParts:
     claim: GpuClaim
     draft: DraftModel | None
     server: SGLangServer
-    launch_flags: dict[str, FlagValue]
-    """The launch flags as the server records them."""
+    launch_flags: ServerFlags
+    """The launch flags the server is launched with."""
     port: int
     """The server's port on the host."""
 
@@ -80,82 +80,93 @@ class NodeRole:
 def build_host_parts(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -> HostParts:
     """Creates one host's resources, children of ``parent``."""
     child = pulumi.ResourceOptions(parent=parent)
+    release = spec.environment.sglang_release
     environment = PythonEnvironment(
         f"{plan.name}-environment",
-        connection=plan.connection,
-        runtime=spec.runtime,
-        release=spec.environment.sglang_release,
-        extra_pins=spec.environment.extra_pins,
-        venv_path=plan.venv_path,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(plan.environment_after)),
+        environment_args(
+            plan.connection, spec.runtime, release, spec.environment.extra_pins, venv_path=plan.venv_path
+        ),
+        pulumi.ResourceOptions(parent=parent, depends_on=list(plan.environment_after)),
     )
-    nvidia_smi = nvidia_smi_command(spec, environment)
+    python = environment.output(lambda o: o.python)
+    installed = environment.output(lambda o: o.sglang_version)
+    nvidia_smi = nvidia_smi_command(spec, python)
     probe = HostProbe(
         f"{plan.name}-probe",
-        connection=plan.connection,
-        declared={key: getattr(spec.host, key) for key in FACT_KEYS},
-        nvidia_smi=nvidia_smi,
-        opts=child,
+        ProbeArgs(
+            connection=plan.connection,
+            declared={key: getattr(spec.host, key) for key in FACT_KEYS},
+            nvidia_smi=nvidia_smi,
+        ),
+        child,
     )
     draft = _draft(parent, spec, plan)
     gpu_free: list[pulumi.Resource] = [probe, environment, *([draft] if draft else []), *plan.claim_after]
     claim = GpuClaim(
         f"{plan.name}-claim",
-        connection=plan.connection,
-        stack=plan.stack,
-        update_id=plan.update_id,
-        nvidia_smi=nvidia_smi,
-        state_dir=spec.host.state_dir,
-        takeover=spec.launch.takeover,
-        stop_timeout_s=spec.launch.stop_timeout_s,
-        release=spec.environment.sglang_release,
-        installed_version=environment.sglang_version,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=gpu_free),
+        ClaimArgs(
+            connection=plan.connection,
+            stack=plan.stack,
+            update_id=plan.update_id,
+            nvidia_smi=nvidia_smi,
+            state_dir=spec.host.state_dir,
+            takeover=spec.launch.takeover,
+            stop_timeout_s=spec.launch.stop_timeout_s,
+            release=release,
+            installed_version=installed,
+        ),
+        pulumi.ResourceOptions(parent=parent, depends_on=gpu_free),
     )
-    launch_flags = render_flags(spec)
+    flags = launch_flags(spec)
     port = spec.server.port or DEFAULT_PORT
     hub_token = plan.hub_token
+    node = plan.node or NodeRole()
     server = SGLangServer(
         f"{plan.name}-server",
-        connection=plan.connection,
-        stack=plan.stack,
-        python=environment.python,
-        launcher_module=environment.launcher_module,
-        runtime=spec.runtime,
-        extra_pins=spec.environment.extra_pins,
-        flags=launch_flags,
-        release=spec.environment.sglang_release,
-        installed_version=environment.sglang_version,
-        env={**spec.environment.env, **emulator_env(spec)},
-        secret_env=hub_token.apply(lambda token: {"HF_TOKEN": token}) if hub_token else None,
-        port=port,
-        nvidia_smi=nvidia_smi,
-        draft_digest=draft.digest if draft else None,
-        state_dir=spec.host.state_dir,
-        update_id=plan.update_id,
-        log_dir=spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs",
-        ready_timeout_s=spec.launch.ready_timeout_s,
-        stop_timeout_s=spec.launch.stop_timeout_s,
-        taken_from=claim.taken_from,
-        taken_in_update=claim.taken_in_update,
-        ready_line=plan.node.ready_line if plan.node else "",
-        group=plan.node.group if plan.node else (),
-        group_instances=plan.node.group_instances if plan.node else (),
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=[claim, *gpu_free, *plan.server_after]),
+        ServerArgs(
+            connection=plan.connection,
+            stack=plan.stack,
+            python=python,
+            launcher_module=environment.input(lambda i: i.launcher_module),
+            runtime=spec.runtime,
+            extra_pins=spec.environment.extra_pins,
+            flags=flags,
+            release=release,
+            installed_version=installed,
+            env={**spec.environment.env, **emulator_env(spec)},
+            secret_env=hub_token.apply(lambda token: {"HF_TOKEN": token}) if hub_token else None,
+            port=port,
+            nvidia_smi=nvidia_smi,
+            draft_digest=draft.output(lambda o: o.digest) if draft else "",
+            state_dir=spec.host.state_dir,
+            update_id=plan.update_id,
+            log_dir=spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs",
+            ready_timeout_s=spec.launch.ready_timeout_s,
+            stop_timeout_s=spec.launch.stop_timeout_s,
+            taken_from=claim.output(lambda o: o.taken_from),
+            taken_in_update=claim.output(lambda o: o.taken_in_update),
+            ready_line=node.ready_line,
+            group=node.group,
+            group_instances=node.group_instances,
+        ),
+        pulumi.ResourceOptions(parent=parent, depends_on=[claim, *gpu_free, *plan.server_after]),
     )
-    return HostParts(environment, probe, claim, draft, server, launch_flags, port)
+    return HostParts(environment, probe, claim, draft, server, flags, port)
 
 
 def _draft(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -> DraftModel | None:
     if spec.draft_model is None:
         return None
+    declared = spec.draft_model
     return DraftModel(
         f"{plan.name}-draft-model",
-        connection=plan.connection,
-        source=spec.draft_model.source,
-        local_path=spec.draft_model.local_path,
-        path_on_host=spec.draft_model.path_on_host,
-        sha256=spec.draft_model.sha256,
-        sha256_manifest=spec.draft_model.sha256_manifest,
-        opts=pulumi.ResourceOptions(parent=parent),
+        draft_model_args(
+            plan.connection,
+            declared.source,
+            declared.path_on_host,
+            local_path=declared.local_path,
+            sha256=declared.sha256,
+            sha256_manifest=declared.sha256_manifest,
+        ),
+        pulumi.ResourceOptions(parent=parent),
     )

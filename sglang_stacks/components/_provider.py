@@ -62,10 +62,15 @@ def _other_machine(old: Connection, new: Connection) -> bool:
 CONNECTION = DiffRule("update", replaces_when=_other_machine)
 """The rule of every resource's ``connection``: replaced when it names another machine."""
 
-CONNECTION_FIELD = Annotated[Connection, CONNECTION]
 
-ConnectionInput = pulumi.Input[Mapping[str, object]]
-"""What a resource constructor takes as ``connection``: the fields of a `Connection`, as a secret."""
+@dataclass(frozen=True)
+class Secret:
+    """Marks an input field whose value is a secret in the state."""
+
+
+SECRET = Secret()
+
+CONNECTION_FIELD = Annotated[Connection, CONNECTION, SECRET]
 
 
 class Props(BaseModel):
@@ -78,11 +83,12 @@ class HostInputs(Props):
     """Inputs every host-side resource has: how the host is reached."""
 
     connection: CONNECTION_FIELD
-    """How to reach the host (a secret: it may hold the SSH key)."""
+    """How to reach the host (a secret: it may hold the SSH key); the constructors take the fields of
+    a `Connection` as a secret Output (`host_connection`)."""
 
 
 InputsT = TypeVar("InputsT", bound=HostInputs)
-OutputsT = TypeVar("OutputsT", bound=Props)
+OutputsT = TypeVar("OutputsT", bound=BaseModel)
 
 
 def _is_unknown(value: Any) -> bool:
@@ -101,9 +107,11 @@ def _is_unknown(value: Any) -> bool:
 
 
 @functools.cache
-def _adapter(model: type[Props], name: str) -> TypeAdapter[Any]:
+def field_adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
+    """Validates and dumps one field of ``model``, with its constraints, validators and serializer."""
     field = model.model_fields[name]
-    return TypeAdapter(field.annotation)
+    annotation: Any = field.annotation
+    return TypeAdapter(Annotated[annotation, *field.metadata] if field.metadata else annotation)
 
 
 def _rule(model: type[Props], name: str) -> DiffRule:
@@ -133,7 +141,7 @@ def diff_inputs(model: type[Props], olds: Mapping[str, Any], news: Mapping[str, 
             if rule.kind == "replace":
                 replaces.append(name)
             continue
-        adapter = _adapter(model, name)
+        adapter = field_adapter(model, name)
         try:
             old, new = adapter.validate_python(old_raw), adapter.validate_python(new_raw)
         except ValidationError:
@@ -159,7 +167,7 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
     """
 
     inputs: ClassVar[type[HostInputs]]
-    outputs: ClassVar[type[Props]]
+    outputs: ClassVar[type[BaseModel]]
     stables: ClassVar[tuple[str, ...]] = ()
     """Outputs an update in place never changes: a preview keeps them known for dependents."""
 
@@ -273,18 +281,6 @@ class _sentences_only:
         if isinstance(error, StacksError):
             sys.tracebacklimit = 0
             error.args = (error.with_record(),)
-
-
-def resource_props(inputs: Mapping[str, Any], outputs: type[Props]) -> dict[str, Any]:
-    """The property map a resource registers: its inputs, and every output declared unknown."""
-    return {**inputs, **dict.fromkeys(outputs.model_fields)}
-
-
-def keep_connection_secret(opts: pulumi.ResourceOptions | None, *also: str) -> pulumi.ResourceOptions:
-    """`opts` plus marking the ``connection`` output (and ``also``) secret: it may hold the SSH key."""
-    return pulumi.ResourceOptions.merge(
-        opts, pulumi.ResourceOptions(additional_secret_outputs=["connection", *also])
-    )
 
 
 LOCAL_HOST: dict[str, Any] = {"kind": "local"}

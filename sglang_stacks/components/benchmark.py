@@ -14,19 +14,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pulumi
-import pulumi.dynamic as dynamic
+from pydantic import Field
 
 from sglang_stacks.components._provider import (
     LABEL,
     REPLACES,
     REPLACES_IF_KNOWN,
-    ConnectionInput,
     HostInputs,
     Props,
     TypedProvider,
-    keep_connection_secret,
-    resource_props,
 )
+from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
 from sglang_stacks.errors import BenchmarkError, HostError, StacksError
 from sglang_stacks.hostops import claim, programs
@@ -92,14 +90,8 @@ class BenchmarkInputs(HostInputs):
 class BenchmarkOutputs(Props):
     """The measurement."""
 
-    result: stats.BenchmarkResult
-    """Every metric at the first load level."""
-    levels: list[stats.BenchmarkResult]
-    """The metrics at each load level."""
-    tok_s: float
-    """Output tokens per second at the first level, mean over repetitions, rounded."""
-    goodput: stats.Goodput | None = None
-    """Throughput within the stack's SLO at the first level."""
+    levels: list[stats.BenchmarkResult] = Field(min_length=1)
+    """The metrics at each load level; the first level's are the stack's headline (its tok/s)."""
 
 
 def run_on_host(inputs: BenchmarkInputs) -> dict[str, Any]:
@@ -220,10 +212,23 @@ def _host_price(inputs: BenchmarkInputs) -> float | None:
 
 
 def _outputs(levels: Sequence[stats.BenchmarkResult]) -> BenchmarkOutputs:
-    headline = levels[0]
-    return BenchmarkOutputs(
-        result=headline, levels=list(levels), tok_s=round(headline.tok_s_mean, 2), goodput=headline.goodput
-    )
+    return BenchmarkOutputs(levels=list(levels))
+
+
+def upgrade_result(level: Mapping[str, Any]) -> dict[str, Any]:
+    """A result recorded by an earlier version, its tok/s figures in today's precision."""
+    figure = stats.tok_s_figure
+    upgraded = dict(level)
+    for key in ("tok_s_mean", "tok_s_stdev"):
+        if isinstance(level.get(key), int | float):
+            upgraded[key] = figure(level[key])
+    for key in ("tok_s_ci95", "tok_s_runs"):
+        if isinstance(level.get(key), list):
+            upgraded[key] = [figure(value) for value in level[key]]
+    goodput = level.get("goodput")
+    if isinstance(goodput, Mapping) and isinstance(goodput.get("tok_s"), int | float):
+        upgraded["goodput"] = {**goodput, "tok_s": figure(goodput["tok_s"])}
+    return upgraded
 
 
 class BenchmarkProvider(TypedProvider[BenchmarkInputs, BenchmarkOutputs]):
@@ -234,6 +239,13 @@ class BenchmarkProvider(TypedProvider[BenchmarkInputs, BenchmarkOutputs]):
 
     def resource_id(self, inputs: BenchmarkInputs, outputs: BenchmarkOutputs) -> str:
         return inputs.server_instance
+
+    def upgrade(self, props: Mapping[str, Any]) -> dict[str, Any]:
+        # Earlier versions kept a result's tok/s figures to 0.001, and the first level twice more
+        # (``result``, and ``tok_s`` to 0.01): their results, in today's precision.
+        if "tok_s" not in props or not isinstance(props.get("levels"), list):
+            return dict(props)
+        return {**props, "levels": [upgrade_result(level) for level in props["levels"]]}
 
     def create_typed(self, inputs: BenchmarkInputs) -> BenchmarkOutputs:
         return measure(inputs)
@@ -252,58 +264,18 @@ class BenchmarkProvider(TypedProvider[BenchmarkInputs, BenchmarkOutputs]):
         ]
         measured = _outputs(levels)
         if news.gate:
-            regression_gate.check(news.stack, measured.result, news.gate, history.default_history_path())
+            regression_gate.check(news.stack, measured.levels[0], news.gate, history.default_history_path())
         return measured
 
 
-class Benchmark(dynamic.Resource, module="sglang", name="Benchmark"):
-    """The benchmark of one server instance with one workload."""
+BenchmarkArgs = args_for(BenchmarkInputs)
+"""`Benchmark`'s arguments: the fields of `BenchmarkInputs`, each a value or an Output of one."""
 
-    tok_s: pulumi.Output[float]
-    """Output tokens per second at the first concurrency level, mean over repetitions."""
-    result: pulumi.Output[dict[str, Any]]
-    """Every metric at the first concurrency level (see `sglang_stacks.results.stats.BenchmarkResult`)."""
-    levels: pulumi.Output[list[dict[str, Any]]]
-    """The metrics at each load level."""
-    goodput: pulumi.Output[dict[str, Any] | None]
-    """Requests and tokens per second within the stack's SLO at the first level; None without one."""
+
+class Benchmark(TypedResource[BenchmarkInputs, BenchmarkOutputs], module="sglang", name="Benchmark"):
+    """The benchmark of one server instance with one workload; its outputs are `BenchmarkOutputs`."""
 
     def __init__(
-        self,
-        name: str,
-        *,
-        connection: ConnectionInput,
-        stack: str,
-        python: pulumi.Input[str],
-        url: pulumi.Input[str],
-        server_instance: pulumi.Input[str],
-        launch_command: pulumi.Input[str],
-        sglang_version: pulumi.Input[str],
-        flags_digest: pulumi.Input[str],
-        workload: BenchmarkSpec,
-        state_dir: str,
-        update_id: str,
-        gate: GateSpec | None = None,
-        gpu_hour_price: float | None = None,
-        gpu_count: int = 1,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: Args[BenchmarkInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        inputs = {
-            "connection": connection,
-            "stack": stack,
-            "python": python,
-            "url": url,
-            "server_instance": server_instance,
-            "launch_command": launch_command,
-            "sglang_version": sglang_version,
-            "flags_digest": flags_digest,
-            "workload": workload.model_dump(mode="json"),
-            "gate": gate.model_dump(mode="json") if gate else None,
-            "state_dir": state_dir,
-            "update_id": update_id,
-            "gpu_hour_price": gpu_hour_price,
-            "gpu_count": gpu_count,
-        }
-        super().__init__(
-            BenchmarkProvider(), name, resource_props(inputs, BenchmarkOutputs), keep_connection_secret(opts)
-        )
+        super().__init__(BenchmarkProvider(), name, args, opts)

@@ -24,18 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 import pulumi
-import pulumi.dynamic as dynamic
 
 from sglang_stacks.components._canary_reference import Reference, out_of_router, pick_reference
-from sglang_stacks.components._provider import (
-    LABEL,
-    REPLACES,
-    HostInputs,
-    Props,
-    TypedProvider,
-    keep_connection_secret,
-    resource_props,
-)
+from sglang_stacks.components._provider import LABEL, REPLACES, HostInputs, Props, TypedProvider
+from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.components.benchmark import BenchmarkInputs, run_on_host
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
@@ -172,44 +164,16 @@ class CanaryProvider(TypedProvider[CanaryInputs, CanaryOutputs]):
         return run_gate(inputs)
 
 
-class CanaryGate(dynamic.Resource, module="sglang", name="CanaryGate"):
-    """The canary replica judged against a replica on the current configuration."""
+CanaryArgs = args_for(CanaryInputs)
+"""`CanaryGate`'s arguments: the fields of `CanaryInputs`, each a value or an Output of one."""
 
-    verdict: pulumi.Output[dict[str, Any]]
-    """The `CanaryVerdict`: both measurements with their intervals, the change, the decision."""
+
+class CanaryGate(TypedResource[CanaryInputs, CanaryOutputs], module="sglang", name="CanaryGate"):
+    """The canary replica judged against a replica on the current configuration; its output is
+    `CanaryOutputs` (the `CanaryVerdict`: both measurements with their intervals, the change, the
+    decision)."""
 
     def __init__(
-        self,
-        name: str,
-        *,
-        connection: pulumi.Input[Mapping[str, Any]],
-        stack: str,
-        python: str,
-        canary_url: str,
-        canary_instance: pulumi.Input[str],
-        reference_url: str,
-        workload: BenchmarkSpec,
-        rollout: RolloutSpec,
-        state_dir: str,
-        router_url: pulumi.Input[str],
-        config_digest: str,
-        drain_timeout_s: float,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: Args[CanaryInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        inputs = {
-            "router_url": router_url,
-            "config_digest": config_digest,
-            "connection": connection,
-            "stack": stack,
-            "python": python,
-            "canary_url": canary_url,
-            "canary_instance": canary_instance,
-            "reference_url": reference_url,
-            "workload": workload.model_dump(mode="json"),
-            "rollout": rollout.model_dump(mode="json"),
-            "state_dir": state_dir,
-            "drain_timeout_s": drain_timeout_s,
-        }
-        super().__init__(
-            CanaryProvider(), name, resource_props(inputs, CanaryOutputs), keep_connection_secret(opts)
-        )
+        super().__init__(CanaryProvider(), name, args, opts)

@@ -9,7 +9,6 @@ for all of them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,25 +16,22 @@ import pulumi
 
 from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, build_host_parts
 from sglang_stacks.components._provider import host_connection
-from sglang_stacks.components._wiring import (
-    connection_args,
-    flags_digest,
-    options_of,
-    render_flags,
-    served_now,
-)
-from sglang_stacks.components.benchmark import Benchmark
+from sglang_stacks.components._resource import Args, args_for, register
+from sglang_stacks.components._wiring import connection_args, flags_digest, launch_flags, served_now
+from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.config import preflight
+from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.hostops import serving
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.results.outputs import DeploymentOutputs
 
 if TYPE_CHECKING:
     from pulumi_command.remote import ConnectionArgs
 
-__all__ = ["DEFAULT_PORT", "DeploymentArgs", "SGLangDeployment", "connection_args", "render_flags"]
+__all__ = ["DEFAULT_PORT", "DeploymentArgs", "DeploymentExports", "SGLangDeployment", "connection_args"]
 
 
 @dataclass(frozen=True)
@@ -53,19 +49,8 @@ class DeploymentArgs:
     """A Hugging Face token for gated models, a Pulumi secret; the server gets it as HF_TOKEN."""
 
 
-_OUTPUTS = (
-    "tok_s",
-    "benchmark",
-    "benchmark_levels",
-    "goodput",
-    "launch_command",
-    "launch_flags",
-    "sglang_version",
-    "host_facts",
-    "findings",
-    "memory_plan",
-    "server_log",
-)
+DeploymentExports = args_for(DeploymentOutputs)
+"""A deployment's outputs as it registers them: the fields of `DeploymentOutputs`, each an Output."""
 
 
 class SGLangDeployment(pulumi.ComponentResource):
@@ -75,38 +60,20 @@ class SGLangDeployment(pulumi.ComponentResource):
     the draft model, the server (after all of those), the benchmark (after the server).
     """
 
-    tok_s: pulumi.Output[float]
-    """Single-stream (first concurrency level) output tokens per second."""
-    benchmark: pulumi.Output[dict[str, Any]]
-    """Every metric of the first concurrency level."""
-    benchmark_levels: pulumi.Output[list[dict[str, Any]]]
-    """The metrics at each load level."""
-    goodput: pulumi.Output[dict[str, Any] | None]
-    """Requests and tokens per second within the benchmark's SLO (first level); None without an SLO."""
-    launch_command: pulumi.Output[str]
-    """The exact command the server runs."""
-    launch_flags: pulumi.Output[dict[str, Any]]
-    """The launch flags by canonical name, as rendered for the stack's release."""
-    sglang_version: pulumi.Output[str]
-    """The SGLang release installed on the host (emulated on the emulator)."""
-    host_facts: pulumi.Output[dict[str, Any]]
-    """What nvidia-smi reports about the host."""
-    findings: pulumi.Output[list[dict[str, str]]]
-    """Preflight warnings and notes (errors stop the program before this exists)."""
-    memory_plan: pulumi.Output[dict[str, Any]]
-    """The memory planner's per-GPU budget for this configuration."""
-    server_log: pulumi.Output[str]
-    """The server's log file on the host."""
+    outputs: Args[DeploymentOutputs]
+    """The deployment's outputs, the fields of `DeploymentOutputs` (``__main__.py`` exports them as
+    the stack's outputs)."""
 
     def __init__(self, name: str, args: DeploymentArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("sglang-stacks:index:SGLangDeployment", name, None, opts)
         spec, stack = args.spec, args.stack
+        release = spec.environment.sglang_release
         found = self._preflight(spec, stack)
         connection = host_connection(args.connection)
         # New on every run; the resources take it as a label for the claim, never as a change.
         update_id = uuid.uuid4().hex[:12]
         if pulumi.runtime.is_dry_run():
-            flags, release = render_flags(spec), spec.environment.sglang_release
+            flags = launch_flags(spec)
             connection.apply(
                 lambda fields: self._announce(fields, stack, spec.host.state_dir, flags, release)
             )
@@ -115,36 +82,40 @@ class SGLangDeployment(pulumi.ComponentResource):
         server, environment = parts.server, parts.environment
         benchmark = Benchmark(
             f"{name}-benchmark",
-            connection=connection,
-            stack=stack,
-            python=environment.python,
-            url=server.url,
-            server_instance=server.instance,
-            launch_command=server.launch_command,
-            sglang_version=environment.sglang_version,
-            flags_digest=flags_digest(parts.launch_flags),
-            workload=spec.benchmark,
-            gate=spec.gate,
-            gpu_hour_price=spec.host.gpu_hour_price,
-            gpu_count=spec.host.gpu_count,
-            state_dir=spec.host.state_dir,
-            update_id=update_id,
-            opts=pulumi.ResourceOptions(parent=self),
+            BenchmarkArgs(
+                connection=connection,
+                stack=stack,
+                python=environment.output(lambda o: o.python),
+                url=server.output(lambda o: o.url),
+                server_instance=server.output(lambda o: o.instance),
+                launch_command=server.output(lambda o: o.launch_command),
+                sglang_version=environment.output(lambda o: o.sglang_version),
+                flags_digest=flags_digest(parts.launch_flags),
+                workload=spec.benchmark,
+                gate=spec.gate,
+                gpu_hour_price=spec.host.gpu_hour_price,
+                gpu_count=spec.host.gpu_count,
+                state_dir=spec.host.state_dir,
+                update_id=update_id,
+            ),
+            pulumi.ResourceOptions(parent=self),
         )
-        self.tok_s = benchmark.tok_s
-        self.benchmark = benchmark.result
-        self.benchmark_levels = benchmark.levels
-        self.goodput = benchmark.goodput
-        self.launch_command = server.launch_command
-        self.launch_flags = pulumi.Output.from_input(dict(parts.launch_flags))
-        self.sglang_version = environment.sglang_version
-        self.host_facts = parts.probe.facts
-        self.findings = pulumi.Output.from_input([vars(finding) for finding in found])
-        self.memory_plan = pulumi.Output.from_input(
-            plan_memory(spec, spec.environment.sglang_release).as_dict()
+        levels = benchmark.output(lambda o: o.levels)
+        first = levels.apply(lambda found: found[0])
+        self.outputs = DeploymentExports(
+            tok_s=first.apply(lambda result: result.tok_s_mean),
+            benchmark=first,
+            benchmark_levels=levels,
+            goodput=first.apply(lambda result: result.goodput),
+            launch_command=server.output(lambda o: o.launch_command),
+            launch_flags=parts.launch_flags,
+            sglang_version=environment.output(lambda o: o.sglang_version),
+            host=parts.probe.output(lambda o: o.facts),
+            server_log=server.output(lambda o: o.log_path),
+            preflight=found,
+            memory_plan=plan_memory(spec, release),
         )
-        self.server_log = server.log_path
-        self.register_outputs({key: getattr(self, key) for key in _OUTPUTS})
+        register(self, self.outputs)
 
     def _preflight(self, spec: StackSpec, stack: str) -> list[preflight.Finding]:
         """Stops a knowably doomed configuration before any resource exists; warns about the rest."""
@@ -160,14 +131,12 @@ class SGLangDeployment(pulumi.ComponentResource):
                 pulumi.log.warn(finding.sentence(), self)
         return found
 
-    def _announce(
-        self, fields: Mapping[str, Any], stack: str, state_dir: str, flags: Mapping[str, Any], release: str
-    ) -> None:
+    def _announce(self, fields: Any, stack: str, state_dir: str, flags: ServerFlags, release: str) -> None:
         """Says in the preview how this stack differs from the server the host runs now."""
         try:
             conn = Connection(**fields)
             current = served_now(conn, state_dir, release)
-            note = serving.describe(current, stack, options_of(flags, release), conn.label)
+            note = serving.describe(current, stack, flags, release, conn.label)
         except StacksError:
             return  # an unreachable host fails the probe, with its own message
         pulumi.log.info(note, self)

@@ -11,32 +11,25 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import pulumi
-import pulumi.dynamic as dynamic
 
-from sglang_stacks.components._provider import (
-    REPLACES,
-    UPDATES,
-    ConnectionInput,
-    HostInputs,
-    Props,
-    TypedProvider,
-    keep_connection_secret,
-    resource_props,
-)
+from sglang_stacks.components._provider import REPLACES, UPDATES, HostInputs, Props, TypedProvider
+from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.errors import SpecError
 from sglang_stacks.hostops import artifacts
 from sglang_stacks.hostops.artifacts import TreeDigest, local_tree_digest
 
 __all__ = [
     "DraftModel",
+    "DraftModelArgs",
     "DraftModelInputs",
     "DraftModelOutputs",
     "DraftModelProvider",
     "Source",
     "TreeDigest",
+    "draft_model_args",
     "local_tree_digest",
 ]
 
@@ -171,8 +164,39 @@ class DraftModelProvider(TypedProvider[DraftModelInputs, DraftModelOutputs]):
     # model, and it is gigabytes to upload again.
 
 
-class DraftModel(dynamic.Resource, module="sglang", name="DraftModel"):
-    """The EAGLE-3 draft model's folder on the GPU host, verified by its sha256 tree digest.
+DraftModelArgs = args_for(DraftModelInputs)
+"""`DraftModel`'s arguments: the fields of `DraftModelInputs`, each a value or an Output of one;
+`draft_model_args` derives them from what a stack declares."""
+
+
+def draft_model_args(
+    connection: pulumi.Input[Any],
+    source: Source,
+    path_on_host: str,
+    local_path: str | None = None,
+    sha256: str | None = None,
+    sha256_manifest: Mapping[str, str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Args[DraftModelInputs]:
+    """The draft model a stack declares, with a local folder hashed here: a missing or empty one
+    fails the preview, and the digest of new content is known before it is uploaded. SpecError for
+    a declaration that cannot be deployed."""
+    _validate(source, local_path, path_on_host, sha256, sha256_manifest)
+    return DraftModelArgs(
+        connection=connection,
+        source=source,
+        local_path=str(Path(local_path).resolve()) if local_path else None,
+        local_digest=local_tree_digest(local_path).digest if source == "local" and local_path else None,
+        path_on_host=path_on_host,
+        sha256=sha256,
+        sha256_manifest=dict(sha256_manifest) if sha256_manifest else None,
+        timeout_s=timeout_s,
+    )
+
+
+class DraftModel(TypedResource[DraftModelInputs, DraftModelOutputs], module="sglang", name="DraftModel"):
+    """The EAGLE-3 draft model's folder on the GPU host, verified by its sha256 tree digest; its
+    outputs are `DraftModelOutputs`.
 
     ``source="local"`` uploads ``local_path`` from this machine; the folder on the host then
     holds exactly those files (a new version replaces it whole). ``source="host"`` uses the
@@ -185,48 +209,10 @@ class DraftModel(dynamic.Resource, module="sglang", name="DraftModel"):
     on the host show up. Destroying it leaves the files: other stacks on the host may read them.
     """
 
-    path_on_host: pulumi.Output[str]
-    """Absolute folder on the host the server reads the draft model from."""
-    digest: pulumi.Output[str]
-    """sha256 tree digest of the folder as found on the host."""
-    files: pulumi.Output[int]
-    """Number of files in the folder."""
-    size_bytes: pulumi.Output[int]
-    """Total size of the files."""
-
     def __init__(
-        self,
-        name: str,
-        *,
-        connection: ConnectionInput,
-        source: Source,
-        path_on_host: str,
-        local_path: str | None = None,
-        sha256: str | None = None,
-        sha256_manifest: Mapping[str, str] | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: Args[DraftModelInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        """``connection`` is the host's connection dict, passed as a Pulumi secret; ``sha256`` is
-        the expected tree digest and ``sha256_manifest`` maps relative file paths to their sha256;
-        ``timeout_s`` bounds each upload and each hashing pass on the host.
-
-        A local folder is hashed here, so a missing or empty one fails the preview, and the
-        digest of new content is known before it is uploaded.
-        """
-        _validate(source, local_path, path_on_host, sha256, sha256_manifest)
-        local_digest = local_tree_digest(local_path).digest if source == "local" and local_path else None
-        inputs = {
-            "connection": connection,
-            "source": source,
-            "local_path": str(Path(local_path).resolve()) if local_path else None,
-            "local_digest": local_digest,
-            "path_on_host": path_on_host,
-            "sha256": sha256,
-            "sha256_manifest": dict(sha256_manifest) if sha256_manifest else None,
-            "timeout_s": timeout_s,
-        }
         # The digest is known before the upload, so a server that takes it as an input shows its
         # replacement in the preview.
-        props = {**resource_props(inputs, DraftModelOutputs), "digest": local_digest or sha256}
-        super().__init__(DraftModelProvider(), name, props, keep_connection_secret(opts))
+        known = {"digest": args.get(lambda i: i.local_digest) or args.get(lambda i: i.sha256)}
+        super().__init__(DraftModelProvider(), name, args, opts, known=known)

@@ -7,22 +7,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import pulumi
-import pulumi.dynamic as dynamic
 
 from sglang_flags import known_releases, nearest_releases
-from sglang_stacks.components._provider import (
-    REPLACES,
-    UPDATES,
-    ConnectionInput,
-    HostInputs,
-    Props,
-    TypedProvider,
-    keep_connection_secret,
-    resource_props,
-)
+from sglang_stacks.components._provider import REPLACES, UPDATES, HostInputs, Props, TypedProvider
+from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.errors import SpecError
 from sglang_stacks.hostops import environment as hostenv
 from sglang_stacks.hostops.environment import EMULATOR_PACKAGES, LOADGEN_PINS, emulator_digest
@@ -31,6 +22,7 @@ __all__ = [
     "EMULATOR_PACKAGES",
     "LAUNCHER_MODULES",
     "LOADGEN_PINS",
+    "EnvironmentArgs",
     "EnvironmentInputs",
     "EnvironmentOutputs",
     "PythonEnvironment",
@@ -38,6 +30,7 @@ __all__ = [
     "Runtime",
     "default_venv_path",
     "emulator_digest",
+    "environment_args",
 ]
 
 Runtime = Literal["sglang", "emulator"]
@@ -199,8 +192,41 @@ class PythonEnvironmentProvider(TypedProvider[EnvironmentInputs, EnvironmentOutp
     # shares this folder, and reinstalling SGLang takes many minutes.
 
 
-class PythonEnvironment(dynamic.Resource, module="sglang", name="PythonEnvironment"):
-    """A virtualenv on the GPU host with the pinned SGLang release, or the project's emulator.
+EnvironmentArgs = args_for(EnvironmentInputs)
+"""`PythonEnvironment`'s arguments: the fields of `EnvironmentInputs`, each a value or an Output of
+one; `environment_args` derives them from what a stack declares."""
+
+
+def environment_args(
+    connection: pulumi.Input[Any],
+    runtime: Runtime,
+    release: str,
+    extra_pins: Sequence[str] = (),
+    venv_path: str | None = None,
+) -> Args[EnvironmentInputs]:
+    """The environment a stack declares (``runtime``, ``release``, ``extra_pins``, the folder, by
+    default `default_venv_path`), with what follows from it: the launcher, and on the emulator this
+    checkout's emulator code and the load generator's packages. SpecError for a declaration that
+    cannot be installed."""
+    _validate(runtime, release, extra_pins, venv_path)
+    emulated = runtime == "emulator"
+    return EnvironmentArgs(
+        connection=connection,
+        runtime=runtime,
+        release=release,
+        extra_pins=tuple(extra_pins),
+        requested_venv_path=venv_path or default_venv_path(runtime, release, extra_pins),
+        emulator_digest=emulator_digest() if emulated else None,
+        loadgen_pins=LOADGEN_PINS if emulated else (),
+        launcher_module=LAUNCHER_MODULES[runtime],
+    )
+
+
+class PythonEnvironment(
+    TypedResource[EnvironmentInputs, EnvironmentOutputs], module="sglang", name="PythonEnvironment"
+):
+    """A virtualenv on the GPU host with the pinned SGLang release, or the project's emulator; its
+    outputs are `EnvironmentOutputs`.
 
     ``runtime="sglang"`` installs ``sglang[all]==<release>`` and ``extra_pins`` with pip.
     ``runtime="emulator"`` copies ``sglang_flags`` and ``sglang_emulator`` from this checkout into
@@ -213,44 +239,7 @@ class PythonEnvironment(dynamic.Resource, module="sglang", name="PythonEnvironme
     asks for the same software shares it and reinstalling SGLang takes many minutes.
     """
 
-    python: pulumi.Output[str]
-    """Absolute path of the venv's python on the host."""
-    sglang_version: pulumi.Output[str]
-    """The SGLang release actually installed (emulated, on the emulator); selects the flag table."""
-    launcher_module: pulumi.Output[str]
-    """What ``python -m`` launches the server with: ``sglang.launch_server`` or ``sglang_emulator``."""
-    venv_path: pulumi.Output[str]
-    """The venv folder on the host, absolute once deployed."""
-
     def __init__(
-        self,
-        name: str,
-        *,
-        connection: ConnectionInput,
-        runtime: Runtime,
-        release: str,
-        extra_pins: Sequence[str] = (),
-        venv_path: str | None = None,
-        install_timeout_s: float = 3600.0,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: Args[EnvironmentInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        """``connection`` is the host's connection dict, passed as a Pulumi secret; ``venv_path``
-        defaults to `default_venv_path`; ``install_timeout_s`` bounds one pip install on the host."""
-        _validate(runtime, release, extra_pins, venv_path)
-        inputs = {
-            "connection": connection,
-            "runtime": runtime,
-            "release": release,
-            "extra_pins": list(extra_pins),
-            "requested_venv_path": venv_path or default_venv_path(runtime, release, extra_pins),
-            "emulator_digest": emulator_digest() if runtime == "emulator" else None,
-            "loadgen_pins": list(LOADGEN_PINS) if runtime == "emulator" else [],
-            "install_timeout_s": install_timeout_s,
-            "launcher_module": LAUNCHER_MODULES[runtime],
-        }
-        super().__init__(
-            PythonEnvironmentProvider(),
-            name,
-            resource_props(inputs, EnvironmentOutputs),
-            keep_connection_secret(opts),
-        )
+        super().__init__(PythonEnvironmentProvider(), name, args, opts)

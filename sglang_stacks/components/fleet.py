@@ -14,40 +14,42 @@ from __future__ import annotations
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 
 from sglang_stacks.components import _fleet_preview
 from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan
 from sglang_stacks.components._provider import host_connection
-from sglang_stacks.components._wiring import (
-    connection_args,
-    flags_digest,
-    render_flags,
-)
-from sglang_stacks.components.benchmark import Benchmark
-from sglang_stacks.components.canary import CanaryGate
+from sglang_stacks.components._resource import Args, args_for, register
+from sglang_stacks.components._wiring import connection_args, digest, flags_digest, launch_flags
+from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
+from sglang_stacks.components.canary import CanaryArgs, CanaryGate
 from sglang_stacks.components.multinode import build_replica_parts
-from sglang_stacks.components.router import RouterWorker, SGLangRouter
+from sglang_stacks.components.router import RouterArgs, RouterWorker, SGLangRouter, WorkerArgs
 from sglang_stacks.components.server import SGLangServer
 from sglang_stacks.config import preflight
+from sglang_stacks.config.flags import launch_values
 from sglang_stacks.config.fleet import FleetHostSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
+from sglang_stacks.results.outputs import FleetOutputs, ReplicaOutputs
 
 
 def config_digest(spec: StackSpec) -> str:
     """A digest of what every replica's server is launched from (flags, release, pins, variables,
     emulator settings, draft model): equal digests, the same configuration. The router lists it
     for each worker, so the canary gate knows which configuration a replica serves."""
-    return flags_digest(
+    return digest(
         {
-            "flags": render_flags(spec),
+            "flags": launch_values(launch_flags(spec)),
             "environment": spec.environment.model_dump(mode="json"),
             "draft_model": spec.draft_model.model_dump(mode="json") if spec.draft_model else None,
         }
     )
+
+
+FleetExports = args_for(FleetOutputs)
+"""A fleet's outputs as it registers them: the fields of `FleetOutputs`, each an Output."""
 
 
 @dataclass(frozen=True)
@@ -71,22 +73,24 @@ class Replica:
     worker: RouterWorker
     url: str
 
+    def outputs(self) -> pulumi.Output[ReplicaOutputs]:
+        """What the fleet's outputs say about this replica."""
+        return pulumi.Output.all(
+            self.server.output(lambda o: o.launch_command),
+            self.benchmark.output(lambda o: o.levels).apply(lambda levels: levels[0].tok_s_mean),
+        ).apply(
+            lambda found: ReplicaOutputs(
+                host=self.index, url=self.url, launch_command=found[0], tok_s=found[1]
+            )
+        )
+
 
 class Fleet(pulumi.ComponentResource):
     """Replicas on every host of the stack's fleet, behind SGLang's router, benchmarked through it."""
 
-    router_url: pulumi.Output[str]
-    """Where clients send requests."""
-    tok_s: pulumi.Output[float]
-    """Output tok/s through the router at the benchmark's first level."""
-    benchmark_levels: pulumi.Output[list[dict[str, Any]]]
-    """The router benchmark at each load level."""
-    replicas: pulumi.Output[list[dict[str, Any]]]
-    """Per replica: host, URL, launch command, tok/s measured on its own."""
-    canary: pulumi.Output[dict[str, Any] | None]
-    """The canary gate's `CanaryVerdict`: both measurements, the change, the decision (None without
-    a canary)."""
-    launch_flags: pulumi.Output[dict[str, Any]]
+    outputs: Args[FleetOutputs]
+    """The fleet's outputs, the fields of `FleetOutputs` (``__main__.py`` exports them as the stack's
+    outputs)."""
 
     def __init__(self, name: str, args: FleetArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("sglang-stacks:index:Fleet", name, None, opts)
@@ -108,54 +112,52 @@ class Fleet(pulumi.ComponentResource):
         local = host_connection(None)
         router = SGLangRouter(
             f"{name}-router",
-            connection=local,
-            python=sys.executable,
-            release=fleet.router.release,
-            host=fleet.router.host,
-            port=fleet.router.port,
-            metrics_port=fleet.router.metrics_port,
-            policy=fleet.router.policy,
-            health_check_interval_s=fleet.router.health_check_interval_s,
-            log_path=f"{fleet.router.state_dir.rstrip('/')}/{args.stack}-router.log",
-            opts=pulumi.ResourceOptions(parent=self),
+            RouterArgs(
+                connection=local,
+                python=sys.executable,
+                release=fleet.router.release,
+                host=fleet.router.host,
+                port=fleet.router.port,
+                metrics_port=fleet.router.metrics_port,
+                policy=fleet.router.policy,
+                health_check_interval_s=fleet.router.health_check_interval_s,
+                log_path=f"{fleet.router.state_dir.rstrip('/')}/{args.stack}-router.log",
+            ),
+            pulumi.ResourceOptions(parent=self),
         )
+        router_url = router.output(lambda o: o.url)
         replicas = self._roll(router)
         gate = self._gate
+        flags = launch_flags(spec)
         through_router = Benchmark(
             f"{name}-benchmark",
-            connection=local,
-            stack=args.stack,
-            python=sys.executable,
-            url=router.url,
-            server_instance=pulumi.Output.all(*[r.server.instance for r in replicas]).apply(
-                lambda ids: "+".join(ids)
+            BenchmarkArgs(
+                connection=local,
+                stack=args.stack,
+                python=sys.executable,
+                url=router_url,
+                server_instance=pulumi.Output.all(
+                    *[r.server.output(lambda o: o.instance) for r in replicas]
+                ).apply(lambda ids: "+".join(ids)),
+                launch_command=replicas[0].server.output(lambda o: o.launch_command),
+                sglang_version=spec.environment.sglang_release,
+                flags_digest=flags_digest(flags),
+                workload=spec.benchmark,
+                state_dir=fleet.router.state_dir,
+                update_id=self._update_id,
             ),
-            launch_command=replicas[0].server.launch_command,
-            sglang_version=spec.environment.sglang_release,
-            flags_digest=flags_digest(render_flags(spec)),
-            workload=spec.benchmark,
-            state_dir=fleet.router.state_dir,
-            update_id=self._update_id,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[r.worker for r in replicas]),
+            pulumi.ResourceOptions(parent=self, depends_on=[r.worker for r in replicas]),
         )
-        self.router_url = router.url
-        self.tok_s = through_router.tok_s
-        self.benchmark_levels = through_router.levels
-        self.launch_flags = pulumi.Output.from_input(dict(render_flags(spec)))
-        self.replicas = pulumi.Output.all(
-            *[pulumi.Output.all(r.index, r.url, r.server.launch_command, r.benchmark.tok_s) for r in replicas]
-        ).apply(lambda rows: [{"host": i, "url": u, "launch_command": c, "tok_s": t} for i, u, c, t in rows])
-        self.canary = gate.verdict if gate else pulumi.Output.from_input(None)  # type: ignore[arg-type]
-        self.register_outputs(
-            {
-                "router_url": self.router_url,
-                "tok_s": self.tok_s,
-                "benchmark_levels": self.benchmark_levels,
-                "replicas": self.replicas,
-                "canary": self.canary,
-                "launch_flags": self.launch_flags,
-            }
+        levels = through_router.output(lambda o: o.levels)
+        self.outputs = FleetExports(
+            tok_s=levels.apply(lambda found: found[0].tok_s_mean),
+            router_url=router_url,
+            benchmark_levels=levels,
+            replicas=pulumi.Output.all(*[replica.outputs() for replica in replicas]),
+            canary=gate.output(lambda o: o.verdict) if gate else None,
+            launch_flags=flags,
         )
+        register(self, self.outputs)
 
     def _roll(self, router: SGLangRouter) -> list[Replica]:
         """Every host's replica, batch after batch: each batch's servers wait until the previous
@@ -194,20 +196,23 @@ class Fleet(pulumi.ComponentResource):
             self, args.spec, index, lambda node: self._plan(node, after, environment_before)
         )
         server, environment = parts.server, parts.environment
+        instance = server.output(lambda o: o.instance)
         benchmark = Benchmark(
             f"{name}-benchmark",
-            connection=connection,
-            stack=args.stack,
-            python=environment.python,
-            url=server.url,
-            server_instance=server.instance,
-            launch_command=server.launch_command,
-            sglang_version=environment.sglang_version,
-            flags_digest=flags_digest(parts.launch_flags),
-            workload=spec.benchmark,
-            state_dir=spec.host.state_dir,
-            update_id=self._update_id,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[server]),
+            BenchmarkArgs(
+                connection=connection,
+                stack=args.stack,
+                python=environment.output(lambda o: o.python),
+                url=server.output(lambda o: o.url),
+                server_instance=instance,
+                launch_command=server.output(lambda o: o.launch_command),
+                sglang_version=environment.output(lambda o: o.sglang_version),
+                flags_digest=flags_digest(parts.launch_flags),
+                workload=spec.benchmark,
+                state_dir=spec.host.state_dir,
+                update_id=self._update_id,
+            ),
+            pulumi.ResourceOptions(parent=self, depends_on=[server]),
         )
         url = f"http://{entry.worker_address}:{parts.port}"
         fleet = args.spec.fleet
@@ -216,17 +221,19 @@ class Fleet(pulumi.ComponentResource):
         if index == 0 and fleet.rollout.canary and len(batches) > 1:
             # Judged before it joins the router: a regressed canary never serves.
             reference = fleet.hosts[fleet.replica_hosts(batches[1][0])[0]]
-            self._gate = self._canary(url, server.instance, benchmark, reference, router)
+            self._gate = self._canary(url, instance, benchmark, reference, router)
             waits.append(self._gate)
         worker = RouterWorker(
             f"{name}-worker",
-            connection=host_connection(None),
-            router_url=router.url,
-            worker_url=url,
-            server_instance=server.instance,
-            config_digest=self._config_digest,
-            drain_timeout_s=fleet.router.drain_timeout_s,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
+            WorkerArgs(
+                connection=host_connection(None),
+                router_url=router.output(lambda o: o.url),
+                worker_url=url,
+                server_instance=instance,
+                config_digest=self._config_digest,
+                drain_timeout_s=fleet.router.drain_timeout_s,
+            ),
+            pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
         return Replica(index, server, benchmark, worker, url), environment
 
@@ -265,17 +272,19 @@ class Fleet(pulumi.ComponentResource):
         port = reference.server_port or spec.server.port or DEFAULT_PORT
         return CanaryGate(
             f"{self._name}-canary",
-            connection=host_connection(None),
-            stack=self._args.stack,
-            python=sys.executable,
-            canary_url=url,
-            canary_instance=instance,
-            reference_url=f"http://{reference.worker_address}:{port}",
-            workload=spec.benchmark,
-            rollout=spec.fleet.rollout,
-            state_dir=spec.fleet.router.state_dir,
-            router_url=router.url,
-            config_digest=self._config_digest,
-            drain_timeout_s=spec.fleet.router.drain_timeout_s,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[benchmark]),
+            CanaryArgs(
+                connection=host_connection(None),
+                stack=self._args.stack,
+                python=sys.executable,
+                canary_url=url,
+                canary_instance=instance,
+                reference_url=f"http://{reference.worker_address}:{port}",
+                workload=spec.benchmark,
+                rollout=spec.fleet.rollout,
+                state_dir=spec.fleet.router.state_dir,
+                router_url=router.output(lambda o: o.url),
+                config_digest=self._config_digest,
+                drain_timeout_s=spec.fleet.router.drain_timeout_s,
+            ),
+            pulumi.ResourceOptions(parent=self, depends_on=[benchmark]),
         )

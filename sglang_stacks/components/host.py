@@ -4,28 +4,20 @@ facts), and which stack owns its GPUs (the claim, handed over between stacks).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Annotated
 
 import pulumi
-import pulumi.dynamic as dynamic
 
-from sglang_stacks.components._provider import (
-    LABEL,
-    UPDATES,
-    ConnectionInput,
-    HostInputs,
-    Props,
-    TypedProvider,
-    keep_connection_secret,
-    resource_props,
-)
+from sglang_stacks.components._provider import LABEL, UPDATES, HostInputs, Props, TypedProvider
+from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.errors import HostError, ServerError
 from sglang_stacks.hostops import claim, probe
+from sglang_stacks.hostops.facts import FACT_KEYS, DeclaredFacts, FoundFacts
 from sglang_stacks.hostops.process import stop_recorded
 
 __all__ = [
     "FACT_KEYS",
+    "ClaimArgs",
     "ClaimInputs",
     "ClaimOutputs",
     "ClaimProvider",
@@ -33,37 +25,12 @@ __all__ = [
     "FoundFacts",
     "GpuClaim",
     "HostProbe",
+    "ProbeArgs",
     "ProbeInputs",
     "ProbeOutputs",
     "ProbeProvider",
     "check_installed_release",
 ]
-
-
-class DeclaredFacts(Props):
-    """The facts a stack declares about its host; all are stable across probes."""
-
-    gpu_model: str
-    """The GPU's name as nvidia-smi prints it (``NVIDIA H200``)."""
-    gpu_count: int
-    """How many GPUs the host has."""
-    memory_per_gpu_mib: int
-    """Total memory of each GPU."""
-    compute_capability: str
-    """CUDA compute capability, ``"9.0"`` for SM90."""
-    interconnect: str
-    """``pcie``, ``nvlink`` or ``single``."""
-
-
-FACT_KEYS = tuple(DeclaredFacts.model_fields)
-"""The facts a stack declares and the probe checks."""
-
-
-class FoundFacts(DeclaredFacts):
-    """The facts the probe found: the declared ones and the driver version."""
-
-    driver_version: str
-    """The NVIDIA driver version."""
 
 
 class ProbeInputs(HostInputs):
@@ -90,7 +57,7 @@ def check_host(inputs: ProbeInputs) -> ProbeOutputs:
     if problems:
         listed = "\n".join(f"  - {problem}" for problem in problems)
         raise HostError(f"{conn.label} is not the host this stack declares; nothing was launched:\n{listed}")
-    return ProbeOutputs(facts=FoundFacts.model_validate(found.summary()))
+    return ProbeOutputs(facts=FoundFacts.of(found))
 
 
 class ProbeProvider(TypedProvider[ProbeInputs, ProbeOutputs]):
@@ -114,26 +81,18 @@ class ProbeProvider(TypedProvider[ProbeInputs, ProbeOutputs]):
         return check_host(inputs)
 
 
-class HostProbe(dynamic.Resource, module="sglang", name="HostProbe"):
-    """The host's GPUs as nvidia-smi reports them, checked against the declared facts."""
+ProbeArgs = args_for(ProbeInputs)
+"""`HostProbe`'s arguments: the fields of `ProbeInputs`, each a value or an Output of one."""
 
-    facts: pulumi.Output[dict[str, str | int]]
-    """GPU model, count, memory per GPU (MiB), compute capability, interconnect, driver."""
+
+class HostProbe(TypedResource[ProbeInputs, ProbeOutputs], module="sglang", name="HostProbe"):
+    """The host's GPUs as nvidia-smi reports them, checked against the declared facts; its output is
+    `ProbeOutputs`."""
 
     def __init__(
-        self,
-        name: str,
-        *,
-        connection: ConnectionInput,
-        declared: Mapping[str, str | int],
-        nvidia_smi: pulumi.Input[Sequence[str]],
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: Args[ProbeInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        """``declared`` holds the `FACT_KEYS` of the stack's host section."""
-        inputs = {"connection": connection, "declared": dict(declared), "nvidia_smi": nvidia_smi}
-        super().__init__(
-            ProbeProvider(), name, resource_props(inputs, ProbeOutputs), keep_connection_secret(opts)
-        )
+        super().__init__(ProbeProvider(), name, args, opts)
 
 
 class ClaimInputs(HostInputs):
@@ -225,43 +184,15 @@ def check_installed_release(label: str, release: str, installed: str) -> None:
         )
 
 
-class GpuClaim(dynamic.Resource, module="sglang", name="GpuClaim"):
-    """This stack's exclusive claim of the host's GPUs, recorded on the host."""
+ClaimArgs = args_for(ClaimInputs)
+"""`GpuClaim`'s arguments: the fields of `ClaimInputs`, each a value or an Output of one."""
 
-    owner: pulumi.Output[str]
-    """The stack that owns the GPUs as last seen: this stack after an update; another stack after
-    a refresh that found the host handed over."""
-    taken_from: pulumi.Output[str]
-    """The stack whose server was stopped when this stack took the host, if any."""
-    taken_in_update: pulumi.Output[str]
-    """The update that took the host from ``taken_from``."""
+
+class GpuClaim(TypedResource[ClaimInputs, ClaimOutputs], module="sglang", name="GpuClaim"):
+    """This stack's exclusive claim of the host's GPUs, recorded on the host; its outputs are
+    `ClaimOutputs`."""
 
     def __init__(
-        self,
-        name: str,
-        *,
-        connection: ConnectionInput,
-        stack: str,
-        update_id: str,
-        nvidia_smi: pulumi.Input[Sequence[str]],
-        state_dir: str,
-        takeover: bool = True,
-        stop_timeout_s: float = 120.0,
-        release: str = "",
-        installed_version: pulumi.Input[str] = "",
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: Args[ClaimInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        inputs = {
-            "connection": connection,
-            "stack": stack,
-            "update_id": update_id,
-            "nvidia_smi": nvidia_smi,
-            "state_dir": state_dir,
-            "takeover": takeover,
-            "stop_timeout_s": stop_timeout_s,
-            "release": release,
-            "installed_version": installed_version,
-        }
-        super().__init__(
-            ClaimProvider(), name, resource_props(inputs, ClaimOutputs), keep_connection_secret(opts)
-        )
+        super().__init__(ClaimProvider(), name, args, opts)

@@ -17,18 +17,10 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import pulumi
-import pulumi.dynamic as dynamic
 
 from sglang_stacks.components._host_parts import HostParts, HostPlan, NodeRole, build_host_parts
-from sglang_stacks.components._provider import (
-    REPLACES,
-    ConnectionInput,
-    HostInputs,
-    Props,
-    TypedProvider,
-    keep_connection_secret,
-    resource_props,
-)
+from sglang_stacks.components._provider import REPLACES, HostInputs, Props, TypedProvider
+from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.config.multinode import node_place
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.hostops.init_address import check_init_address
@@ -66,28 +58,19 @@ class InitAddressProvider(TypedProvider[InitAddressInputs, InitAddressOutputs]):
         )
 
 
-class InitAddressCheck(dynamic.Resource, module="sglang", name="InitAddressCheck"):
+InitAddressArgs = args_for(InitAddressInputs)
+"""`InitAddressCheck`'s arguments: the fields of `InitAddressInputs`, each a value or an Output of one."""
+
+
+class InitAddressCheck(
+    TypedResource[InitAddressInputs, InitAddressOutputs], module="sglang", name="InitAddressCheck"
+):
     """The init address of a multi-node server, checked from one of its hosts at deploy time."""
 
-    verdict: pulumi.Output[str]
-    """What the host found."""
-
     def __init__(
-        self,
-        name: str,
-        *,
-        connection: ConnectionInput,
-        address: str,
-        node_rank: int,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: Args[InitAddressInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        inputs = {"connection": connection, "address": address, "node_rank": node_rank}
-        super().__init__(
-            InitAddressProvider(),
-            name,
-            resource_props(inputs, InitAddressOutputs),
-            keep_connection_secret(opts),
-        )
+        super().__init__(InitAddressProvider(), name, args, opts)
 
 
 def build_replica_parts(
@@ -113,16 +96,18 @@ def build_replica_parts(
         plan = plans[host]
         check = InitAddressCheck(
             f"{plan.name}-init-address",
-            connection=plan.connection,
-            address=place.dist_init_addr,
-            node_rank=place.node_rank,
-            opts=pulumi.ResourceOptions(parent=parent),
+            InitAddressArgs(
+                connection=plan.connection, address=place.dist_init_addr, node_rank=place.node_rank
+            ),
+            pulumi.ResourceOptions(parent=parent),
         )
         others = [members[other] for other in hosts if other != host]
         role = NodeRole(
             ready_line=STARTED_LINE if place.node_rank else "",
             group=others,
-            group_instances=[parts.server.instance for parts in launched] if not place.node_rank else [],
+            group_instances=[parts.server.output(lambda o: o.instance) for parts in launched]
+            if not place.node_rank
+            else [],
         )
         before = [parts.server for parts in launched]
         plan = dataclasses.replace(

@@ -11,22 +11,13 @@ stops and comes back only once its successor is ready.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 import pulumi
-import pulumi.dynamic as dynamic
 
 from sglang_stacks.components import _router_api
-from sglang_stacks.components._provider import (
-    LABEL,
-    REPLACES,
-    HostInputs,
-    Props,
-    TypedProvider,
-    keep_connection_secret,
-    resource_props,
-)
+from sglang_stacks.components._provider import LABEL, REPLACES, HostInputs, Props, TypedProvider
+from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.errors import RouterError
 from sglang_stacks.hostops import programs
 from sglang_stacks.hostops.transport import HostPath
@@ -137,42 +128,18 @@ class RouterProvider(TypedProvider[RouterInputs, RouterOutputs]):
         stop_router(inputs, outputs.pid, outputs.start_ticks)
 
 
-class SGLangRouter(dynamic.Resource, module="sglang", name="Router"):
-    """SGLang's router process (sglang-router), live when created, with no workers yet."""
+RouterArgs = args_for(RouterInputs)
+"""`SGLangRouter`'s arguments: the fields of `RouterInputs`, each a value or an Output of one."""
 
-    url: pulumi.Output[str]
-    """The router's base URL: where clients send requests."""
-    pid: pulumi.Output[int]
+
+class SGLangRouter(TypedResource[RouterInputs, RouterOutputs], module="sglang", name="Router"):
+    """SGLang's router process (sglang-router), live when created, with no workers yet; its outputs
+    are `RouterOutputs`."""
 
     def __init__(
-        self,
-        name: str,
-        *,
-        connection: pulumi.Input[Mapping[str, Any]],
-        python: str,
-        release: str,
-        host: str,
-        port: int,
-        metrics_port: int,
-        policy: str,
-        health_check_interval_s: int,
-        log_path: str,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: Args[RouterInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        inputs = {
-            "connection": connection,
-            "python": python,
-            "release": release,
-            "host": host,
-            "port": port,
-            "metrics_port": metrics_port,
-            "policy": policy,
-            "health_check_interval_s": health_check_interval_s,
-            "log_path": log_path,
-        }
-        super().__init__(
-            RouterProvider(), name, resource_props(inputs, RouterOutputs), keep_connection_secret(opts)
-        )
+        super().__init__(RouterProvider(), name, args, opts)
 
 
 # -- one replica in the router ------------------------------------------------------------------
@@ -281,32 +248,15 @@ class RouterWorkerProvider(TypedProvider[WorkerInputs, WorkerOutputs]):
         drain_worker(inputs, outputs.worker_id)
 
 
-class RouterWorker(dynamic.Resource, module="sglang", name="RouterWorker"):
-    """One replica registered with SGLang's router; deleting it drains the replica."""
+WorkerArgs = args_for(WorkerInputs)
+"""`RouterWorker`'s arguments: the fields of `WorkerInputs`, each a value or an Output of one."""
 
-    worker_id: pulumi.Output[str]
-    """The router's id of the worker."""
+
+class RouterWorker(TypedResource[WorkerInputs, WorkerOutputs], module="sglang", name="RouterWorker"):
+    """One replica registered with SGLang's router; deleting it drains the replica. Its output is
+    `WorkerOutputs`."""
 
     def __init__(
-        self,
-        name: str,
-        *,
-        connection: pulumi.Input[Mapping[str, Any]],
-        router_url: pulumi.Input[str],
-        worker_url: str,
-        server_instance: pulumi.Input[str],
-        config_digest: str,
-        drain_timeout_s: float,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: Args[WorkerInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        inputs = {
-            "connection": connection,
-            "router_url": router_url,
-            "worker_url": worker_url,
-            "server_instance": server_instance,
-            "config_digest": config_digest,
-            "drain_timeout_s": drain_timeout_s,
-        }
-        super().__init__(
-            RouterWorkerProvider(), name, resource_props(inputs, WorkerOutputs), keep_connection_secret(opts)
-        )
+        super().__init__(RouterWorkerProvider(), name, args, opts)

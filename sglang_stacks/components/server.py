@@ -1,19 +1,19 @@
 """SGLangServer: the SGLang server process on the GPU host, as a Pulumi resource.
 
-The launch flags are an input map (canonical flag name -> value), so `pulumi preview --diff`
-shows a change flag by flag. A change of flags, environment, Python environment or draft model
-replaces the server, stopping the old process before the new one starts: two never share the
+The launch flags are one typed value (`config.flags.LaunchFlags`), recorded as a map (canonical
+flag name -> value), so `pulumi preview --diff` shows a change flag by flag; they become an argv
+here, once, when the server is launched. A change of flags, environment, Python environment or draft
+model replaces the server, stopping the old process before the new one starts: two never share the
 GPUs. The process work itself is `hostops.process`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import pulumi
-import pulumi.dynamic as dynamic
 from pydantic import Field
 
 from sglang_stacks.components._group import GroupMember, member_runs
@@ -21,14 +21,14 @@ from sglang_stacks.components._provider import (
     LABEL,
     REPLACES,
     REPLACES_IF_KNOWN,
+    SECRET,
     HostInputs,
     Props,
     TypedProvider,
-    keep_connection_secret,
-    resource_props,
 )
+from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.components.host import check_installed_release
-from sglang_stacks.config.values import FlagValue
+from sglang_stacks.config.flags import LaunchFlags
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import claim, process, serving
 from sglang_stacks.hostops.connection import Connection
@@ -47,15 +47,15 @@ class ServerInputs(HostInputs):
     """What the environment runs, ``sglang`` or ``emulator``: the declared half of ``python``."""
     extra_pins: Annotated[list[str], REPLACES] = Field(default_factory=list)
     """Packages pinned beside SGLang: another set means another environment, so another server."""
-    flags: Annotated[dict[str, FlagValue], REPLACES]
-    """Launch flags by canonical name (`config.render.launch_values`), rendered for ``release``."""
+    flags: Annotated[LaunchFlags, REPLACES]
+    """The launch flags, rendered for ``release`` at launch."""
     release: Annotated[str, REPLACES]
     """The SGLang release the flags are rendered for."""
     installed_version: Annotated[str, REPLACES_IF_KNOWN]
     """The release the environment installed; a launch refuses a mismatch."""
     env: Annotated[dict[str, str], REPLACES]
     """Environment variables on the command line (NCCL settings, the emulator's profile)."""
-    secret_env: Annotated[dict[str, str] | None, REPLACES] = None
+    secret_env: Annotated[dict[str, str] | None, REPLACES, SECRET] = None
     """Variables the server inherits without any command line showing them (a hub token)."""
     port: Annotated[int, REPLACES]
     """The server's HTTP port on the host."""
@@ -78,7 +78,7 @@ class ServerInputs(HostInputs):
     ready_line: Annotated[str, LABEL] = ""
     """A node of a multi-node server other than rank 0 serves no HTTP: it counts as started once its
     log shows this line; rank 0's health check then says the whole group joined."""
-    group: Annotated[list[GroupMember], LABEL] = Field(default_factory=list)
+    group: Annotated[list[GroupMember], LABEL, SECRET] = Field(default_factory=list)
     """The other nodes of a multi-node server: a refresh that finds any of them gone finds this
     node gone too, since SGLang's group only runs whole; the next up relaunches all of them."""
     group_instances: Annotated[list[str], REPLACES] = Field(default_factory=list)
@@ -87,12 +87,10 @@ class ServerInputs(HostInputs):
 
     def command(self) -> str:
         """The exact command line the server runs: variables, Python, launcher, argv."""
-        # The renderer builds the flag tables' models: imported only where a command is made.
-        from sglang_stacks.config.render import flags_from_values, render_command
+        # The renderer reads the release's flag table: imported only where a command is made.
+        from sglang_stacks.config.render import render_command
 
-        return render_command(
-            flags_from_values(self.flags), self.release, self.python, self.env, self.launcher_module
-        )
+        return render_command(self.flags, self.release, self.python, self.env, self.launcher_module)
 
 
 class ServerOutputs(Props):
@@ -162,13 +160,13 @@ def _start(inputs: ServerInputs) -> ServerOutputs:
     serving.record(
         conn,
         inputs.state_dir,
-        {
-            "stack": inputs.stack,
-            "pid": running.pid,
-            "release": inputs.release,
-            "flags": inputs.flags,
-            "launch_command": launch.command,
-        },
+        serving.ServingNote(
+            stack=inputs.stack,
+            pid=running.pid,
+            release=inputs.release,
+            flags=inputs.flags,
+            launch_command=launch.command,
+        ),
     )
     return ServerOutputs(
         pid=running.pid,
@@ -195,15 +193,9 @@ def upgrade_flags(props: Mapping[str, Any]) -> dict[str, Any]:
     flags = props.get("flags")
     if not isinstance(flags, Mapping) or not any(str(key).startswith("-") for key in flags):
         return dict(props)
-    from sglang_stacks.config.render import values_from_argv  # old state only
+    from sglang_stacks.config.render import values_from_options  # old state only
 
-    argv: list[str] = []
-    for option, value in flags.items():
-        argv.append(str(option))
-        if value is True:
-            continue
-        argv.extend(str(v) for v in value) if isinstance(value, list) else argv.append(str(value))
-    return {**props, "flags": values_from_argv(argv, str(props["release"]))}
+    return {**props, "flags": values_from_options(flags, str(props["release"]))}
 
 
 class ServerProvider(TypedProvider[ServerInputs, ServerOutputs]):
@@ -245,79 +237,15 @@ class ServerProvider(TypedProvider[ServerInputs, ServerOutputs]):
         process.stop(conn, outputs.pid, outputs.start_ticks, inputs.nvidia_smi, inputs.stop_timeout_s)
 
 
-class SGLangServer(dynamic.Resource, module="sglang", name="Server"):
-    """An SGLang server process on the GPU host, ready to serve when created."""
+ServerArgs = args_for(ServerInputs)
+"""`SGLangServer`'s arguments: the fields of `ServerInputs`, each a value or an Output of one."""
 
-    pid: pulumi.Output[int]
-    """The server's process id on the host."""
-    instance: pulumi.Output[str]
-    """A new value for every launch: what the benchmark keys its results on."""
-    log_path: pulumi.Output[str]
-    """The server's log file on the host."""
-    launch_command: pulumi.Output[str]
-    """The exact command line the server was started with."""
-    url: pulumi.Output[str]
-    """The server's base URL as seen from the host."""
+
+class SGLangServer(TypedResource[ServerInputs, ServerOutputs], module="sglang", name="Server"):
+    """An SGLang server process on the GPU host, ready to serve when created; its outputs are
+    `ServerOutputs` (``server.output(lambda o: o.url)``)."""
 
     def __init__(
-        self,
-        name: str,
-        *,
-        connection: pulumi.Input[Mapping[str, Any]],
-        stack: str,
-        python: pulumi.Input[str],
-        launcher_module: pulumi.Input[str],
-        runtime: str,
-        extra_pins: Sequence[str] = (),
-        flags: Mapping[str, FlagValue],
-        release: str,
-        installed_version: pulumi.Input[str],
-        env: Mapping[str, str],
-        secret_env: pulumi.Input[Mapping[str, str]] | None,
-        port: int,
-        nvidia_smi: pulumi.Input[Sequence[str]],
-        state_dir: str,
-        update_id: str,
-        draft_digest: pulumi.Input[str] | None = None,
-        log_dir: str,
-        ready_timeout_s: float = 1800.0,
-        stop_timeout_s: float = 120.0,
-        taken_from: pulumi.Input[str] = "",
-        taken_in_update: pulumi.Input[str] = "",
-        ready_line: str = "",
-        group: pulumi.Input[Sequence[pulumi.Input[Mapping[str, Any]]]] = (),
-        group_instances: pulumi.Input[Sequence[pulumi.Input[str]]] = (),
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: Args[ServerInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        inputs = {
-            "connection": connection,
-            "stack": stack,
-            "python": python,
-            "launcher_module": launcher_module,
-            "runtime": runtime,
-            "extra_pins": list(extra_pins),
-            "flags": dict(flags),
-            "release": release,
-            "installed_version": installed_version,
-            "env": dict(env),
-            "secret_env": secret_env,
-            "port": port,
-            "nvidia_smi": nvidia_smi,
-            "draft_digest": draft_digest or "",
-            "state_dir": state_dir,
-            "update_id": update_id,
-            "log_dir": log_dir,
-            "ready_timeout_s": ready_timeout_s,
-            "stop_timeout_s": stop_timeout_s,
-            "taken_from": taken_from,
-            "taken_in_update": taken_in_update,
-            "ready_line": ready_line,
-            "group": group,
-            "group_instances": group_instances,
-        }
-        super().__init__(
-            ServerProvider(),
-            name,
-            resource_props(inputs, ServerOutputs),
-            keep_connection_secret(opts, "secret_env", "group"),
-        )
+        super().__init__(ServerProvider(), name, args, opts)

@@ -7,15 +7,34 @@ releases spell a flag differently (``tensor_parallel_size`` until 0.5.13, ``tp_s
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_validator,
+)
 
 from sglang_flags.renames import spellings
 from sglang_stacks.config.docstrings import describe_fields
-from sglang_stacks.config.values import FlagValue
 
-__all__ = ["ExtraFlagValue", "FlagValue", "ServerFlags", "field_name"]
+__all__ = [
+    "ExtraFlagValue",
+    "FlagValue",
+    "LaunchFlags",
+    "ServerFlags",
+    "field_name",
+    "flags_from_values",
+    "launch_values",
+]
+
+FlagValue = str | int | float | bool | list[str | int | float]
+"""A flag's value: a switch (bool), a scalar, or a list for nargs flags."""
 
 SpeculativeAlgorithm = Literal["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
 """The algorithms 0.5.8 accepts; later releases accept these too (their parser takes any string)."""
@@ -68,8 +87,17 @@ AttentionBackend = Literal[
 ]
 """Every attention backend of the shipped releases; each release accepts its own subset."""
 
-ExtraFlagValue = FlagValue
-"""A value for a flag without a typed field."""
+
+def _whole_numbers_as_int(value: FlagValue) -> FlagValue:
+    # Pulumi carries every number as a float: 8192 comes back as 8192.0. A whole number is the int
+    # it was, so it renders, records and shows the same on both sides of the engine.
+    if isinstance(value, list):
+        return [int(v) if isinstance(v, float) and v.is_integer() else v for v in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+ExtraFlagValue = Annotated[FlagValue, AfterValidator(_whole_numbers_as_int)]
+"""A value for a flag without a typed field; a whole number is an int."""
 
 # Actions that take no value on the command line: the option alone sets them.
 _SWITCH_ACTIONS = frozenset(
@@ -189,3 +217,47 @@ def field_name(key: str) -> str:
     """The typed field a key means: ``--tensor-parallel-size`` and ``tp_size`` both mean ``tp_size``."""
     name = key.removeprefix("--").replace("-", "_")
     return next((s for s in spellings(name) if s in ServerFlags.model_fields), name)
+
+
+def _typed_names() -> frozenset[str]:
+    return frozenset(ServerFlags.model_fields) - {"extra_flags"}
+
+
+def launch_values(flags: ServerFlags) -> dict[str, FlagValue]:
+    """The flags as the stack's state, its outputs and the host's notes record them: canonical
+    name -> value, typed fields in declaration order, then the other flags by name. Unset fields and
+    switches that are off are left out, as they render to nothing."""
+    values: dict[str, FlagValue] = {}
+    for name, value in flags.typed_values().items():
+        if value is not False:
+            values[name] = value  # type: ignore[assignment]
+    for key, value in sorted(flags.extra_flags.items()):
+        values[key] = value
+    return values
+
+
+def _fields_of(values: Mapping[str, object]) -> dict[str, object]:
+    typed = _typed_names()
+    return {
+        **{key: value for key, value in values.items() if key in typed},
+        "extra_flags": {key: value for key, value in values.items() if key not in typed},
+    }
+
+
+def flags_from_values(values: Mapping[str, object]) -> ServerFlags:
+    """Typed flags from a recorded `launch_values` map: typed names to their fields, the rest to
+    ``extra_flags``."""
+    return ServerFlags.model_validate(_fields_of(values))
+
+
+def _from_launch_values(value: object) -> object:
+    if isinstance(value, Mapping) and "extra_flags" not in value:
+        return _fields_of(value)
+    return value
+
+
+LaunchFlags = Annotated[ServerFlags, BeforeValidator(_from_launch_values), PlainSerializer(launch_values)]
+"""The launch flags of one server, as they travel from the stack file to the host: the typed
+`ServerFlags` (the model path filled, other flags keyed by their canonical name), recorded in the
+state, the outputs and the host's serving note as its `launch_values` map. They become an argv
+once, where the server is launched (`config.render.render_command`)."""

@@ -1,8 +1,10 @@
-"""The one place launch flags become a release's argv, and the launch values the state keeps.
+"""The one place launch flags become a release's argv, and how a person reads them.
 
-``launch_values`` turns typed flags into the map a server records (canonical name -> value, the
-same for every release); ``render_argv`` turns typed flags into the argv a release accepts, with
-that release's spellings; ``flags_from_values`` rebuilds typed flags from a recorded map.
+``canonical_flags`` names every flag of a stack the way the release's table does, so the same
+configuration is the same value whatever spelling the stack file used; ``render_argv`` turns typed
+flags into the argv a release accepts, with that release's spellings (the server's launch calls it,
+once); ``shown_flags`` is how a preview, ``compare`` and ``render`` show the flags: each by the
+option the release spells, with its typed value.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from sglang_flags import Flag, FlagTable, build_parser, load_table, nearest_releases
 from sglang_flags.renames import flag_for
-from sglang_stacks.config.flags import _SWITCH_ACTIONS, FlagValue, ServerFlags, field_name
+from sglang_stacks.config.flags import _SWITCH_ACTIONS, FlagValue, ServerFlags, field_name, launch_values
 from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import FlagError
 
@@ -209,45 +211,73 @@ def render_command(
     return " ".join([*assignments, shlex.join(words)])
 
 
-def launch_values(flags: ServerFlags, release: str) -> dict[str, FlagValue]:
-    """The flags as the state records them: canonical name -> value, in render order.
-
-    A typed field keeps its name (``cuda_graph_max_bs`` on every release); any other flag is named
-    by its dest in ``release``. Unset fields and typed switches that are off are left out, as
-    they render to nothing. Raises FlagError like `render_argv` for a flag the release lacks.
-    """
-    render_argv(flags, release)  # the same checks, the same errors
-    values: dict[str, FlagValue] = {}
-    for name, value in flags.typed_values().items():
-        if value is not False:
-            values[name] = value  # type: ignore[assignment]
-    for key, value in sorted(flags.extra_flags.items()):
-        values[_resolve(key, release).dest] = value
-    return values
+def canonical_flags(flags: ServerFlags, release: str) -> ServerFlags:
+    """``flags`` with every flag without a typed field named by its dest in ``release``
+    (``--schedule-policy`` is ``schedule_policy``): the value the state, the outputs and the host
+    record. Raises FlagError naming the nearest real names for a flag the release lacks."""
+    extras = {resolve_flag(key, release).dest: value for key, value in flags.extra_flags.items()}
+    if extras == flags.extra_flags:
+        return flags
+    return flags.model_copy(update={"extra_flags": extras})
 
 
-def flags_from_values(values: Mapping[str, FlagValue]) -> ServerFlags:
-    """Typed flags from a recorded `launch_values` map: typed names to fields, the rest extra."""
-    typed = set(ServerFlags.model_fields) - {"extra_flags"}
-    return ServerFlags.model_validate(
-        {
-            **{key: value for key, value in values.items() if key in typed},
-            "extra_flags": {key: value for key, value in values.items() if key not in typed},
-        }
-    )
+def show_value(value: FlagValue) -> str:
+    """A flag's value as a person reads it: ``(set)`` for a switch, list items space-separated."""
+    if value is True:
+        return "(set)"
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def shown_flags(flags: ServerFlags, release: str) -> dict[str, FlagValue]:
+    """The flags as a person reads them: the option ``release`` spells for each (the flag's own
+    name where the release has none), with its typed value, in render order."""
+    shown: dict[str, FlagValue] = {}
+    for name, value in launch_values(flags).items():
+        try:
+            option = _resolve(name, release).long_name
+        except _Unrenderable:
+            option = "--" + name.replace("_", "-")
+        shown[option] = value
+    return shown
+
+
+def _table_of(release: str) -> FlagTable | None:
+    """The table of ``release``; a build without its own (``0.5.8+cu128``) reads its x.y.z's."""
+    for name in (release, release.split("+", 1)[0]):
+        try:
+            return load_table(name)
+        except KeyError:
+            continue
+    return None
+
+
+def _option_flag(table: FlagTable, option: str) -> Flag | None:
+    """The flag ``option`` means: its exact spelling, or an abbreviation of one, as argparse allows."""
+    flag = table.by_option(option)
+    if flag is None:
+        matches = {f for f in table.flags for o in f.flags if o.startswith(option)}
+        flag = matches.pop() if len(matches) == 1 else None
+    return flag
 
 
 def values_from_argv(argv: Sequence[str], release: str) -> dict[str, FlagValue]:
-    """The `launch_values` map of an argv that ``release`` accepts (for launch flags recorded as
-    argv by earlier versions of the tool). Only the options present in ``argv`` are kept."""
-    namespace = vars(build_parser(release).parse_args(list(argv)))
-    table = _table(release)
+    """The `launch_values` map of the options in an argv (after the program's words), for launch
+    flags that earlier versions of the tool recorded as rendered options or as the command line.
+    With the release's table the values are typed as the release parses them; without one, each
+    option keeps its words (a switch is ``True``)."""
+    table = _table_of(release)
+    if table is None:
+        return _loose_values(argv)
+    try:
+        namespace = vars(build_parser(table.release).parse_known_args(list(argv))[0])
+    except SystemExit:
+        return _loose_values(argv)
     typed = set(ServerFlags.model_fields) - {"extra_flags"}
     values: dict[str, FlagValue] = {}
     for word in argv:
         if not word.startswith("--"):
             continue
-        flag = table.by_option(word.split("=", 1)[0])
+        flag = _option_flag(table, word.split("=", 1)[0])
         if flag is None:
             continue
         value = namespace[flag.dest]
@@ -257,3 +287,33 @@ def values_from_argv(argv: Sequence[str], release: str) -> dict[str, FlagValue]:
             continue
         values[key] = list(value) if isinstance(value, tuple) else value
     return values
+
+
+def _loose_values(argv: Sequence[str]) -> dict[str, FlagValue]:
+    """Options and their words, read without a flag table: a word that is no option is the
+    previous option's value."""
+    values: dict[str, FlagValue] = {}
+    option: str | None = None
+    for word in argv:
+        if word.startswith("--"):
+            option, _, inline = word.partition("=")
+            values[field_name(option)] = inline if "=" in word else True
+        elif option is not None:
+            current = values[field_name(option)]
+            values[field_name(option)] = word if current is True else f"{current} {word}"
+    return values
+
+
+def values_from_options(options: Mapping[str, object], release: str) -> dict[str, FlagValue]:
+    """The `launch_values` map of flags recorded as rendered options (``--flag`` -> its words,
+    ``True`` for a switch), as earlier versions of the tool recorded them in the state, the outputs
+    and the host's notes."""
+    argv: list[str] = []
+    for option, value in options.items():
+        if value is False:
+            continue
+        argv.append(str(option))
+        if value is True:
+            continue
+        argv.extend(str(v) for v in value) if isinstance(value, list) else argv.append(str(value))
+    return values_from_argv(argv, release)

@@ -5,28 +5,63 @@ preview of any stack can say, flag by flag, how it differs from the server runni
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from sglang_stacks.config.flags import LaunchFlags, ServerFlags
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs import run_bash
 from sglang_stacks.hostops.transport import HostPath
 
+__all__ = ["NOTE", "ServingNote", "describe", "flag_changes", "forget", "read", "record"]
+
 NOTE = "serving.json"
+
+
+class ServingNote(BaseModel):
+    """The server a host serves: its stack, process, release and launch flags, typed as launched."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    stack: str
+    """The stack whose server it is."""
+    pid: int
+    """The server's process id on the host."""
+    release: str
+    """The SGLang release its flags were rendered for."""
+    flags: LaunchFlags
+    """Its launch flags."""
+    launch_command: str = ""
+    """The exact command line it was started with."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, note: Any) -> Any:
+        # Notes of earlier versions: flags as rendered options (--flag -> words), no release.
+        if not isinstance(note, dict):
+            return note
+        flags = note.get("flags")
+        release = str(note.get("release") or "")
+        if isinstance(flags, dict) and any(str(key).startswith("-") for key in flags) and release:
+            from sglang_stacks.config.render import values_from_options  # old notes only
+
+            note = {**note, "flags": values_from_options(flags, release)}
+        return note
 
 
 def _note(state_dir: str) -> HostPath:
     return HostPath(f"{state_dir.rstrip('/')}/{NOTE}")
 
 
-def record(conn: Connection, state_dir: str, note: Mapping[str, Any]) -> None:
+def record(conn: Connection, state_dir: str, note: ServingNote) -> None:
     """Writes the note of the server that just became ready (replacing any earlier one)."""
     run_bash(
         conn,
         "serving_note.sh",
         {"op": "record", "note": _note(state_dir)},
         timeout_s=30,
-        stdin=json.dumps(dict(note), sort_keys=True).encode(),
+        stdin=json.dumps(note.model_dump(mode="json"), sort_keys=True).encode(),
     )
 
 
@@ -37,36 +72,44 @@ def forget(conn: Connection, state_dir: str, pid: int) -> None:
     )
 
 
-def read(conn: Connection, state_dir: str) -> dict[str, Any] | None:
-    """The note of the server the host serves, or None when there is none."""
+def read(conn: Connection, state_dir: str, release: str) -> ServingNote | None:
+    """The note of the server the host serves (``release`` for a note that names none), or None
+    when there is none, or one this version cannot read."""
     result = run_bash(conn, "serving_note.sh", {"op": "read", "note": _note(state_dir)}, timeout_s=30)
     try:
-        note = json.loads(result.stdout)
-    except json.JSONDecodeError:
+        found = json.loads(result.stdout)
+        if not isinstance(found, dict):
+            return None
+        return ServingNote.model_validate({"release": release, **found})
+    except (json.JSONDecodeError, ValidationError):
         return None
-    return note if isinstance(note, dict) else None
 
 
-def _shown(value: Any) -> str:
-    if value is True:
-        return "(set)"
-    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+def flag_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """One line per flag that differs between two `config.render.shown_flags` maps: `~` changed,
+    `+` added, `-` removed."""
+    from sglang_stacks.config.render import show_value
 
-
-def flag_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """One line per flag that differs: `~` changed, `+` added, `-` removed."""
     lines = []
     for option in sorted(set(old) | set(new)):
         if option not in old:
-            lines.append(f"+ {option} {_shown(new[option])}")
+            lines.append(f"+ {option} {show_value(new[option])}")
         elif option not in new:
-            lines.append(f"- {option} {_shown(old[option])}")
+            lines.append(f"- {option} {show_value(old[option])}")
         elif old[option] != new[option]:
-            lines.append(f"~ {option} {_shown(old[option])} => {_shown(new[option])}")
+            lines.append(f"~ {option} {show_value(old[option])} => {show_value(new[option])}")
     return lines
 
 
-def describe(current: Mapping[str, Any] | None, stack: str, flags: Mapping[str, Any], label: str) -> str:
+def changes_from(current: ServingNote, flags: ServerFlags, release: str) -> list[str]:
+    """How ``flags`` for ``release`` differ from what the host serves, each flag shown as its own
+    release spells it."""
+    from sglang_stacks.config.render import shown_flags
+
+    return flag_changes(shown_flags(current.flags, current.release), shown_flags(flags, release))
+
+
+def describe(current: ServingNote | None, stack: str, flags: ServerFlags, release: str, label: str) -> str:
     """A sentence for the preview: what deploying `stack` changes on the host."""
     # Only a label that is words ("the local host") starts the sentence capitalised: an SSH
     # user's name is spelled as the host knows it.
@@ -74,8 +117,8 @@ def describe(current: Mapping[str, Any] | None, stack: str, flags: Mapping[str, 
         label = "T" + label[1:]
     if current is None:
         return f"{label} serves no SGLang server of sglang-stacks now; {stack} would start one."
-    owner = current.get("stack", "?")
-    changes = flag_changes(current.get("flags", {}), flags)
+    owner = current.stack
+    changes = changes_from(current, flags, release)
     if not changes:
         return f"{label} serves {owner} with the same launch flags as {stack}."
     listed = "\n".join(f"    {line}" for line in changes)

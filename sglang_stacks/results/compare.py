@@ -13,9 +13,11 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from sglang_stacks.config.flags import FlagValue
+from sglang_stacks.config.render import show_value, shown_flags
 from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.exits import ExitCode
-from sglang_stacks.results.outputs import FlagValue, StackOutputs, parse_argv
+from sglang_stacks.results.outputs import DeploymentOutputs
 from sglang_stacks.results.stats import BenchmarkResult
 from sglang_stacks.results.verdict import StackVerdict, change_pct, judge
 
@@ -36,7 +38,9 @@ class FlagRow(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     flag: str
-    values: dict[str, FlagValue]
+    """The option, as the stack's release spells it."""
+    values: dict[str, FlagValue | None]
+    """Each stack's value, typed as launched; None where the stack does not set the flag."""
     differs: bool
 
 
@@ -125,7 +129,7 @@ def _workload_notes(results: Mapping[str, BenchmarkResult]) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _validated(outputs_by_stack: Mapping[str, Mapping[str, Any]]) -> dict[str, StackOutputs]:
+def _validated(outputs_by_stack: Mapping[str, Mapping[str, Any]]) -> dict[str, DeploymentOutputs]:
     if len(outputs_by_stack) < 2:
         raise SpecError(
             f"compare needs at least two stacks, got {len(outputs_by_stack)} "
@@ -139,7 +143,7 @@ def _validated(outputs_by_stack: Mapping[str, Mapping[str, Any]]) -> dict[str, S
                 f"`pulumi up -s {stack}` so it is deployed and benchmarked, then compare again."
             )
         try:
-            parsed[stack] = StackOutputs.model_validate(outputs)
+            parsed[stack] = DeploymentOutputs.model_validate(outputs)
         except ValidationError as exc:
             first = exc.errors()[0]
             key = ".".join(str(part) for part in first["loc"])
@@ -164,13 +168,13 @@ def compare(
         raise SpecError(f"tolerance_pct is {tolerance_pct}, but it must be 0 or more; pass e.g. 5 for 5 %.")
     parsed = _validated(outputs_by_stack)
     stacks = tuple(parsed)
-    argvs = {stack: parse_argv(o.argv(), o.sglang_version) for stack, o in parsed.items()}
+    shown = {stack: shown_flags(o.launch_flags, o.sglang_version) for stack, o in parsed.items()}
     names: dict[str, None] = {}
-    for flags in argvs.values():
+    for flags in shown.values():
         names.update(dict.fromkeys(flags))
     flag_rows = []
     for name in names:
-        values = {stack: argvs[stack].get(name) for stack in stacks}
+        values = {stack: shown[stack].get(name) for stack in stacks}
         differs = len({json.dumps(v) for v in values.values()}) > 1
         if differs or all_flags:
             flag_rows.append(FlagRow(flag=name, values=values, differs=differs))
@@ -192,12 +196,8 @@ def compare(
     )
 
 
-def _flag_cell(value: FlagValue) -> str:
-    if value is None:
-        return "-"
-    if value is True:
-        return "(set)"
-    return str(value)
+def _flag_cell(value: FlagValue | None) -> str:
+    return "-" if value is None else show_value(value)
 
 
 def _metric_cell(row: MetricRow, stack: str, is_reference: bool) -> str:

@@ -1,117 +1,119 @@
-"""The stack outputs that results read: the launch flags, parsed with the flag table of the stack's
-SGLang release so aliases and prefixes read canonically, and the benchmark result.
+"""The stack outputs, one model per kind of stack: `DeploymentOutputs` (a stack on one host) and
+`FleetOutputs` (a fleet behind SGLang's router). ``__main__.py`` exports a stack's outputs from its
+model, and everything that reads them (``rollout``, ``compare``, campaigns, the CLI) reads them back
+into it.
 
-Outputs arrive as ``pulumi stack output --json`` prints them.
+Outputs arrive as ``pulumi stack output --json`` prints them (Pulumi leaves out outputs whose value
+is null). Outputs written by earlier versions of the tool are read in today's shape: launch flags
+recorded as rendered options, or only as the launch command, become the typed flags.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, model_validator
 
-from sglang_flags import FlagTable, known_releases, load_table
-from sglang_stacks.results.stats import BenchmarkResult
+from sglang_stacks.config.findings import Finding
+from sglang_stacks.config.flags import LaunchFlags
+from sglang_stacks.config.memory import MemoryPlan
+from sglang_stacks.hostops.facts import FoundFacts
+from sglang_stacks.results.stats import BenchmarkResult, Goodput
+from sglang_stacks.results.verdict import CanaryVerdict
 
-__all__ = ["FlagValue", "StackOutputs", "parse_argv"]
+__all__ = ["DeploymentOutputs", "FleetOutputs", "ReplicaOutputs"]
 
-FlagValue = str | bool | None
-"""A flag's value: its text, ``True`` for a switch that is present, ``None`` when absent."""
+MemoryPlanOutput = Annotated[MemoryPlan, PlainSerializer(lambda plan: plan.as_dict())]
+"""The memory plan as the stack output shows it: its figures, derived ones included."""
 
 
-class StackOutputs(BaseModel):
-    """The stack outputs a comparison reads; any others are ignored.
-
-    The launch flags come from ``launch_argv`` (a list), else ``launch_flags`` (``--flag`` ->
-    value, ``True`` for a switch, a list for several values), else ``launch_command`` (one string).
-    """
-
+class _Outputs(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    launch_argv: tuple[str, ...] | None = None
-    launch_flags: dict[str, str | int | float | bool | list[str | int | float]] | None = None
-    launch_command: str | None = None
-    sglang_version: str
+
+def _upgraded_flags(outputs: Mapping[str, Any]) -> Any:
+    """The launch flags of outputs from earlier versions: a map of rendered options (``--flag`` ->
+    its words), or only the launch command."""
+    from sglang_stacks.config.render import values_from_argv, values_from_options
+
+    release = str(outputs.get("sglang_version") or "")
+    flags = outputs.get("launch_flags")
+    if isinstance(flags, Mapping) and any(str(key).startswith("-") for key in flags):
+        return values_from_options(flags, release)
+    if flags is not None:
+        return flags
+    argv = outputs.get("launch_argv")
+    if argv is None and isinstance(outputs.get("launch_command"), str):
+        argv = shlex.split(outputs["launch_command"])
+    if not isinstance(argv, list | tuple):
+        raise ValueError("none of the outputs launch_argv, launch_flags or launch_command is set")
+    words = [str(word) for word in argv]
+    start = next((i for i, word in enumerate(words) if word.startswith("--")), len(words))
+    return values_from_argv(words[start:], release)
+
+
+class DeploymentOutputs(_Outputs):
+    """The outputs of a stack on one host (`SGLangDeployment`)."""
+
+    tok_s: float
+    """Output tokens per second at the benchmark's first load level, mean over repetitions."""
     benchmark: BenchmarkResult
+    """Every metric of the first load level."""
+    benchmark_levels: list[BenchmarkResult] = Field(default_factory=list)
+    """The metrics at each load level."""
+    goodput: Goodput | None = None
+    """Throughput within the benchmark's SLO at the first level; none without an SLO."""
+    launch_command: str
+    """The exact command the server runs."""
+    launch_flags: LaunchFlags
+    """The launch flags, by canonical name."""
+    sglang_version: str
+    """The SGLang release installed on the host (emulated on the emulator)."""
+    host: FoundFacts | None = None
+    """What nvidia-smi reports about the host."""
+    server_log: str = ""
+    """The server's log file on the host."""
+    preflight: list[Finding] = Field(default_factory=list)
+    """Preflight warnings and notes (errors stop the program before anything is deployed)."""
+    memory_plan: MemoryPlanOutput | None = None
+    """The memory planner's per-GPU budget for this configuration."""
 
-    @model_validator(mode="after")
-    def _has_flags(self) -> StackOutputs:
-        if self.launch_argv is None and self.launch_flags is None and self.launch_command is None:
-            raise ValueError("none of the outputs launch_argv, launch_flags or launch_command is set")
-        return self
-
-    def argv(self) -> list[str]:
-        """The launch command as argv, from whichever output the stack has."""
-        if self.launch_argv is not None:
-            return list(self.launch_argv)
-        if self.launch_flags is not None and not any(key.startswith("-") for key in self.launch_flags):
-            # Typed launch values by canonical name: rendered for the release by the one renderer.
-            from sglang_stacks.config.render import flags_from_values, render_argv
-
-            return render_argv(flags_from_values(self.launch_flags), self.sglang_version)
-        if self.launch_flags is not None:
-            argv: list[str] = []
-            for option, value in self.launch_flags.items():
-                if value is False:
-                    continue
-                argv.append(option)
-                if value is not True:
-                    argv.extend(str(v) for v in (value if isinstance(value, list) else [value]))
-            return argv
-        return shlex.split(self.launch_command or "")
-
-
-def _table_for(release: str | None) -> FlagTable | None:
-    """The flag table of ``release``; a build without its own table (``0.5.8+cu128``) reads its x.y.z's."""
-    if release in known_releases():
-        return load_table(release)
-    found = re.match(r"\d+\.\d+\.\d+", release or "")
-    if found is None or found.group() not in known_releases():
-        return None
-    return load_table(found.group())
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, outputs: Any) -> Any:
+        if not isinstance(outputs, Mapping):
+            return outputs
+        return {**outputs, "launch_flags": _upgraded_flags(outputs)}
 
 
-def _resolve(option: str, table: FlagTable | None) -> tuple[str, bool | None, bool]:
-    """Canonical spelling of ``option``, whether it takes a value (None: unknown), and if it takes many."""
-    if table is None:
-        return option, None, False
-    flag = table.by_option(option)
-    if flag is None:
-        # argparse accepts an unambiguous prefix; resolve it the same way.
-        matches = {f for f in table.flags for o in f.flags if o.startswith(option)}
-        flag = matches.pop() if len(matches) == 1 else None
-    if flag is None:
-        return option, None, False
-    return flag.long_name, flag.takes_value, flag.nargs in ("+", "*") or isinstance(flag.nargs, int)
+class ReplicaOutputs(_Outputs):
+    """One replica of a fleet."""
+
+    host: int
+    """The replica's index (its first host's, for a multi-node replica)."""
+    url: str
+    """Where the router reaches it."""
+    launch_command: str
+    """The exact command its server runs."""
+    tok_s: float
+    """Its own benchmark's output tokens per second, measured before it joined the router."""
 
 
-def parse_argv(argv: Sequence[str], release: str | None = None) -> dict[str, FlagValue]:
-    """Launch flags of an argv as ``{"--flag": value}``; switches map to ``True``.
+class FleetOutputs(_Outputs):
+    """The outputs of a fleet behind SGLang's router (`Fleet`)."""
 
-    Everything before the first ``--`` option is the program (``python -m sglang.launch_server``).
-    With a known ``release`` the flag table decides which options take values and spells aliases
-    and prefixes canonically; otherwise a token that is not an option is the previous one's value.
-    """
-    table = _table_for(release)
-    flags: dict[str, FlagValue] = {}
-    index = next((i for i, token in enumerate(argv) if token.startswith("--")), len(argv))
-    while index < len(argv):
-        token = argv[index]
-        index += 1
-        if not token.startswith("--"):
-            continue  # a stray value; argparse would reject it, the comparison just skips it
-        option, _, inline = token.partition("=")
-        name, takes_value, many = _resolve(option, table)
-        if inline or "=" in token:
-            flags[name] = inline
-            continue
-        values: list[str] = []
-        while index < len(argv) and not argv[index].startswith("--") and takes_value is not False:
-            values.append(argv[index])
-            index += 1
-            if not many and takes_value is True:
-                break
-        flags[name] = " ".join(values) if values else True
-    return flags
+    tok_s: float
+    """Output tokens per second through the router at the benchmark's first load level."""
+    router_url: str
+    """Where clients send requests."""
+    benchmark_levels: list[BenchmarkResult]
+    """The benchmark through the router at each load level."""
+    replicas: list[ReplicaOutputs]
+    """Each replica: host, URL, launch command, tok/s on its own."""
+    canary: CanaryVerdict | None = None
+    """The canary gate's verdict on the last rolling update: both measurements, the change, the
+    decision; none without a canary."""
+    launch_flags: LaunchFlags
+    """The launch flags every replica shares, by canonical name."""

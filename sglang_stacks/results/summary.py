@@ -20,6 +20,7 @@ from sglang_stacks.results.stats import (
     ci95,
     mean,
     stdev,
+    tok_s_figure,
 )
 
 __all__ = ["cost_per_mtok", "goodput", "summarize_levels"]
@@ -106,7 +107,7 @@ def goodput(level: _LoadgenLevel, slo: Slo) -> Goodput:
     limits = {k: v for k, v in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms), ("e2e_ms", slo.e2e_ms))}
     return Goodput(
         req_s=round(mean(req_s), 4),
-        tok_s=round(mean(tok_s), 3),
+        tok_s=tok_s_figure(mean(tok_s)),
         pct=round(100.0 * met / level.requests, 2) if level.requests else 0.0,
         slo={k: v for k, v in limits.items() if v is not None},
     )
@@ -150,10 +151,10 @@ def _result(
         input_len=max(1, round(level.prompt_tokens_mean)) if level.prompt_tokens_mean else workload.input_len,
         output_len=workload.output_len,
         repetitions=len(level.tok_s_runs),
-        tok_s_mean=round(tok_s, 3),
-        tok_s_stdev=round(stdev(level.tok_s_runs), 3),
-        tok_s_ci95=(round(low, 3), round(high, 3)),
-        tok_s_runs=tuple(level.tok_s_runs),
+        tok_s_mean=tok_s_figure(tok_s),
+        tok_s_stdev=tok_s_figure(stdev(level.tok_s_runs)),
+        tok_s_ci95=(tok_s_figure(low), tok_s_figure(high)),
+        tok_s_runs=tuple(tok_s_figure(run) for run in level.tok_s_runs),
         ttft_ms=Percentiles.of([r[2] for r in level.records]),
         tpot_ms=Percentiles.of([r[3] for r in level.records if r[3] is not None]),
         itl_ms=Percentiles.of(level.itl_ms),
