@@ -127,11 +127,11 @@ def measure(label: str, url: str, streams: int, args: argparse.Namespace, pids: 
     pressure_after = cpu_pressure_s()
     waited = None if pressure_before is None or pressure_after is None else pressure_after - pressure_before
     used = [process_cpu_s(pid) - b for pid, b in zip(pids, before, strict=True)]
-    (level,) = document["levels"]
+    (level,) = document.levels
     return Run(
         label=label,
-        tok_s=level["tok_s_runs"][0],
-        errors=level["errors"],
+        tok_s=level.tok_s_runs[0],
+        errors=level.errors,
         router_cores=used[0] / wall_s,
         client_cores=(own_cpu_s() - own_before) / wall_s,
         replica_cores=sum(used[1:]) / wall_s,

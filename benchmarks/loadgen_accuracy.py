@@ -51,6 +51,7 @@ from sglang_emulator.launcher import start_emulator
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import DEFAULT_PROFILE, load_profile
 from sglang_stacks.hostops.loadgen import client, contract, streaming
+from sglang_stacks.hostops.loadgen.document import Document
 from sglang_stacks.hostops.loadgen.streaming import RequestRecord
 
 RELEASE = "0.5.8"
@@ -133,7 +134,7 @@ def _instrument() -> None:
     streaming._Reader.finish = finish_with_server_latency  # type: ignore[method-assign,assignment]
 
 
-async def _run_watching_the_loop(workload: contract.Workload) -> tuple[dict[str, Any], list[float]]:
+async def _run_watching_the_loop(workload: contract.Workload) -> tuple[Document, list[float]]:
     """The load generator's run, and how late its event loop woke a 5 ms sleep all along: a busy
     or starved client would read chunks that late."""
     lags: list[float] = []
@@ -275,12 +276,12 @@ def main() -> int:
             started, cpu_before = time.monotonic(), _cpu_s(server.process.pid)
             _REPETITIONS.clear()
             document, lags = uvloop.run(_run_watching_the_loop(workload))
-            (level,) = document["levels"]
-            row = {"load": name, **compare_level(model, max_running, level["tok_s_runs"], _REPETITIONS)}
+            (level,) = document.levels
+            row = {"load": name, **compare_level(model, max_running, level.tok_s_runs, _REPETITIONS)}
             wall_s = time.monotonic() - started
             emulator_core_pct = 100 * (_cpu_s(server.process.pid) - cpu_before) / wall_s
             row.update(
-                itl_bunched_pct=level["itl_bunched_pct"], wall_s=wall_s, emulator_core_pct=emulator_core_pct
+                itl_bunched_pct=level.itl_bunched_pct, wall_s=wall_s, emulator_core_pct=emulator_core_pct
             )
             row.update(
                 loop_lag_ms_p50=1000 * _percentile(lags, 50), loop_lag_ms_p99=1000 * _percentile(lags, 99)

@@ -147,16 +147,16 @@ def measure(
     document = client.run(workload)
     cpu_s, wall_s = _cpu_s() - cpu_before, time.perf_counter() - wall_before
     source_s = _child_cpu_s(source) - source_before
-    (level,) = document["levels"]
-    tokens = level["completion_tokens"] * (1 + streams / requests)  # the warmup's tokens cost CPU too
+    (level,) = document.levels
+    tokens = level.completion_tokens * (1 + streams / requests)  # the warmup's tokens cost CPU too
     return {
         "streams": streams,
-        "tok_s": level["tok_s_runs"][0],
+        "tok_s": level.tok_s_runs[0],
         "cpu_us_per_token": 1e6 * cpu_s / tokens,
         "core_pct": 100.0 * cpu_s / wall_s,
         "source_core_pct": 100.0 * source_s / wall_s,
-        "bunched_pct": level["itl_bunched_pct"],
-        "errors": level["errors"],
+        "bunched_pct": level.itl_bunched_pct,
+        "errors": level.errors,
     }
 
 

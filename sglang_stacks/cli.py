@@ -138,13 +138,14 @@ def _run_logs(args: argparse.Namespace) -> int:
     from sglang_stacks.drive import automation  # the Automation API, only for the commands that drive Pulumi
     from sglang_stacks.hostops import logs
     from sglang_stacks.hostops.connection import Connection
+    from sglang_stacks.results.outputs import DeploymentOutputs
 
-    outputs = automation.stack_outputs(args.stack)
+    outputs = automation.read_outputs(args.stack, DeploymentOutputs)
     config = automation.stack_config(args.stack)
     spec = load_spec(config, args.stack)
     host = spec.host
     conn = Connection.for_host(host, config.get("sglang-stacks:sshPrivateKey"))
-    paths = [str(outputs["server_log"])] if outputs.get("server_log") else []
+    paths = [outputs.server_log] if outputs and outputs.server_log else []
     paths.append(progress_path(host.state_dir, args.stack))
     if args.follow:
         logs.follow(conn, paths, lambda line: print(line, flush=True), args.lines)

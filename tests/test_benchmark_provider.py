@@ -7,7 +7,7 @@ from typing import Any
 
 from pulumi.output import Unknown
 
-from sglang_stacks.components.benchmark import BenchmarkInputs, BenchmarkProvider
+from sglang_stacks.components.benchmark import BenchmarkInputs, BenchmarkOutputs, BenchmarkProvider
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 
 # The workload as the version before the package stored it: its keys, numbers as floats.
@@ -86,3 +86,34 @@ def test_a_new_python_or_a_server_a_preview_cannot_know_yet_measures_again() -> 
     assert provider.diff("abc", state(), state(python="/w/bin/python")).replaces == ["python"]
     unknown_server = state(server_instance=Unknown())  # type: ignore[no-untyped-call]
     assert provider.diff("abc", state(), unknown_server).replaces == ["server_instance"]
+
+
+def test_a_result_of_an_earlier_version_reads_with_the_tok_s_it_was_shown_with() -> None:
+    # Earlier versions kept tok/s figures to 0.001 and the first level's tok/s a second time, to
+    # 0.01: its stack output. Read today, the result shows that number, and nothing re-measures.
+    result = {
+        "concurrency": 1,
+        "input_len": 32,
+        "output_len": 48,
+        "repetitions": 3,
+        "tok_s_mean": 81.237,
+        "tok_s_stdev": 0.112,
+        "tok_s_ci95": [80.959, 81.515],
+        "tok_s_runs": [81.1234, 81.2456, 81.342],
+        "requests": 3,
+        "errors": 0,
+        "goodput": {"req_s": 1.6, "tok_s": 77.104, "pct": 95.0, "slo": {"ttft_ms": 200.0}},
+    }
+    olds = state(result=result, levels=[result], tok_s=81.24, goodput=result["goodput"])
+
+    outputs = BenchmarkOutputs.model_validate(BenchmarkProvider().upgrade(olds))
+
+    (level,) = outputs.levels
+    assert level.tok_s_mean == olds["tok_s"]
+    assert (level.tok_s_stdev, level.tok_s_ci95, level.tok_s_runs) == (
+        0.11,
+        (80.96, 81.52),
+        (81.12, 81.25, 81.34),
+    )
+    assert level.goodput is not None and level.goodput.tok_s == 77.1
+    assert not BenchmarkProvider().diff("abc", olds, state(update_id="u2")).changes

@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sglang_stacks.config.spec import BenchmarkSpec
 from sglang_stacks.hostops import loadgen
 from sglang_stacks.hostops.loadgen import client, contract
+from sglang_stacks.hostops.loadgen.document import SCHEMA, Document
 from sglang_stacks.results import summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,24 +130,24 @@ def _workload(server: FakeSGLang, **changes: object) -> contract.Workload:
 
 def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang) -> None:
     document = client.run(_workload(server, requests_per_repetition=1))
-    (level,) = document["levels"]
+    (level,) = document.levels
     # 30 tokens in chunks of 3: the first chunk at 100 ms, nine more 40 ms apart. On a busy
     # machine chunks can only arrive late, never early: the bounds are tight on the early side.
     expected_tok_s = 30 / (0.1 + 9 * 0.04)
-    assert len(level["tok_s_runs"]) == 3
-    for tok_s in level["tok_s_runs"]:
+    assert len(level.tok_s_runs) == 3
+    for tok_s in level.tok_s_runs:
         assert expected_tok_s * 0.92 < tok_s < expected_tok_s * 1.01
-    assert level["requests"] == 3 and level["errors"] == 0
-    assert level["spec_completion_tokens"] / level["spec_verify_ct"] == 3.0
-    assert level["spec_verify_ct"] == 3 * 10
-    ttft_ms = sorted(row[2] for row in level["records"])
-    tpot_ms = sorted(row[3] for row in level["records"])
+    assert level.requests == 3 and level.errors == 0
+    assert level.spec_completion_tokens / level.spec_verify_ct == 3.0
+    assert level.spec_verify_ct == 3 * 10
+    ttft_ms = sorted(row.ttft_ms for row in level.records)
+    tpot_ms = sorted(row.tpot_ms for row in level.records if row.tpot_ms is not None)
     assert 100 <= ttft_ms[1] < 130  # the whole stream would take 460 ms
     assert tpot_ms[1] == pytest.approx(360 / 29, rel=0.06)
     # nine chunk gaps of 40 ms, each carrying 3 tokens: 27 gaps of 13.3 ms per request
-    assert len(level["itl_ms"]) == 3 * 27
-    assert sorted(level["itl_ms"])[len(level["itl_ms"]) // 2] == pytest.approx(40 / 3, rel=0.06)
-    assert level["prompt_tokens_mean"] == 16  # exactly input_len
+    assert len(level.itl_ms) == 3 * 27
+    assert sorted(level.itl_ms)[len(level.itl_ms) // 2] == pytest.approx(40 / 3, rel=0.06)
+    assert level.prompt_tokens_mean == 16  # exactly input_len
     # What the stack output will show.
     (result,) = summary.summarize_levels(document)
     assert result.accept_length == 3.0
@@ -167,10 +167,10 @@ def test_concurrent_streams_multiply_throughput(server: FakeSGLang) -> None:
             requests_per_repetition=4,
         )
     )
-    one, four = document["levels"]
-    assert (one["concurrency"], four["concurrency"]) == (1, 4)
-    assert one["requests"] == four["requests"] == 4 * 2
-    ratio = (sum(four["tok_s_runs"]) / 2) / (sum(one["tok_s_runs"]) / 2)
+    one, four = document.levels
+    assert (one.concurrency, four.concurrency) == (1, 4)
+    assert one.requests == four.requests == 4 * 2
+    ratio = (sum(four.tok_s_runs) / 2) / (sum(one.tok_s_runs) / 2)
     assert 3.0 < ratio < 4.2  # one stream at a time would give 1
 
 
@@ -179,11 +179,11 @@ def test_failed_requests_are_counted_not_fatal(server: FakeSGLang) -> None:
     document = client.run(
         _workload(server, output_len=9, warmup_requests=0, repetitions=3, requests_per_repetition=3)
     )
-    (level,) = document["levels"]
-    assert level["requests"] == 9
-    assert level["errors"] == 3
-    assert level["error_samples"] == ["HTTP 500: injected failure"]
-    assert len(level["records"]) == 6
+    (level,) = document.levels
+    assert level.requests == 9
+    assert level.errors == 3
+    assert level.error_samples == ["HTTP 500: injected failure"]
+    assert len(level.records) == 6
 
 
 def test_every_request_failing_is_an_error_that_says_what_failed(server: FakeSGLang) -> None:
@@ -198,9 +198,9 @@ def test_without_speculative_decoding_there_is_no_verify_count(server: FakeSGLan
     document = client.run(
         _workload(server, output_len=5, warmup_requests=0, repetitions=1, requests_per_repetition=1)
     )
-    (level,) = document["levels"]
-    assert level["spec_verify_ct"] == 0
-    assert level["completion_tokens"] == 5
+    (level,) = document.levels
+    assert level.spec_verify_ct == 0
+    assert level.completion_tokens == 5
 
 
 def test_a_bad_workload_names_the_setting(server: FakeSGLang) -> None:
@@ -242,11 +242,12 @@ def test_runs_as_the_host_runs_it_outside_the_project(
     argv = [sys.executable, "-E", "-s", "-m", loadgen.PACKAGE_NAME, *workload.argv()]
     done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    document = json.loads(done.stdout)
-    assert document["schema"] == contract.SCHEMA
-    assert [level["concurrency"] for level in document["levels"]] == [1, 2]
-    assert document["workload"]["output_len"] == 6
-    assert document["workload"]["requests_per_repetition"] == 2
+    # The document as the host prints it, read back into the types it was written with.
+    document = summary.read_document(done.stdout)
+    assert document.schema == SCHEMA
+    assert [level.concurrency for level in document.levels] == [1, 2]
+    assert document.workload.output_len == 6
+    assert document.workload.requests_per_repetition == 2
 
 
 def test_the_script_exits_1_with_a_sentence_when_nothing_answers(tmp_path: Path) -> None:
@@ -314,9 +315,9 @@ def test_a_prompt_the_server_counts_differently_is_an_error(server: FakeSGLang) 
         )
 
 
-def _arrival_gaps_s(document: dict[str, Any]) -> list[float]:
-    (level,) = document["levels"]
-    sent = sorted(row[1] for row in level["records"])
+def _arrival_gaps_s(document: Document) -> list[float]:
+    (level,) = document.levels
+    sent = sorted(row.sent_s for row in level.records)
     return [b - a for a, b in itertools.pairwise(sent)]
 
 
@@ -334,11 +335,11 @@ def test_an_open_loop_run_arrives_at_the_declared_rate(server: FakeSGLang) -> No
     )  # fmt: skip
     document = client.run(workload)
     gaps = _arrival_gaps_s(document)
-    (level,) = document["levels"]
-    assert level["request_rate"] == rate and level["concurrency"] is None
-    assert level["errors"] == 0
+    (level,) = document.levels
+    assert level.request_rate == rate and level.concurrency is None
+    assert level.errors == 0
     # Requests overlap (each takes about 460 ms, one arrives every 50 ms): nothing waited for a stream.
-    assert level["repetitions"][0]["concurrency_measured"] > 4
+    assert level.repetitions[0].concurrency_measured > 4
     # A late send only delays the ones after it by as much, so the span of the run keeps the rate.
     assert sum(gaps) / len(gaps) == pytest.approx(1 / rate, rel=0.25)
     # The gaps are exponential with the declared rate (Kolmogorov-Smirnov).
@@ -355,7 +356,7 @@ def test_a_duration_bounded_run_stops_sending_when_the_time_is_up(server: FakeSG
     document = client.run(
         _workload(server, output_len=5, concurrency=(2,), duration_s=0.5, warmup_requests=0, repetitions=1)
     )
-    (level,) = document["levels"]
+    (level,) = document.levels
     # Each request takes about 60 ms: two streams send about 16 in half a second.
-    assert 10 <= level["requests"] <= 18
-    assert max(row[1] for row in level["records"]) < 0.5
+    assert 10 <= level.requests <= 18
+    assert max(row.sent_s for row in level.records) < 0.5

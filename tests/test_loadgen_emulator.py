@@ -51,18 +51,18 @@ def _cached_tokens(server: RunningEmulator) -> float:
 @pytest.mark.parametrize("endpoint", ["generate", "completions", "chat"])
 def test_prompts_are_exactly_input_len_server_tokens(emulator: RunningEmulator, endpoint: str) -> None:
     document = client.run(_workload(emulator, endpoint=endpoint))
-    (level,) = document["levels"]
-    assert level["errors"] == 0, level["error_samples"]
+    (level,) = document.levels
+    assert level.errors == 0, level.error_samples
     # Every response's prompt_tokens was checked; the mean says so too.
-    assert level["prompt_tokens_mean"] == 37
-    assert level["completion_tokens"] == 4 * 6
+    assert level.prompt_tokens_mean == 37
+    assert level.completion_tokens == 4 * 6
 
 
 def test_two_runs_on_one_server_send_disjoint_prompts(emulator: RunningEmulator) -> None:
     before = _cached_tokens(emulator)
     first = client.run(_workload(emulator, input_len=64))
     second = client.run(_workload(emulator, input_len=64))
-    assert first["nonce"] != second["nonce"]
+    assert first.nonce != second.nonce
     # The same workload again: the prefix cache served none of the second run's prompts.
     assert _cached_tokens(emulator) == before
     # Asked for on purpose, half of each prompt is shared within the run: the cache serves it.
@@ -95,8 +95,8 @@ def test_incremental_streaming_sends_only_new_text(tmp_path: Path) -> None:
         assert [len(chunk["output_ids"]) for chunk in chunks] == [1] * 5
         assert [chunk["meta_info"]["completion_tokens"] for chunk in chunks] == [1, 2, 3, 4, 5]
         assert all(len(chunk["text"].split()) == 1 for chunk in chunks)
-        (level,) = client.run(_workload(server))["levels"]
-        assert level["errors"] == 0 and level["completion_tokens"] == 24
+        (level,) = client.run(_workload(server)).levels
+        assert level.errors == 0 and level.completion_tokens == 24
 
 
 def test_token_ids_outside_the_vocabulary_are_refused(emulator: RunningEmulator) -> None:

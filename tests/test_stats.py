@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.hostops.loadgen import client, contract
+from sglang_stacks.hostops.loadgen.document import SCHEMA, Document, Level, Record, Repetition
 from sglang_stacks.hostops.loadgen.streaming import RequestRecord
 from sglang_stacks.results import stats, summary
 
@@ -98,45 +101,62 @@ def test_welch_with_too_few_or_constant_runs() -> None:
     assert stats.welch_t_test([5.0, 5.0], [6.0, 6.0]).p_value == 0.0
 
 
-def _records(ttft_ms: Sequence[float], tpot_ms: Sequence[float | None]) -> list[list[object]]:
-    """One row per request, four per repetition, in the load generator's RECORD_COLUMNS."""
-    assert contract.RECORD_COLUMNS[2:4] == ("ttft_ms", "tpot_ms")
-    rows: list[list[object]] = []
-    for i, (ttft, tpot) in enumerate(zip(ttft_ms, tpot_ms, strict=True)):
-        e2e = ttft + 255 * (tpot or 0.0)
-        rows.append([i // 4, 0.1 * (i % 4), ttft, tpot, e2e, 256])
-    return rows
-
-
-def _repetitions(tok_s_runs: Sequence[float]) -> list[dict[str, float]]:
-    """Each run's totals as the load generator writes them: four requests of 256 tokens at its tok/s."""
+def _records(ttft_ms: Sequence[float], tpot_ms: Sequence[float | None]) -> list[Record]:
+    """One record per request, four per repetition."""
     return [
-        {"duration_s": 1024 / t, "completion_tokens": 1024, "concurrency_measured": 1.0} for t in tok_s_runs
+        Record(
+            repetition=i // 4,
+            sent_s=0.1 * (i % 4),
+            ttft_ms=ttft,
+            tpot_ms=tpot,
+            e2e_ms=ttft + 255 * (tpot or 0.0),
+            completion_tokens=256,
+        )
+        for i, (ttft, tpot) in enumerate(zip(ttft_ms, tpot_ms, strict=True))
     ]
 
 
-def _document(**level_changes: object) -> dict[str, object]:
-    level: dict[str, object] = {
-        "concurrency": 1,
-        "tok_s_runs": [54.0, 54.2, 54.1, 53.9, 54.3],
-        "repetitions": _repetitions([54.0, 54.2, 54.1, 53.9, 54.3]),
-        "requests": 20,
-        "errors": 1,
-        "prompt_tokens_mean": 128.0,
-        "spec_completion_tokens": 4864,
-        "spec_verify_ct": 2000,
-        "records": _records([float(v) for v in range(10, 30)], [18.5] * 19 + [None]),
-        "itl_ms": [6.0, 6.0, 30.0] * 100,
-    }
-    level.update(level_changes)
-    return {
-        "schema": contract.SCHEMA,
-        "workload": {"input_len": 128, "output_len": 256},
-        "levels": [
-            level,
-            dict(level, concurrency=8, tok_s_runs=[300.0, 310.0], repetitions=_repetitions([300.0, 310.0])),
-        ],
-    }
+def _repetitions(tok_s_runs: Sequence[float]) -> list[Repetition]:
+    """Each run's totals as the load generator writes them: four requests of 256 tokens at its tok/s."""
+    return [
+        Repetition(
+            tok_s=t,
+            duration_s=1024 / t,
+            completion_tokens=1024,
+            requests=4,
+            errors=0,
+            concurrency_measured=1.0,
+        )
+        for t in tok_s_runs
+    ]
+
+
+def _document(**level_changes: Any) -> Document:
+    level = Level(
+        concurrency=1,
+        request_rate=None,
+        repetitions=_repetitions([54.0, 54.2, 54.1, 53.9, 54.3]),
+        requests=20,
+        errors=1,
+        error_samples=["HTTP 500: overloaded"],
+        warmup_errors=0,
+        prompt_tokens_mean=128.0,
+        completion_tokens=19 * 256,
+        spec_completion_tokens=4864,
+        spec_verify_ct=2000,
+        records=_records([float(v) for v in range(10, 30)], [18.5] * 19 + [None]),
+        itl_count=300,
+        itl_bunched_pct=0.0,
+        itl_ms=[6.0, 6.0, 30.0] * 100,
+    )
+    level = dataclasses.replace(level, **level_changes)
+    return Document(
+        schema=SCHEMA,
+        nonce=1,
+        started_unix_s=0.0,
+        workload=contract.Workload(input_len=128, output_len=256),
+        levels=[level, dataclasses.replace(level, concurrency=8, repetitions=_repetitions([300.0, 310.0]))],
+    )
 
 
 def test_summarize_gives_a_flat_json_ready_result() -> None:
@@ -159,7 +179,7 @@ def test_summarize_gives_a_flat_json_ready_result() -> None:
 
 
 def test_summarize_gives_one_result_per_concurrency_level_in_run_order() -> None:
-    one, eight = summary.summarize_levels(json.dumps(_document()))
+    one, eight = summary.summarize_levels(json.dumps(_document().to_json()))
     assert (one.concurrency, eight.concurrency) == (1, 8)
     assert eight.tok_s_mean == 305.0 and eight.repetitions == 2
 
@@ -174,14 +194,14 @@ def test_without_speculation_there_is_no_accept_length() -> None:
 
 
 def test_a_malformed_document_names_the_key() -> None:
-    document = _document()
-    del document["levels"][0]["tok_s_runs"]  # type: ignore[index]
-    with pytest.raises(BenchmarkError, match=r"at 'levels\.0\.tok_s_runs': Field required"):
+    document = _document().to_json()
+    del document["levels"][0]["repetitions"]
+    with pytest.raises(BenchmarkError, match=r"at 'levels\.0\.repetitions': Field required"):
         summary.summarize_levels(document)
     with pytest.raises(BenchmarkError, match="printed no JSON document"):
         summary.summarize_levels("Traceback (most recent call last):")
     with pytest.raises(BenchmarkError, match="schema 'other/2'"):
-        summary.summarize_levels(dict(_document(), schema="other/2"))
+        summary.summarize_levels(dict(_document().to_json(), schema="other/2"))
 
 
 def test_goodput_counts_only_the_requests_within_every_limit() -> None:
@@ -224,11 +244,9 @@ def test_goodput_of_a_run_where_every_request_meets_the_slo_is_its_throughput() 
         for rep, run in enumerate(latencies)
     ]
     level = client.summarize_level(contract.Workload(), 4, runs, [])
-    document = {
-        "schema": contract.SCHEMA,
-        "workload": {"input_len": 1024, "output_len": 512},
-        "levels": [level],
-    }
+    document = Document(
+        schema=SCHEMA, nonce=1, started_unix_s=0.0, workload=contract.Workload(), levels=[level]
+    )
     (everyone,) = summary.summarize_levels(document, slo=stats.Slo(e2e_ms=1e9))
     assert everyone.goodput is not None and everyone.goodput.pct == 100.0
     assert everyone.goodput.tok_s == everyone.tok_s_mean
@@ -242,7 +260,8 @@ def test_goodput_of_a_run_where_every_request_meets_the_slo_is_its_throughput() 
     assert some.goodput.tok_s < some.tok_s_mean
 
 
-def test_a_level_whose_runs_and_totals_disagree_names_them() -> None:
-    document = _document(repetitions=_repetitions([54.0, 54.2]))
-    with pytest.raises(BenchmarkError, match=r"at 'levels\.0': Value error, 5 tok_s_runs but 2 repetitions"):
+def test_a_level_without_repetitions_is_named() -> None:
+    document = _document().to_json()
+    document["levels"][0]["repetitions"] = []
+    with pytest.raises(BenchmarkError, match=r"at 'levels\.0': Value error, a level has no repetitions"):
         summary.summarize_levels(document)

@@ -22,6 +22,7 @@ from sglang_stacks.campaign.plan import PlanRow
 from sglang_stacks.drive import automation
 from sglang_stacks.errors import failure_from_output
 from sglang_stacks.project import stacks_dir
+from sglang_stacks.results.outputs import DeploymentOutputs
 
 __all__ = ["TrialFailure", "TrialRunner", "classify"]
 
@@ -106,8 +107,9 @@ class TrialRunner:
             done = stack.up(on_output=write, on_error=write, color="never", replace=replace)
         finally:
             handle.close()
-        levels = done.outputs.get("benchmark_levels")
-        return list(levels.value) if levels is not None else []
+        outputs = automation.outputs_of(done.outputs, DeploymentOutputs)
+        # The campaign's state keeps each level as the JSON of its result.
+        return [level.model_dump(mode="json") for level in outputs.benchmark_levels] if outputs else []
 
     @staticmethod
     def _benchmark_urn(stack: auto.Stack) -> str:

@@ -36,7 +36,12 @@ T = TypeVar("T")
 
 
 def _deferred(value: object) -> bool:
-    return isinstance(value, pulumi.Output | Awaitable)
+    """Whether ``value`` is (or holds) an Output: known only when the engine has resolved it."""
+    if isinstance(value, pulumi.Output | Awaitable):
+        return True
+    if isinstance(value, Mapping):
+        return any(_deferred(item) for item in value.values())
+    return isinstance(value, list | tuple) and any(_deferred(item) for item in value)
 
 
 def _dumped(adapter: TypeAdapter[Any], value: object) -> Any:

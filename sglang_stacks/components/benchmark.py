@@ -7,11 +7,10 @@ not otherwise: an `up` with nothing changed spends no GPU time.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import pulumi
 from pydantic import Field
@@ -32,8 +31,11 @@ from sglang_stacks.hostops import transport as transport
 from sglang_stacks.hostops.transport import quote, quote_path
 from sglang_stacks.results import stats
 
-# The results modules (history, gate, summary, the load generator's bundle) are imported in the
-# functions that measure: a program run or a refresh needs none of them.
+if TYPE_CHECKING:
+    from sglang_stacks.hostops.loadgen.document import Document
+
+# The results modules (the document's reader, measurement) and the load generator's bundle are
+# imported in the functions that measure: a program run or a refresh needs none of them.
 
 # The load generator arrives as a tar stream on stdin and runs from a scratch folder that goes
 # when the script ends; its progress file stays for `sglang-stacks logs`. It runs under
@@ -94,10 +96,11 @@ class BenchmarkOutputs(Props):
     """The metrics at each load level; the first level's are the stack's headline (its tok/s)."""
 
 
-def run_on_host(inputs: BenchmarkInputs) -> dict[str, Any]:
-    """Ships the load generator to the host over the session, runs it there, returns its JSON."""
+def run_on_host(inputs: BenchmarkInputs) -> Document:
+    """Ships the load generator to the host over the session, runs it there, returns its document."""
     from sglang_stacks.hostops import loadgen
     from sglang_stacks.hostops.loadgen.contract import Workload
+    from sglang_stacks.results.summary import read_document
 
     conn = inputs.connection
     settings = inputs.workload.model_dump(mode="json")
@@ -141,8 +144,7 @@ def run_on_host(inputs: BenchmarkInputs) -> dict[str, Any]:
             f"{result.stderr.strip()[-2000:] or result.stdout.strip()[-2000:]} "
             "Check that the server still runs (`pulumi refresh`) and that the workload fits its limits."
         )
-    document: dict[str, Any] = json.loads(result.stdout)
-    return document
+    return read_document(result.stdout)
 
 
 def _dropped(inputs: BenchmarkInputs, elapsed_s: float, timeout_s: float, error: HostError) -> StacksError:
@@ -159,14 +161,14 @@ def _dropped(inputs: BenchmarkInputs, elapsed_s: float, timeout_s: float, error:
     )
 
 
-def _check_no_errors(inputs: BenchmarkInputs, document: Mapping[str, Any]) -> None:
+def _check_no_errors(inputs: BenchmarkInputs, document: Document) -> None:
     """BenchmarkError when measured requests failed: tok/s would count them as no tokens."""
-    failed = [level for level in document["levels"] if level["errors"]]
+    failed = [level for level in document.levels if level.errors]
     if not failed:
         return
     counts = "; ".join(
-        f"{level['errors']} of {level['requests']} measured requests failed at concurrency "
-        f"{level['concurrency']} (first: {level['error_samples'][0]})"
+        f"{level.errors} of {level.requests} measured requests failed at concurrency "
+        f"{level.concurrency} (first: {level.error_samples[0]})"
         for level in failed
     )
     stack = inputs.stack
@@ -179,8 +181,7 @@ def _check_no_errors(inputs: BenchmarkInputs, document: Mapping[str, Any]) -> No
 
 def measure(inputs: BenchmarkInputs) -> BenchmarkOutputs:
     """Runs the benchmark, records it in the history, judges the gate, and returns the outputs."""
-    from sglang_stacks.results import gate as regression_gate
-    from sglang_stacks.results import history, summary
+    from sglang_stacks.results import measurement
 
     # GPU time belongs to the stack that holds the claim; a lost claim stops here.
     claim.acquire(
@@ -192,27 +193,23 @@ def measure(inputs: BenchmarkInputs) -> BenchmarkOutputs:
     )
     document = run_on_host(inputs)
     _check_no_errors(inputs, document)
-    slo_limits = inputs.workload.slo
-    slo = stats.Slo(**slo_limits.model_dump(exclude_none=True)) if slo_limits else None
-    levels = summary.summarize_levels(document, slo=slo, gpu_hour_price=_host_price(inputs))
-    db_path = history.default_history_path()
-    history.record(
-        db_path, inputs.stack, inputs.flags_digest, inputs.sglang_version, inputs.launch_command, levels[0]
+    measured = measurement.Measured(
+        inputs.stack, inputs.flags_digest, inputs.sglang_version, inputs.launch_command
     )
-    if inputs.gate:
-        # Recorded first: a regression stays in the history, where `sglang-stacks rollout` finds it.
-        regression_gate.check(inputs.stack, levels[0], inputs.gate, db_path)
-    return _outputs(levels)
+    levels = measurement.record(
+        measured,
+        document,
+        slo=inputs.workload.slo,
+        host_price_per_hour=_host_price(inputs),
+        gate=inputs.gate,
+    )
+    return BenchmarkOutputs(levels=list(levels))
 
 
 def _host_price(inputs: BenchmarkInputs) -> float | None:
     """What the whole host costs per hour: the declared price of one GPU times the GPU count."""
     price = inputs.gpu_hour_price
     return price * inputs.gpu_count if price else None
-
-
-def _outputs(levels: Sequence[stats.BenchmarkResult]) -> BenchmarkOutputs:
-    return BenchmarkOutputs(levels=list(levels))
 
 
 def upgrade_result(level: Mapping[str, Any]) -> dict[str, Any]:
@@ -254,18 +251,12 @@ class BenchmarkProvider(TypedProvider[BenchmarkInputs, BenchmarkOutputs]):
         self, olds: BenchmarkOutputs, old_inputs: BenchmarkInputs, news: BenchmarkInputs
     ) -> BenchmarkOutputs:
         # A new gate or price is applied to the result already measured: no GPU time.
-        from sglang_stacks.results import gate as regression_gate
-        from sglang_stacks.results import history, summary
+        from sglang_stacks.results import measurement
 
-        price = _host_price(news)
-        levels = [
-            level.model_copy(update={"cost_per_mtok": summary.cost_per_mtok(price, level.tok_s_mean)})
-            for level in olds.levels
-        ]
-        measured = _outputs(levels)
-        if news.gate:
-            regression_gate.check(news.stack, measured.levels[0], news.gate, history.default_history_path())
-        return measured
+        levels = measurement.rejudge(
+            news.stack, olds.levels, host_price_per_hour=_host_price(news), gate=news.gate
+        )
+        return BenchmarkOutputs(levels=list(levels))
 
 
 BenchmarkArgs = args_for(BenchmarkInputs)

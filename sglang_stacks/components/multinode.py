@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import pulumi
 
+from sglang_stacks.components._group import GroupMember
 from sglang_stacks.components._host_parts import HostParts, HostPlan, NodeRole, build_host_parts
 from sglang_stacks.components._provider import REPLACES, HostInputs, Props, TypedProvider
 from sglang_stacks.components._resource import Args, TypedResource, args_for
@@ -120,11 +121,11 @@ def build_replica_parts(
     return launched[-1]
 
 
-def _member(spec: StackSpec, host: int, plan: HostPlan) -> pulumi.Output[dict[str, Any]]:
+def _member(spec: StackSpec, host: int, plan: HostPlan) -> pulumi.Output[GroupMember]:
     """How another node's refresh reaches host ``host``: its connection, state folder and rank."""
     place = node_place(spec.fleet, host) if spec.fleet else None
     state_dir = spec.for_host(host).host.state_dir
     rank = place.node_rank if place else 0
     return pulumi.Output.from_input(plan.connection).apply(
-        lambda connection: {"connection": connection, "state_dir": state_dir, "node_rank": rank}
+        lambda connection: GroupMember(connection=connection, state_dir=state_dir, node_rank=rank)
     )

@@ -12,10 +12,12 @@ look for the file beside Pulumi.yaml.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pulumi import automation as auto
+from pydantic import BaseModel, ValidationError
 
 from sglang_stacks.config.stackfile import stack_path, write_stack_file
 from sglang_stacks.errors import SpecError
@@ -23,7 +25,9 @@ from sglang_stacks.project import find_project_dir, stacks_dir
 
 __all__ = [
     "copy_secret",
+    "outputs_of",
     "pulumi_command",
+    "read_outputs",
     "select_stack",
     "stack_config",
     "stack_outputs",
@@ -87,16 +91,41 @@ def copy_secret(target: auto.Stack, key: str, source: str) -> None:
 
 
 def stack_outputs(stack: str, project_dir: Path | None = None) -> dict[str, Any]:
-    """One stack's outputs as ``pulumi stack output --json`` prints them: secrets read ``[secret]``."""
-    selected = select_stack(project_dir or find_project_dir(), stack)
+    """One stack's outputs as ``pulumi stack output --json`` prints them (secrets read ``[secret]``),
+    for a reader that names what is wrong with them (``compare`` reads them into its model)."""
+    outputs = _outputs(select_stack(project_dir or find_project_dir(), stack))
+    return {key: "[secret]" if output.secret else output.value for key, output in outputs.items()}
+
+
+OutputsT = TypeVar("OutputsT", bound=BaseModel)
+
+
+def outputs_of(outputs: Mapping[str, auto.OutputValue], model: type[OutputsT]) -> OutputsT | None:
+    """A stack's outputs (an update's, or ``Stack.outputs()``) read into ``model`` (the stack
+    kind's `sglang_stacks.results.outputs` model); None when the stack has none, or outputs of
+    another kind."""
+    values = {key: "[secret]" if output.secret else output.value for key, output in outputs.items()}
+    if not values:
+        return None
     try:
-        outputs = selected.outputs()
+        return model.model_validate(values)
+    except ValidationError:
+        return None
+
+
+def read_outputs(stack: str, model: type[OutputsT], project_dir: Path | None = None) -> OutputsT | None:
+    """One stack's outputs read into ``model``; None when it has none (or of another kind)."""
+    return outputs_of(_outputs(select_stack(project_dir or find_project_dir(), stack)), model)
+
+
+def _outputs(selected: auto.Stack) -> Mapping[str, auto.OutputValue]:
+    try:
+        return selected.outputs()
     except auto.CommandError as error:
         raise SpecError(
-            f"Pulumi could not read the outputs of stack {stack!r}: {error}. Set the passphrase its "
-            "secrets need (see README, Secrets) and try again."
+            f"Pulumi could not read the outputs of stack {selected.name!r}: {error}. Set the passphrase "
+            "its secrets need (see README, Secrets) and try again."
         ) from None
-    return {key: "[secret]" if output.secret else output.value for key, output in outputs.items()}
 
 
 def stack_config(stack: str, project_dir: Path | None = None) -> dict[str, Any]:

@@ -22,9 +22,11 @@ from pulumi import automation as auto
 
 from sglang_stacks.config.fleet import FleetSpec
 from sglang_stacks.config.stackfile import StackText, stack_path
+from sglang_stacks.drive.automation import outputs_of
 from sglang_stacks.errors import CanaryRegressionError, failures_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
+from sglang_stacks.results.outputs import FleetOutputs
 
 _CANARY = ":CanaryGate::"
 """What the URN of a fleet's canary gate contains (its resource type, ``sglang:CanaryGate``)."""
@@ -90,11 +92,13 @@ class FleetRollout:
     def say(self, line: str) -> None:
         print(f"rollout: {line}", file=self.out, flush=True)
 
-    def up(self, on_event: Callable[[auto.EngineEvent], None] | None = None, **options: Any) -> bool:
-        """``pulumi up`` of the fleet, its output streamed; False when it failed."""
+    def up(
+        self, on_event: Callable[[auto.EngineEvent], None] | None = None, **options: Any
+    ) -> auto.UpResult | None:
+        """``pulumi up`` of the fleet, its output streamed; None when it failed."""
         self.say(f"pulumi up -s {self.target.name}" + (" (rolling back)" if options else ""))
         try:
-            self.target.up(
+            return self.target.up(
                 on_output=lambda line: print(line, file=self.out, flush=True),
                 on_error=lambda line: print(line, file=self.err, flush=True),
                 on_event=on_event,
@@ -102,14 +106,16 @@ class FleetRollout:
                 **options,
             )
         except auto.CommandError:
-            return False  # Pulumi has printed why
-        return True
+            return None  # Pulumi has printed why
 
     def run(self) -> int:
         name, before = self.target.name, deployed_config(self.target)
         canary = _CanaryErrors()
-        if self.up(on_event=canary):
-            self.say(f"{name} is up: every replica serves the new configuration through the router.")
+        done = self.up(on_event=canary)
+        if done is not None:
+            outputs = outputs_of(done.outputs, FleetOutputs)
+            at = f" at {outputs.tok_s:.1f} tok/s" if outputs else ""
+            self.say(f"{name} is up{at}: every replica serves the new configuration through the router.")
             return ExitCode.OK
         regressed = canary.regression()
         if regressed is None:
@@ -142,7 +148,7 @@ class FleetRollout:
         with tempfile.TemporaryDirectory(prefix="sglang-stacks-rollback-") as folder:
             path = rollback_file(stack_path(name, stacks_dir(self.project)), config, Path(folder))
             done = self.up(config_file=str(path))
-        if not done:
+        if done is None:
             self.say(
                 f"rolling back failed (see above); restore the previous stack file and run `pulumi up -s "
                 f"{name}` once the cause is fixed."

@@ -18,21 +18,22 @@ from pulumi import automation as auto
 from sglang_stacks.config.spec import GateSpec
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.drive import recover
-from sglang_stacks.drive.automation import select_stack
+from sglang_stacks.drive.automation import outputs_of, select_stack
 from sglang_stacks.drive.fleet_rollback import FleetRollout
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir, stacks_dir
 from sglang_stacks.results import gate, history
+from sglang_stacks.results.outputs import DeploymentOutputs
 from sglang_stacks.results.stats import BenchmarkResult
 
 __all__ = ["rollout"]
 
 
 def _at_tok_s(done: auto.UpResult) -> str:
-    """`` at 88.1 tok/s`` from an update's ``tok_s`` output, or nothing when it has none."""
-    output = done.outputs.get("tok_s")
-    return f" at {output.value:.1f} tok/s" if output and isinstance(output.value, int | float) else ""
+    """`` at 88.1 tok/s`` from an update's outputs, or nothing when it has none."""
+    outputs = outputs_of(done.outputs, DeploymentOutputs)
+    return f" at {outputs.tok_s:.1f} tok/s" if outputs else ""
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,8 @@ class _Rollout:
         newest = history.latest(self.db_path, self.target.name)
         if newest is not None and newest.id > since_id:
             return newest.result
-        benchmark = self.target.outputs().get("benchmark")
-        return BenchmarkResult.model_validate(benchmark.value) if benchmark else None
+        outputs = outputs_of(self.target.outputs(), DeploymentOutputs)
+        return outputs.benchmark if outputs else None
 
     def _after_failure(self, spec_gate: GateSpec, since_id: int) -> int:
         """After a failed update: a regression (handed back or not), or a failure of another kind."""

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import TypeAdapter, ValidationError
 
 from sglang_stacks.errors import BenchmarkError
-from sglang_stacks.hostops.loadgen.contract import SCHEMA as LOADGEN_SCHEMA
+from sglang_stacks.hostops.loadgen.contract import Workload
+from sglang_stacks.hostops.loadgen.document import SCHEMA, Document, Level
 from sglang_stacks.results.stats import (
     BenchmarkResult,
     Goodput,
@@ -23,87 +25,50 @@ from sglang_stacks.results.stats import (
     tok_s_figure,
 )
 
-__all__ = ["cost_per_mtok", "goodput", "summarize_levels"]
+__all__ = ["cost_per_mtok", "goodput", "read_document", "summarize_levels"]
 
 
-class _Repetition(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    duration_s: float
-    completion_tokens: int
-    concurrency_measured: float = 0.0
+@cache
+def _document() -> TypeAdapter[Document]:
+    return TypeAdapter(Document)
 
 
-class _LoadgenLevel(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    concurrency: int | None
-    request_rate: float | None = None
-    tok_s_runs: list[float] = Field(min_length=1)
-    repetitions: list[_Repetition]
-    requests: int
-    errors: int
-    prompt_tokens_mean: float
-    spec_completion_tokens: int = 0
-    spec_verify_ct: int = 0
-    records: list[tuple[int, float, float, float | None, float, int]]
-    itl_ms: list[float]
-
-    @model_validator(mode="after")
-    def _a_total_per_run(self) -> _LoadgenLevel:
-        if len(self.repetitions) != len(self.tok_s_runs):
-            raise ValueError(f"{len(self.tok_s_runs)} tok_s_runs but {len(self.repetitions)} repetitions")
-        return self
-
-
-class _LoadgenWorkload(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    input_len: int
-    output_len: int
-
-
-class _LoadgenDocument(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    schema_: str = Field(alias="schema")
-    workload: _LoadgenWorkload
-    levels: list[_LoadgenLevel] = Field(min_length=1)
-
-
-def _parse(loadgen_json: Mapping[str, Any] | str) -> _LoadgenDocument:
+def read_document(loadgen_json: Document | Mapping[str, Any] | str) -> Document:
+    """The load generator's document, read back into the types it was written with; BenchmarkError
+    naming the first part that is not usable."""
+    if isinstance(loadgen_json, Document):
+        return loadgen_json
     fix = "Re-run the benchmark with the load generator shipped with this version of sglang-stacks."
     try:
         raw = json.loads(loadgen_json) if isinstance(loadgen_json, str) else dict(loadgen_json)
-        document = _LoadgenDocument.model_validate(raw)
     except json.JSONDecodeError as exc:
         raise BenchmarkError(f"The load generator printed no JSON document ({exc}). {fix}") from exc
+    schema = raw.get("schema") if isinstance(raw, dict) else None
+    if schema != SCHEMA:
+        raise BenchmarkError(f"The load generator's output has schema {schema!r}, expected {SCHEMA!r}. {fix}")
+    try:
+        return _document().validate_python(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise BenchmarkError(
             f"The load generator's output is not usable at {where!r}: {first['msg']}. {fix}"
         ) from exc
-    if document.schema_ != LOADGEN_SCHEMA:
-        raise BenchmarkError(
-            f"The load generator's output has schema {document.schema_!r}, expected {LOADGEN_SCHEMA!r}. {fix}"
-        )
-    return document
 
 
-def goodput(level: _LoadgenLevel, slo: Slo) -> Goodput:
+def goodput(level: Level, slo: Slo) -> Goodput:
     """Per repetition, the requests within ``slo`` over its duration, and their share of its tokens
     times its tok/s; the mean over repetitions. Taking the tok/s as a share keeps goodput at or below
     the throughput it is part of, whatever the rounding of the repetition's duration."""
     req_s, tok_s = [], []
     met = 0
-    for rep, (totals, run_tok_s) in enumerate(zip(level.repetitions, level.tok_s_runs, strict=True)):
-        within = [r for r in level.records if r[0] == rep and slo.met(r[2], r[3], r[4])]
+    for rep, totals in enumerate(level.repetitions):
+        within = [r for r in level.records if r.repetition == rep and slo.met(r.ttft_ms, r.tpot_ms, r.e2e_ms)]
         met += len(within)
         req_s.append(len(within) / totals.duration_s if totals.duration_s > 0 else 0.0)
-        tokens = sum(r[5] for r in within)
+        tokens = sum(r.completion_tokens for r in within)
         share = tokens / totals.completion_tokens if totals.completion_tokens else 0.0
-        tok_s.append(run_tok_s * share)
+        tok_s.append(totals.tok_s * share)
     limits = {k: v for k, v in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms), ("e2e_ms", slo.e2e_ms))}
     return Goodput(
         req_s=round(mean(req_s), 4),
@@ -120,15 +85,15 @@ def cost_per_mtok(host_price_per_hour: float | None, tok_s: float) -> float | No
     return round(host_price_per_hour / 3600.0 / tok_s * 1e6, 4)
 
 
-def _most_in_flight(level: _LoadgenLevel) -> int:
+def _most_in_flight(level: Level) -> int:
     """The most requests in flight at once in any repetition (open loop's concurrency)."""
     most = 1
     for rep in range(len(level.repetitions)):
         events = sorted(
             (t, step)
             for r in level.records
-            if r[0] == rep
-            for t, step in ((r[1], 1), (r[1] + r[4] / 1000.0, -1))
+            if r.repetition == rep
+            for t, step in ((r.sent_s, 1), (r.sent_s + r.e2e_ms / 1000.0, -1))
         )
         running = 0
         for _, step in events:
@@ -138,27 +103,29 @@ def _most_in_flight(level: _LoadgenLevel) -> int:
 
 
 def _result(
-    level: _LoadgenLevel, workload: _LoadgenWorkload, slo: Slo | None, gpu_hour_price: float | None
+    level: Level, workload: Workload, slo: Slo | None, gpu_hour_price: float | None
 ) -> BenchmarkResult:
-    low, high = ci95(level.tok_s_runs)
+    runs = level.tok_s_runs
+    low, high = ci95(runs)
     accept = None
     if level.spec_verify_ct > 0:
         accept = round(level.spec_completion_tokens / level.spec_verify_ct, 4)
-    tok_s = mean(level.tok_s_runs)
+    tok_s = mean(runs)
+    records = level.records
     return BenchmarkResult(
         concurrency=level.concurrency or _most_in_flight(level),
         request_rate=level.request_rate,
         input_len=max(1, round(level.prompt_tokens_mean)) if level.prompt_tokens_mean else workload.input_len,
         output_len=workload.output_len,
-        repetitions=len(level.tok_s_runs),
+        repetitions=len(runs),
         tok_s_mean=tok_s_figure(tok_s),
-        tok_s_stdev=tok_s_figure(stdev(level.tok_s_runs)),
+        tok_s_stdev=tok_s_figure(stdev(runs)),
         tok_s_ci95=(tok_s_figure(low), tok_s_figure(high)),
-        tok_s_runs=tuple(tok_s_figure(run) for run in level.tok_s_runs),
-        ttft_ms=Percentiles.of([r[2] for r in level.records]),
-        tpot_ms=Percentiles.of([r[3] for r in level.records if r[3] is not None]),
+        tok_s_runs=tuple(tok_s_figure(run) for run in runs),
+        ttft_ms=Percentiles.of([r.ttft_ms for r in records]),
+        tpot_ms=Percentiles.of([r.tpot_ms for r in records if r.tpot_ms is not None]),
         itl_ms=Percentiles.of(level.itl_ms),
-        e2e_ms=Percentiles.of([r[4] for r in level.records]),
+        e2e_ms=Percentiles.of([r.e2e_ms for r in records]),
         concurrency_measured=round(mean([r.concurrency_measured for r in level.repetitions]), 3),
         goodput=goodput(level, slo) if slo is not None else None,
         cost_per_mtok=cost_per_mtok(gpu_hour_price, tok_s),
@@ -169,7 +136,7 @@ def _result(
 
 
 def summarize_levels(
-    loadgen_json: Mapping[str, Any] | str,
+    loadgen_json: Document | Mapping[str, Any] | str,
     slo: Slo | None = None,
     gpu_hour_price: float | None = None,
 ) -> tuple[BenchmarkResult, ...]:
@@ -178,5 +145,5 @@ def summarize_levels(
     ``slo`` adds goodput; ``gpu_hour_price`` (what the whole host costs per hour) adds the cost
     of a million output tokens.
     """
-    document = _parse(loadgen_json)
+    document = read_document(loadgen_json)
     return tuple(_result(level, document.workload, slo, gpu_hour_price) for level in document.levels)

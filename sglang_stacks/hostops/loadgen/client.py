@@ -5,17 +5,18 @@ repetitions) over one of the server's streaming routes, into one JSON document.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import secrets
 import sys
 import time
-from dataclasses import fields
 from typing import Any
 
 import aiohttp
 
-from .contract import RECORD_COLUMNS, SCHEMA, LoadgenError, Workload, parse_args
+from .contract import LoadgenError, Workload, parse_args
+from .document import SCHEMA, Document, Level, Record, Repetition
 from .progress import Progress
 from .prompts import WORDS, PromptSource, read_sharegpt
 from .shapes import arrival_gaps_s, closed_loop, open_loop
@@ -69,27 +70,27 @@ def _rank_sample(values: list[float], limit: int) -> list[float]:
     return [ordered[round(i * (len(ordered) - 1) / (limit - 1))] for i in range(limit)]
 
 
-def _repetition(records: list[RequestRecord]) -> dict[str, Any]:
+def _repetition(records: list[RequestRecord]) -> Repetition:
     good = [r for r in records if r.error is None]
     started = min(r.sent_s for r in records)
     duration_s = max(r.finished_s for r in records) - started
     tokens = sum(r.completion_tokens for r in good)
     busy_s = sum(r.latency_s for r in records)
-    return {
-        "tok_s": tokens / duration_s if duration_s > 0 else 0.0,
-        "duration_s": round(duration_s, 6),
-        "completion_tokens": tokens,
-        "requests": len(records),
-        "errors": len(records) - len(good),
+    return Repetition(
+        tok_s=tokens / duration_s if duration_s > 0 else 0.0,
+        duration_s=round(duration_s, 6),
+        completion_tokens=tokens,
+        requests=len(records),
+        errors=len(records) - len(good),
         # Little's law: the mean number of requests in flight over the repetition.
-        "concurrency_measured": round(busy_s / duration_s, 3) if duration_s > 0 else 0.0,
-    }
+        concurrency_measured=round(busy_s / duration_s, 3) if duration_s > 0 else 0.0,
+    )
 
 
 def summarize_level(
     workload: Workload, level: float, runs: list[list[RequestRecord]], warm: list[RequestRecord]
-) -> dict[str, Any]:
-    """One level's part of the document: per-repetition totals and one row per good request."""
+) -> Level:
+    """One level's part of the document: per-repetition totals and one record per good request."""
     measured = [r for run in runs for r in run]
     good = [r for r in measured if r.error is None]
     if not good:
@@ -104,46 +105,44 @@ def summarize_level(
         for r in run:
             if r.error is None:
                 tpot = r.tpot_s
-                row = (
-                    rep,
-                    round(r.sent_s - start, 6),
-                    _ms(r.ttft_s or 0.0),
-                    None if tpot is None else _ms(tpot),
+                records.append(
+                    Record(
+                        repetition=rep,
+                        sent_s=round(r.sent_s - start, 6),
+                        ttft_ms=_ms(r.ttft_s or 0.0),
+                        tpot_ms=None if tpot is None else _ms(tpot),
+                        e2e_ms=_ms(r.latency_s),
+                        completion_tokens=r.completion_tokens,
+                    )
                 )
-                records.append([*row, _ms(r.latency_s), r.completion_tokens])
     errors = [r.error for r in measured if r.error is not None]
-    totals = [_repetition(run) for run in runs]
     verify = [r for r in good if r.spec_verify_ct]
     gaps = [gap for r in good for gap in r.itl_s]
-    return {
-        "concurrency": None if workload.open_loop else int(level),
-        "request_rate": level if workload.open_loop else None,
-        "tok_s_runs": [round(run["tok_s"], 4) for run in totals],
-        "repetitions": totals,
-        "requests": len(measured),
-        "errors": len(errors),
-        "error_samples": sorted(set(errors))[:5],
-        "warmup_errors": sum(1 for r in warm if r.error is not None),
-        "prompt_tokens_mean": round(sum(r.prompt_tokens for r in good) / len(good), 2),
-        "completion_tokens": sum(r.completion_tokens for r in good),
-        "spec_completion_tokens": sum(r.completion_tokens for r in verify),
-        "spec_verify_ct": sum(r.spec_verify_ct or 0 for r in verify),
-        "record_columns": list(RECORD_COLUMNS),
-        "records": records,
-        "itl_count": len(gaps),
-        "itl_bunched_pct": round(100.0 * sum(g < BUNCHED_GAP_S for g in gaps) / len(gaps), 2)
-        if gaps
-        else 0.0,
-        "itl_ms": _rank_sample([_ms(gap) for gap in gaps], ITL_SAMPLE_LIMIT),
-    }
+    return Level(
+        concurrency=None if workload.open_loop else int(level),
+        request_rate=level if workload.open_loop else None,
+        repetitions=[_repetition(run) for run in runs],
+        requests=len(measured),
+        errors=len(errors),
+        error_samples=sorted(set(errors))[:5],
+        warmup_errors=sum(1 for r in warm if r.error is not None),
+        prompt_tokens_mean=round(sum(r.prompt_tokens for r in good) / len(good), 2),
+        completion_tokens=sum(r.completion_tokens for r in good),
+        spec_completion_tokens=sum(r.completion_tokens for r in verify),
+        spec_verify_ct=sum(r.spec_verify_ct or 0 for r in verify),
+        records=records,
+        itl_count=len(gaps),
+        itl_bunched_pct=round(100.0 * sum(g < BUNCHED_GAP_S for g in gaps) / len(gaps), 2) if gaps else 0.0,
+        itl_ms=_rank_sample([_ms(gap) for gap in gaps], ITL_SAMPLE_LIMIT),
+    )
 
 
 def _level_name(workload: Workload, level: float) -> str:
     return f"request rate {level:g}/s" if workload.open_loop else f"concurrency {int(level)}"
 
 
-async def run_level(run: _Run, level: float) -> dict[str, Any]:
-    """Warm up, then run every repetition at one level; one JSON-ready dict."""
+async def run_level(run: _Run, level: float) -> Level:
+    """Warm up, then run every repetition at one level."""
     workload = run.workload
     name = _level_name(workload, level)
     run.progress.phase(name, "warmup", 0, workload.repetitions)
@@ -189,7 +188,7 @@ async def _prepare(client: aiohttp.ClientSession, workload: Workload, nonce: int
     return PromptSource(workload, nonce, conversations=conversations, answer_tokens=answers), model
 
 
-async def run_async(workload: Workload, nonce: int | None = None) -> dict[str, Any]:
+async def run_async(workload: Workload, nonce: int | None = None) -> Document:
     """The whole benchmark: every level in order, as the document ``main`` prints."""
     workload.check()
     nonce = secrets.randbits(62) if nonce is None else nonce
@@ -209,19 +208,16 @@ async def run_async(workload: Workload, nonce: int | None = None) -> dict[str, A
         run = _Run(client, workload, prompts, model)
         async with run.progress.ticking():
             levels = [await run_level(run, level) for level in workload.levels]
-    settings = {option.name: getattr(workload, option.name) for option in fields(workload)}
-    settings.pop("progress_file")
-    return {
-        "schema": SCHEMA,
-        "url": settings.pop("url"),
-        "nonce": nonce,
-        "started_unix_s": round(started, 3),
-        "workload": settings,
-        "levels": levels,
-    }
+    return Document(
+        schema=SCHEMA,
+        nonce=nonce,
+        started_unix_s=round(started, 3),
+        workload=dataclasses.replace(workload, progress_file=""),  # where progress went is no result
+        levels=levels,
+    )
 
 
-def run(workload: Workload, nonce: int | None = None) -> dict[str, Any]:
+def run(workload: Workload, nonce: int | None = None) -> Document:
     """Blocking form of ``run_async`` for callers without an event loop."""
     # uvloop's event loop (libuv) costs about half the CPU per streamed chunk of asyncio's own. SGLang
     # installs it with its server; a host environment without it measures with asyncio's loop.
@@ -240,6 +236,6 @@ def main(argv: list[str] | None = None) -> int:
     except LoadgenError as exc:
         print(f"loadgen: {exc}", file=sys.stderr)
         return 1
-    json.dump(document, sys.stdout, separators=(",", ":"))
+    json.dump(document.to_json(), sys.stdout, separators=(",", ":"))
     sys.stdout.write("\n")
     return 0

@@ -1,6 +1,6 @@
-"""The load generator's contract, written once: the document's ``SCHEMA``, and ``Workload``, whose
-fields are both the script's options (``request_timeout_s`` is ``--request-timeout-s``) and the
-stack's ``sglang-stacks:benchmark`` keys.
+"""The load generator's contract, written once: ``Workload``, whose fields are both the script's
+options (``request_timeout_s`` is ``--request-timeout-s``) and the stack's
+``sglang-stacks:benchmark`` keys. The document it prints is `document`'s.
 
 Standard library only: the project imports it to build the command line and to read the
 document, without the HTTP client that runs the benchmark.
@@ -17,15 +17,10 @@ __all__ = [
     "ARRIVALS",
     "DATASETS",
     "ENDPOINTS",
-    "RECORD_COLUMNS",
-    "SCHEMA",
     "LoadgenError",
     "Workload",
     "parse_args",
 ]
-
-SCHEMA = "sglang-stacks.loadgen/2"
-"""The ``schema`` of the document the load generator prints."""
 
 ENDPOINTS = ("generate", "completions", "chat")
 """SGLang's ``/generate``, OpenAI's ``/v1/completions`` and ``/v1/chat/completions``."""
@@ -33,9 +28,6 @@ DATASETS = ("fixed", "random", "sharegpt")
 """Fixed lengths, lengths drawn from a range, or a ShareGPT-format JSON file."""
 ARRIVALS = ("closed", "poisson", "gamma")
 """Closed loop (``concurrency`` streams), or open loop at ``request_rate`` with these arrivals."""
-RECORD_COLUMNS = ("repetition", "sent_s", "ttft_ms", "tpot_ms", "e2e_ms", "completion_tokens")
-"""The columns of each level's ``records``: one row per measured request that succeeded;
-``sent_s`` counts from the repetition's start, ``tpot_ms`` is null below two tokens."""
 
 
 class LoadgenError(Exception):
