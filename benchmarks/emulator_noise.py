@@ -52,7 +52,7 @@ def measure(stack: str, trials: int, campaign: Path | None) -> tuple[float, floa
             settings = spec.benchmark.model_dump(mode="json")
             workload = contract.Workload.from_settings(server.base_url, settings)
             document = client.run(workload)
-            tok_s = [float(v) for v in document["levels"][-1]["tok_s_runs"]]
+            tok_s = document.levels[-1].tok_s_runs
             runs.append(tok_s)
             print(
                 f"trial {number + 1}: tok/s per repetition {', '.join(f'{v:.3f}' for v in tok_s)}", flush=True

@@ -8,6 +8,7 @@ the benchmark's turns the document into results), without a host.
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,13 @@ class _Engine(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         return {}, None
+
+
+@pytest.fixture(autouse=True)
+def _full_tracebacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A provider method that raised in this process (another test's) left the provider process's
+    # setting behind: no traceback frames, which the Pulumi SDK's own stack walk needs.
+    monkeypatch.delattr(sys, "tracebacklimit", raising=False)
 
 
 def deploy(spec: StackSpec, engine: _Engine, stack: str = "walk") -> DeploymentOutputs:

@@ -14,56 +14,98 @@ from typing import TYPE_CHECKING
 from sglang_stacks._face import lazy_face
 
 if TYPE_CHECKING:
+    from sglang_stacks.components._resource import Args as Args
+    from sglang_stacks.components._resource import args_for as args_for
     from sglang_stacks.components._wiring import connection_args as connection_args
     from sglang_stacks.components.benchmark import Benchmark as Benchmark
+    from sglang_stacks.components.benchmark import BenchmarkArgs as BenchmarkArgs
+    from sglang_stacks.components.canary import CanaryArgs as CanaryArgs
     from sglang_stacks.components.canary import CanaryGate as CanaryGate
     from sglang_stacks.components.deployment import DeploymentArgs as DeploymentArgs
     from sglang_stacks.components.deployment import SGLangDeployment as SGLangDeployment
     from sglang_stacks.components.draft_model import DraftModel as DraftModel
+    from sglang_stacks.components.draft_model import DraftModelArgs as DraftModelArgs
+    from sglang_stacks.components.draft_model import draft_model_args as draft_model_args
+    from sglang_stacks.components.environment import EnvironmentArgs as EnvironmentArgs
     from sglang_stacks.components.environment import PythonEnvironment as PythonEnvironment
+    from sglang_stacks.components.environment import environment_args as environment_args
     from sglang_stacks.components.fleet import Fleet as Fleet
     from sglang_stacks.components.fleet import FleetArgs as FleetArgs
+    from sglang_stacks.components.host import ClaimArgs as ClaimArgs
     from sglang_stacks.components.host import GpuClaim as GpuClaim
     from sglang_stacks.components.host import HostProbe as HostProbe
+    from sglang_stacks.components.host import ProbeArgs as ProbeArgs
+    from sglang_stacks.components.multinode import InitAddressArgs as InitAddressArgs
     from sglang_stacks.components.multinode import InitAddressCheck as InitAddressCheck
+    from sglang_stacks.components.router import RouterArgs as RouterArgs
     from sglang_stacks.components.router import RouterWorker as RouterWorker
     from sglang_stacks.components.router import SGLangRouter as SGLangRouter
+    from sglang_stacks.components.router import WorkerArgs as WorkerArgs
+    from sglang_stacks.components.server import ServerArgs as ServerArgs
     from sglang_stacks.components.server import SGLangServer as SGLangServer
 
 __all__ = [
+    "Args",
     "Benchmark",
+    "BenchmarkArgs",
+    "CanaryArgs",
     "CanaryGate",
+    "ClaimArgs",
     "DeploymentArgs",
     "DraftModel",
+    "DraftModelArgs",
+    "EnvironmentArgs",
     "Fleet",
     "FleetArgs",
     "GpuClaim",
     "HostProbe",
+    "InitAddressArgs",
     "InitAddressCheck",
+    "ProbeArgs",
     "PythonEnvironment",
+    "RouterArgs",
     "RouterWorker",
     "SGLangDeployment",
     "SGLangRouter",
     "SGLangServer",
+    "ServerArgs",
+    "WorkerArgs",
+    "args_for",
     "connection_args",
+    "draft_model_args",
+    "environment_args",
 ]
 
 _HOMES = {
+    "Args": "_resource",
     "Benchmark": "benchmark",
+    "BenchmarkArgs": "benchmark",
+    "CanaryArgs": "canary",
     "CanaryGate": "canary",
+    "ClaimArgs": "host",
     "DeploymentArgs": "deployment",
     "DraftModel": "draft_model",
+    "DraftModelArgs": "draft_model",
+    "EnvironmentArgs": "environment",
     "Fleet": "fleet",
     "FleetArgs": "fleet",
     "GpuClaim": "host",
     "HostProbe": "host",
+    "InitAddressArgs": "multinode",
     "InitAddressCheck": "multinode",
+    "ProbeArgs": "host",
     "PythonEnvironment": "environment",
+    "RouterArgs": "router",
     "RouterWorker": "router",
     "SGLangDeployment": "deployment",
     "SGLangRouter": "router",
     "SGLangServer": "server",
+    "ServerArgs": "server",
+    "WorkerArgs": "router",
+    "args_for": "_resource",
     "connection_args": "_wiring",
+    "draft_model_args": "draft_model",
+    "environment_args": "environment",
 }
 """Each name's module: imported when the name is first read, so importing the package costs nothing."""
 

@@ -11,6 +11,9 @@ from sglang_stacks._face import lazy_face
 if TYPE_CHECKING:
     from sglang_stacks.results.compare import Comparison as Comparison
     from sglang_stacks.results.history import HistoryRow as HistoryRow
+    from sglang_stacks.results.outputs import DeploymentOutputs as DeploymentOutputs
+    from sglang_stacks.results.outputs import FleetOutputs as FleetOutputs
+    from sglang_stacks.results.outputs import ReplicaOutputs as ReplicaOutputs
     from sglang_stacks.results.stats import BenchmarkResult as BenchmarkResult
     from sglang_stacks.results.stats import Goodput as Goodput
     from sglang_stacks.results.stats import Percentiles as Percentiles
@@ -24,10 +27,13 @@ __all__ = [
     "BenchmarkResult",
     "CanaryVerdict",
     "Comparison",
+    "DeploymentOutputs",
+    "FleetOutputs",
     "GateVerdict",
     "Goodput",
     "HistoryRow",
     "Percentiles",
+    "ReplicaOutputs",
     "Slo",
     "StackVerdict",
     "WelchTest",
@@ -37,10 +43,13 @@ _HOMES = {
     "BenchmarkResult": "stats",
     "CanaryVerdict": "verdict",
     "Comparison": "compare",
+    "DeploymentOutputs": "outputs",
+    "FleetOutputs": "outputs",
     "GateVerdict": "verdict",
     "Goodput": "stats",
     "HistoryRow": "history",
     "Percentiles": "stats",
+    "ReplicaOutputs": "outputs",
     "Slo": "stats",
     "StackVerdict": "verdict",
     "WelchTest": "stats",
