@@ -18,7 +18,8 @@ import pytest
 
 from sglang_stacks.components import server
 from sglang_stacks.config.flags import flags_from_values, launch_values
-from sglang_stacks.config.render import canonical_flags, render_argv, render_command, values_from_argv
+from sglang_stacks.config.recorded import values_from_argv
+from sglang_stacks.config.render import canonical_flags, render_argv, render_command
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import ServerError
 from sglang_stacks.hostops import claim, process

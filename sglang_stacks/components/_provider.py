@@ -14,9 +14,8 @@ import importlib
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
-import pulumi
 import pulumi.dynamic as dynamic
 from pulumi.output import Unknown
 from pulumi.runtime import rpc
@@ -27,9 +26,6 @@ from sglang_stacks.hostops import lifetime
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.transport import gathering
 from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
-
-if TYPE_CHECKING:
-    from pulumi_command.remote import ConnectionArgs
 
 
 @dataclass(frozen=True)
@@ -84,7 +80,7 @@ class HostInputs(Props):
 
     connection: CONNECTION_FIELD
     """How to reach the host (a secret: it may hold the SSH key); the constructors take the fields of
-    a `Connection` as a secret Output (`host_connection`)."""
+    a `Connection` as a secret Output (`_wiring.host_connection`)."""
 
 
 InputsT = TypeVar("InputsT", bound=HostInputs)
@@ -281,47 +277,3 @@ class _sentences_only:
         if isinstance(error, StacksError):
             sys.tracebacklimit = 0
             error.args = (error.with_record(),)
-
-
-LOCAL_HOST: dict[str, Any] = {"kind": "local"}
-"""The connection of the host this program runs on (the emulator host): no SSH."""
-
-
-def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
-    """The connection the resources take, from pulumi-command's ``remote.ConnectionArgs`` (the
-    object Pulumi users already write for remote commands), or the local host for ``None``.
-
-    Always a secret: it may hold the SSH key. Of ConnectionArgs, ``host``, ``port``, ``user``,
-    ``private_key``, ``host_key`` and ``per_dial_timeout`` (the connect timeout, seconds) are
-    used; passwords, agents and proxies are not supported.
-    """
-    if args is None:
-        return pulumi.Output.secret(LOCAL_HOST)
-    unsupported = [
-        name
-        for name in ("password", "agent_socket_path", "proxy", "private_key_password")
-        if pulumi.get(args, name) is not None
-    ]
-    if unsupported:
-        raise StacksError(
-            f"The SSH connection sets {', '.join(unsupported)}, which sglang-stacks does not support. "
-            "Connect with a private key (host.* in the stack file and the sshPrivateKey secret)."
-        )
-
-    def fields(values: dict[str, Any]) -> dict[str, Any]:
-        found = {name: value for name, value in values.items() if value is not None}
-        timeout_s = found.pop("per_dial_timeout", None)
-        if timeout_s is not None:
-            found["connect_timeout_s"] = float(timeout_s)
-        return {"kind": "ssh", **found, "port": int(found.get("port", 22))}
-
-    return pulumi.Output.secret(
-        pulumi.Output.all(
-            host=pulumi.get(args, "host"),
-            port=pulumi.get(args, "port"),
-            user=pulumi.get(args, "user"),
-            private_key=pulumi.get(args, "private_key"),
-            host_key=pulumi.get(args, "host_key"),
-            per_dial_timeout=pulumi.get(args, "per_dial_timeout"),
-        ).apply(fields)
-    )

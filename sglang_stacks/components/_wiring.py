@@ -14,7 +14,7 @@ import pulumi
 from sglang_stacks.config import render
 from sglang_stacks.config.flags import ServerFlags, launch_values
 from sglang_stacks.config.spec import StackSpec
-from sglang_stacks.errors import SpecError
+from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.hostops import serving
 from sglang_stacks.hostops.connection import Connection
 
@@ -26,6 +26,7 @@ __all__ = [
     "digest",
     "emulator_env",
     "flags_digest",
+    "host_connection",
     "launch_flags",
     "nvidia_smi_command",
     "served_now",
@@ -53,6 +54,50 @@ def connection_args(spec: StackSpec, ssh_private_key: pulumi.Output[str] | None)
         host_key=conn.host_key,
         private_key=ssh_private_key,
         per_dial_timeout=int(conn.connect_timeout_s),  # whole seconds in the host section
+    )
+
+
+LOCAL_HOST: dict[str, Any] = {"kind": "local"}
+"""The connection of the host this program runs on (the emulator host): no SSH."""
+
+
+def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
+    """The connection the resources take, from pulumi-command's ``remote.ConnectionArgs`` (the
+    object Pulumi users already write for remote commands), or the local host for ``None``.
+
+    Always a secret: it may hold the SSH key. Of ConnectionArgs, ``host``, ``port``, ``user``,
+    ``private_key``, ``host_key`` and ``per_dial_timeout`` (the connect timeout, seconds) are
+    used; passwords, agents and proxies are not supported.
+    """
+    if args is None:
+        return pulumi.Output.secret(LOCAL_HOST)
+    unsupported = [
+        name
+        for name in ("password", "agent_socket_path", "proxy", "private_key_password")
+        if pulumi.get(args, name) is not None
+    ]
+    if unsupported:
+        raise StacksError(
+            f"The SSH connection sets {', '.join(unsupported)}, which sglang-stacks does not support. "
+            "Connect with a private key (host.* in the stack file and the sshPrivateKey secret)."
+        )
+
+    def fields(values: dict[str, Any]) -> dict[str, Any]:
+        found = {name: value for name, value in values.items() if value is not None}
+        timeout_s = found.pop("per_dial_timeout", None)
+        if timeout_s is not None:
+            found["connect_timeout_s"] = float(timeout_s)
+        return {"kind": "ssh", **found, "port": int(found.get("port", 22))}
+
+    return pulumi.Output.secret(
+        pulumi.Output.all(
+            host=pulumi.get(args, "host"),
+            port=pulumi.get(args, "port"),
+            user=pulumi.get(args, "user"),
+            private_key=pulumi.get(args, "private_key"),
+            host_key=pulumi.get(args, "host_key"),
+            per_dial_timeout=pulumi.get(args, "per_dial_timeout"),
+        ).apply(fields)
     )
 
 

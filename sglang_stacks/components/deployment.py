@@ -15,9 +15,14 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 
 from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, build_host_parts
-from sglang_stacks.components._provider import host_connection
 from sglang_stacks.components._resource import Args, args_for, register
-from sglang_stacks.components._wiring import connection_args, flags_digest, launch_flags, served_now
+from sglang_stacks.components._wiring import (
+    connection_args,
+    flags_digest,
+    host_connection,
+    launch_flags,
+    served_now,
+)
 from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.config import preflight
 from sglang_stacks.config.flags import ServerFlags

@@ -19,9 +19,14 @@ import pulumi
 
 from sglang_stacks.components import _fleet_preview
 from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan
-from sglang_stacks.components._provider import host_connection
 from sglang_stacks.components._resource import Args, args_for, register
-from sglang_stacks.components._wiring import connection_args, digest, flags_digest, launch_flags
+from sglang_stacks.components._wiring import (
+    connection_args,
+    digest,
+    flags_digest,
+    host_connection,
+    launch_flags,
+)
 from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.components.canary import CanaryArgs, CanaryGate
 from sglang_stacks.components.multinode import build_replica_parts

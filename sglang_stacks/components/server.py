@@ -193,7 +193,7 @@ def upgrade_flags(props: Mapping[str, Any]) -> dict[str, Any]:
     flags = props.get("flags")
     if not isinstance(flags, Mapping) or not any(str(key).startswith("-") for key in flags):
         return dict(props)
-    from sglang_stacks.config.render import values_from_options  # old state only
+    from sglang_stacks.config.recorded import values_from_options  # old state only
 
     return {**props, "flags": values_from_options(flags, str(props["release"]))}
 

@@ -44,7 +44,7 @@ class ServingNote(BaseModel):
         flags = note.get("flags")
         release = str(note.get("release") or "")
         if isinstance(flags, dict) and any(str(key).startswith("-") for key in flags) and release:
-            from sglang_stacks.config.render import values_from_options  # old notes only
+            from sglang_stacks.config.recorded import values_from_options  # old notes only
 
             note = {**note, "flags": values_from_options(flags, release)}
         return note

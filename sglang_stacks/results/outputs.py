@@ -36,7 +36,7 @@ class _Outputs(BaseModel):
 def _upgraded_flags(outputs: Mapping[str, Any]) -> Any:
     """The launch flags of outputs from earlier versions: a map of rendered options (``--flag`` ->
     its words), or only the launch command."""
-    from sglang_stacks.config.render import values_from_argv, values_from_options
+    from sglang_stacks.config.recorded import values_from_argv, values_from_options
 
     release = str(outputs.get("sglang_version") or "")
     flags = outputs.get("launch_flags")
