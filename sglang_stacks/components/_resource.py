@@ -3,11 +3,12 @@
 A resource's inputs and outputs are declared once, as the pydantic models of its provider
 (`TypedProvider.inputs`, `.outputs`). Its constructor takes `Args` of the inputs model: the same
 fields, each a value or a Pulumi Output of one (``ServerArgs = args_for(ServerInputs)``, then
-``SGLangServer(name, ServerArgs(python=environment.python, ...), opts)``); mypy checks the field
-names against the model, values known in the program are validated against the fields at once,
-the rest by the provider. Its outputs are read typed through `TypedResource.output`, which
-validates each value against its field of the outputs model: ``server.output(lambda o: o.url)``
-is a ``pulumi.Output[str]``. Fields marked `SECRET` are secrets in the state.
+``SGLangServer(name, ServerArgs(python=environment.output(lambda o: o.python), ...), opts)``); mypy
+checks the field names against the model (and that the required ones are given), values known in
+the program are validated against the fields at once, the rest by the provider. Its outputs are
+read typed through `TypedResource.output`, which validates each value against its field of the
+outputs model: ``server.output(lambda o: o.url)`` is a ``pulumi.Output[str]``. Fields marked
+`SECRET` are secrets in the state.
 
 `Args` also carry a component's outputs (`register`, `Args.export`), so the stack outputs are
 declared once too, as a model of `sglang_stacks.results.outputs`.
