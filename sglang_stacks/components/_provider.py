@@ -266,8 +266,9 @@ def _import_providers(own_module: str) -> None:
 class _sentences_only:
     """The project's own errors (a StacksError already says what to fix) reach the user without a
     Python traceback: Pulumi's provider host prints `traceback.format_exc()`, which honours
-    `sys.tracebacklimit`. The process serves one update, which fails here anyway. The message
-    leaves with the error's typed record (`StacksError.with_record`), for the driver to read back."""
+    `sys.tracebacklimit`. The process serves one update, which fails here anyway. The error leaves
+    with its typed record as a note (PEP 678), which the printed traceback shows after the message
+    for the driver to read back, while the message itself stays the sentence."""
 
     def __enter__(self) -> None:
         # Whatever a provider does on a host ends with the update that asked for it.
@@ -276,4 +277,6 @@ class _sentences_only:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, *_: object) -> None:
         if isinstance(error, StacksError):
             sys.tracebacklimit = 0
-            error.args = (error.with_record(),)
+            line = error.record().line()
+            if line not in getattr(error, "__notes__", ()):
+                error.add_note(line)
