@@ -16,7 +16,6 @@ shared CPU; trials that do not overlap would point at the scheduler.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import subprocess
@@ -30,6 +29,9 @@ from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import optuna
+
+from sglang_stacks.campaign.study import STUDY_FILE, records
 from tests._pulumi import Workspace, emulator_stack, free_port
 
 HOST = """  - name: {name}
@@ -101,12 +103,18 @@ def sweep(hosts: int) -> Run:
     wall_s = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    trials = json.loads((workspace.path / "reports" / "pool" / "sweep.json").read_text())["trials"]
+    study_db = workspace.path / "reports" / "pool" / STUDY_FILE
+    launched = [
+        t
+        for t in records(optuna.load_study(study_name="pool", storage=f"sqlite:///{study_db}"))
+        if t.launched
+    ]
     per_host: dict[str, int] = {}
     spans: dict[str, list[tuple[float, float]]] = {}
-    for trial in trials.values():
-        per_host[trial["host"]] = per_host.get(trial["host"], 0) + 1
-        spans.setdefault(trial["host"], []).append((trial["started_at"], trial["finished_at"]))
+    for trial in launched:
+        assert trial.host is not None and trial.started_at is not None and trial.finished_at is not None
+        per_host[trial.host] = per_host.get(trial.host, 0) + 1
+        spans.setdefault(trial.host, []).append((trial.started_at, trial.finished_at))
     trial_s = [end - start for host in spans.values() for start, end in host]
     return Run(wall_s, per_host, trial_s, _both_busy_s(spans), cpu_s, load)
 

@@ -1,8 +1,11 @@
 """Early stop without any host: when a candidate's first repetitions make it clearly worse than the
-best full trial, and how the two parts of a continued trial join into one result."""
+best full trial (the rule and the study's pruner), how the two parts of a continued trial join into
+one result, and which result an interrupted trial keeps."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -10,10 +13,11 @@ from typing import Any
 import pytest
 
 from sglang_stacks.campaign.early_stop import clearly_worse, merge_levels
-from sglang_stacks.campaign.model import ObjectiveSpec, load_campaign
-from sglang_stacks.campaign.plan import make_plan
+from sglang_stacks.campaign.model import load_campaign
+from sglang_stacks.campaign.plan import Plan, make_plan
 from sglang_stacks.campaign.runner import Sweep
-from sglang_stacks.campaign.state import SweepState, TrialRecord
+from sglang_stacks.campaign.search import Search
+from sglang_stacks.campaign.study import Driver, records, write_attributes
 from sglang_stacks.results import history
 from sglang_stacks.results.stats import BenchmarkResult, ci95
 from tests._pulumi import emulator_stack
@@ -35,15 +39,11 @@ def _level(runs: list[float], concurrency: int = 1) -> dict[str, Any]:
     }
 
 
-def _record(stack: str, runs: list[float], stopped: str | None = None) -> TrialRecord:
-    return TrialRecord(stack=stack, labels={}, status="done", levels=[_level(runs)], stopped_early=stopped)
-
-
-BEST = _record("fast", [88.0, 88.4, 87.9, 88.2])
+BEST = ("fast", [88.0, 88.4, 87.9, 88.2])
 
 
 def test_a_candidate_whose_interval_lies_below_the_best_stops_with_both_intervals_named() -> None:
-    reason = clearly_worse(ObjectiveSpec(), [_level([44.0, 44.3])], [BEST], 4)
+    reason = clearly_worse([44.0, 44.3], BEST, 4)
 
     assert reason is not None
     low, high = ci95([88.0, 88.4, 87.9, 88.2])
@@ -53,14 +53,40 @@ def test_a_candidate_whose_interval_lies_below_the_best_stops_with_both_interval
 
 def test_a_candidate_whose_interval_reaches_the_best_goes_on() -> None:
     # Slower on average, but two noisy runs leave an interval that reaches the best's.
-    assert clearly_worse(ObjectiveSpec(), [_level([80.0, 87.0])], [BEST], 4) is None
+    assert clearly_worse([80.0, 87.0], BEST, 4) is None
 
 
-def test_without_a_full_trial_yet_every_candidate_goes_on() -> None:
-    stopped_one = _record("slow", [40.0, 40.1], stopped="after 2 of 4 repetitions ...")
+def test_a_latency_objective_stops_a_candidate_clearly_slower_to_answer() -> None:
+    reason = clearly_worse([90.0, 91.0], ("quick", [40.0, 41.0, 40.5]), 4, minimize=True)
 
-    assert clearly_worse(ObjectiveSpec(), [_level([30.0, 30.1])], [stopped_one], 4) is None
-    assert clearly_worse(ObjectiveSpec(), [_level([30.0, 30.1])], [], 4) is None
+    assert reason is not None and "lies above the best's (quick: " in reason
+
+
+def _campaign(tmp_path: Path, early_stop: str) -> Plan:
+    (tmp_path / "Pulumi.base.yaml").write_text(emulator_stack(port=30000, state_dir=tmp_path))
+    campaign = tmp_path / "c.yaml"
+    campaign.write_text(
+        "base: base\naxes:\n  - {key: server.cuda_graph_max_bs, values: [128, 512]}\n"
+        f"workload: {{repetitions: 4}}\n{early_stop}"
+        "pool:\n  - {name: a, host: {kind: emulator, state_dir: /tmp/a}}\n"
+    )
+    return make_plan("c", load_campaign(campaign), tmp_path)
+
+
+def test_without_a_full_trial_yet_every_candidate_goes_on(tmp_path: Path) -> None:
+    plan = _campaign(tmp_path, "early_stop: {after_repetitions: 2}\n")
+    search = Search.open(plan, tmp_path / "reports")
+    stopped, _ = search.ask()
+    stopped.report(40.0, 0)
+    stopped.report(40.1, 1)
+    search.tell_measured(
+        stopped, [_level([40.0, 40.1])], {"stack": "slow", "labels": {}}, stopped_early="..."
+    )
+    trial, _ = search.ask()
+    trial.report(30.0, 0)
+    trial.report(30.1, 1)
+
+    assert not trial.should_prune()  # a stopped trial is no full trial to compare with
 
 
 def test_the_two_parts_of_a_trial_join_into_one_result_over_all_runs() -> None:
@@ -73,41 +99,52 @@ def test_the_two_parts_of_a_trial_join_into_one_result_over_all_runs() -> None:
 
 
 class _NothingDeployed:
-    """Stands in for the trial runner of a killed sweep whose trial stack holds nothing."""
+    """Stands in for the trial runner of a sweep whose trial stack holds nothing."""
 
     def destroy(self, stack: str, *, clear_pending: bool = False) -> None:
         del stack, clear_pending
 
+    def settle(self, stack: str) -> list[str]:
+        del stack
+        return []
+
+
+def _gone() -> Driver:
+    """A driver of this machine that no longer runs."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return Driver(machine=socket.gethostname(), pid=child.pid, start_ticks=1)
+
 
 @pytest.mark.parametrize("how", ["killed", "ctrl-c"])
 @pytest.mark.parametrize(
-    ("early_stop", "resumed"), [("", "done"), ("early_stop: {after_repetitions: 2}\n", "pending")]
+    ("early_stop", "kept"), [("", True), ("early_stop: {after_repetitions: 2}\n", False)]
 )
 def test_an_interrupted_trial_keeps_its_recorded_result_unless_it_may_be_a_first_part_only(
-    tmp_path: Path, early_stop: str, resumed: str, how: str
+    tmp_path: Path, early_stop: str, kept: bool, how: str
 ) -> None:
-    (tmp_path / "Pulumi.base.yaml").write_text(emulator_stack(port=30000, state_dir=tmp_path))
-    campaign = tmp_path / "c.yaml"
-    campaign.write_text(
-        "base: base\naxes:\n  - {key: server.cuda_graph_max_bs, values: [128]}\n"
-        f"workload: {{repetitions: 4}}\n{early_stop}"
-        "pool:\n  - {name: a, host: {kind: emulator, state_dir: /tmp/a}}\n"
-    )
-    plan = make_plan("c", load_campaign(campaign), tmp_path)
-    state = SweepState.open(tmp_path / "reports", "c")
+    plan = _campaign(tmp_path, early_stop)
     db = tmp_path / "history.sqlite"
-    sweep = Sweep(plan, tmp_path, tmp_path / "reports", db, state, _NothingDeployed())  # type: ignore[arg-type]
-    sweep.sync()
-    [stack] = [row.stack for row in plan.kept()]
-    state.update(stack, status="running", host="a", started_at=time.time() - 60)
+    search = Search.open(plan, tmp_path / "reports")
+    sweep = Sweep(plan, tmp_path, tmp_path / "reports", db, search, _NothingDeployed())  # type: ignore[arg-type]
+    sweep.prepare()
+    picked = sweep.next_trial(plan.campaign.pool[0])
+    assert picked is not None
+    stack = picked.attributes.stack
+    write_attributes(search.study, picked.trial._trial_id, started_at=time.time() - 60)
     # The interruption came after a benchmark wrote its row: with early stop, maybe a first part's.
     history.record(db, stack, "digest", "0.5.8", "cmd", BenchmarkResult.model_validate(_level([88.0, 88.4])))
 
     if how == "killed":
-        sweep.recover()  # the next `sweep run` settles it
+        write_attributes(search.study, picked.trial._trial_id, driver=_gone())
+        Sweep(plan, tmp_path, tmp_path / "reports", db, search, _NothingDeployed()).prepare()  # type: ignore[arg-type]
     else:
-        sweep._interrupted(stack)  # what the trial's worker does when Ctrl-C cut its update short
+        sweep._interrupted(picked)  # what the trial's worker does when Ctrl-C cut its update short
 
-    [record] = state.trials()
-    assert record.status == resumed
-    assert len(record.levels) == (1 if resumed == "done" else 0)
+    of_stack = [r for r in records(search.study) if r.stack == stack]
+    if kept:
+        assert [r.status for r in of_stack if r.state == "COMPLETE"] == ["done"]
+        assert [r.levels[0]["tok_s_runs"] for r in of_stack if r.state == "COMPLETE"] == [[88.0, 88.4]]
+    else:
+        assert [r.state for r in of_stack] == ["FAIL", "WAITING"]  # queued to run again, from the start
+        assert of_stack[1].replaces == of_stack[0].number and of_stack[0].status == "interrupted"

@@ -14,7 +14,7 @@ from sglang_stacks.campaign.axes import apply
 from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.model import ObjectiveSpec, campaign_json_schema, load_campaign
 from sglang_stacks.campaign.rank import rank
-from sglang_stacks.campaign.state import TrialRecord
+from sglang_stacks.campaign.study import TrialRecord
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
 from sglang_stacks.errors import SpecError
 
@@ -170,7 +170,15 @@ def _trial(stack: str, runs: list[float]) -> TrialRecord:
         "requests": len(runs),
         "errors": 0,
     }
-    return TrialRecord(stack=stack, labels={"x": stack}, status="done", levels=[level])
+    return TrialRecord(
+        stack=stack,
+        labels={"x": stack},
+        status="done",
+        levels=[level],
+        number=0,
+        trial_id=0,
+        state="COMPLETE",
+    )
 
 
 def test_a_winner_within_noise_of_the_runner_up_is_called_so() -> None:

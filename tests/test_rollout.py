@@ -1,6 +1,7 @@
 """The rollout and its Automation API adapter against the real Pulumi CLI: bad input stops a
-rollout before any update, an update that fails before its benchmark is no regression, and a
-tightened gate judges the result measured before, whose regression a hand-back that fails reports.
+rollout before any update, an update that fails before its benchmark is no regression, a
+tightened gate judges the result measured before, whose regression a hand-back that fails reports,
+and the lock a killed update left is let go only when no process of it runs.
 
 The rollout that hands the host back after a regression measured anew is in test_campaign.
 """
@@ -8,13 +9,18 @@ The rollout that hands the host back after a regression measured anew is in test
 from __future__ import annotations
 
 import io
+import json
+import os
+import socket
+import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from sglang_stacks.drive import automation
 from sglang_stacks.drive.rollout import rollout
-from sglang_stacks.errors import PreflightError, RegressionError, SpecError, failure_from_output
+from sglang_stacks.errors import PreflightError, RegressionError, SpecError, StacksError, failure_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir
 from sglang_stacks.results import history
@@ -145,3 +151,38 @@ def test_a_tightened_gate_judges_the_result_before_and_a_failed_hand_back_says_s
         )
     finally:
         project.run("destroy", "--yes", "-s", "candidate", check=False)
+
+
+def _lock(project: Workspace, stack: str, pid: int) -> Path:
+    """A lock file of ``stack`` as `pulumi up` writes it on a local backend, held by ``pid`` here."""
+    folder = project.backend / ".pulumi" / "locks" / "organization" / "sglang-stacks" / stack
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "0d3c1b5e-7a2f-4c1e-9c7b-2f6a8e4d1b00.json"
+    stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    path.write_text(
+        json.dumps({"pid": pid, "username": "u", "hostname": socket.gethostname(), "timestamp": stamp})
+    )
+    return path
+
+
+def test_the_lock_of_a_killed_update_is_cancelled_and_a_live_ones_never(project: Workspace) -> None:
+    project.init_stack("locked")
+    target = automation.select_stack(project.path, "locked")
+    live = _lock(project, "locked", os.getpid())  # this process took it, and still runs
+
+    with pytest.raises(
+        StacksError, match=rf"locked by an update that may still run \(pid {os.getpid()} on this"
+    ):
+        automation.cancel_dead_lock(target, wait_s=1)
+
+    assert live.exists()
+    live.unlink()
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    dead = _lock(project, "locked", ended.pid)
+
+    said = automation.cancel_dead_lock(target)
+
+    assert said == f"cancelled the lock of a killed update (pid {ended.pid}, no longer running)"
+    assert not dead.exists()
+    assert automation.cancel_dead_lock(target) is None  # no lock: nothing to do

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 import yaml
 
+from sglang_stacks.campaign.study import STUDY_FILE, records
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
 from sglang_stacks.results import history
 from tests._pulumi import Workspace, emulator_stack, free_port
@@ -61,6 +63,19 @@ objective: {{metric: tok_s, concurrency: 1}}
 """
 
 
+def study_trials(project: Path, campaign: str) -> dict[str, dict[str, Any]]:
+    """Each trial stack's latest trial in ``campaign``'s study, as the study records it."""
+    path = project / "reports" / campaign / STUDY_FILE
+    if not path.exists():
+        return {}
+    try:
+        study = optuna.load_study(study_name=campaign, storage=_reader(path))
+    except KeyError:
+        return {}  # the database is there, the study not yet
+    latest = {r.stack: r.model_dump() for r in records(study) if r.status not in ("duplicate", "infeasible")}
+    return {s: t | {"status": "pending"} if t["state"] == "WAITING" else t for s, t in latest.items()}
+
+
 @dataclass(frozen=True)
 class Project:
     workspace: Workspace
@@ -81,9 +96,9 @@ class Project:
             raise AssertionError(f"sweep {args} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
         return result
 
-    def state(self) -> dict[str, dict[str, Any]]:
-        path = self.workspace.path / "reports" / "pool" / "sweep.json"
-        return json.loads(path.read_text())["trials"] if path.exists() else {}
+    def state(self, campaign: str = "pool") -> dict[str, dict[str, Any]]:
+        """Each trial stack's latest trial in the campaign's study (``pending`` while queued)."""
+        return study_trials(self.workspace.path, campaign)
 
     def nothing_left_behind(self) -> None:
         """No server listens on a pool port, no emulated GPU is used, no claim is held."""
@@ -296,7 +311,7 @@ def test_an_ssh_pool_host_gets_its_key_only_as_a_secret_of_the_trial_stack(
         done.set()
         watcher.join()
 
-    trials = json.loads((project.workspace.path / "reports" / "remote" / "sweep.json").read_text())["trials"]
+    trials = project.state("remote")
     assert [(t["status"], t["host"]) for t in trials.values()] == [("done", "ssh-a")] * 2, trials
     assert sshd.connections() > logins  # the trials reached their host through the sshd
     for stack in trials:
@@ -325,7 +340,7 @@ def test_an_ssh_pool_host_gets_its_key_only_as_a_secret_of_the_trial_stack(
 
 
 def test_a_candidate_clearly_worse_after_its_first_repetitions_is_stopped_early(project: Project) -> None:
-    trials = json.loads((project.workspace.path / "reports" / "remote" / "sweep.json").read_text())["trials"]
+    trials = project.state("remote")
     by_kernel = {t["labels"]["server.disable_custom_all_reduce"]: (s, t) for s, t in trials.items()}
     fast_stack, fast = by_kernel["true"]  # NCCL: the faster, measured first and in full
     slow_stack, slow = by_kernel["false"]  # the custom all-reduce kernel over PCIe
@@ -345,3 +360,8 @@ def test_a_candidate_clearly_worse_after_its_first_repetitions_is_stopped_early(
     assert f"`{slow_stack}`" in stopped and "lies below the best's" in stopped
     row = next(line for line in report.splitlines() if line.startswith("| 2 |"))
     assert slow_stack in row and "significantly worse, stopped early" in row
+
+
+def _reader(path: Path) -> optuna.storages.RDBStorage:
+    """The study's database, read beside a running sweep without creating anything in it."""
+    return optuna.storages.RDBStorage(f"sqlite:///{path}", skip_table_creation=True)

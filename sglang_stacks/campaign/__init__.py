@@ -1,11 +1,15 @@
-"""Campaigns: a search space over SGLang configurations, swept over a pool of hosts.
+"""Campaigns: a search over SGLang configurations on a pool of hosts, kept in an Optuna study.
 
-``model`` reads ``campaigns/<name>.yaml``; ``axes`` expands its axes into candidates; ``plan``
-keeps or discards each with preflight and the memory planner, touching no host; ``state`` keeps
-a sweep's progress in ``reports/<name>/sweep.json``; ``runner`` runs the kept candidates as
-trial stacks through the Automation API (``sglang_stacks.drive``); ``objective`` scores a
-trial; ``rank`` orders trials with their 95 % intervals and significance; ``report`` writes the
-Markdown report and its matplotlib figures; ``promote`` writes the winner into a stack file.
+``model`` reads ``campaigns/<name>.yaml``; ``axes`` turns axis points into candidates; ``plan``
+keeps or discards each with preflight and the memory planner, touching no host, and chooses the
+strategy; ``search`` is the search itself without any host (the axes as the study's parameters,
+the samplers, the pruner, what the study is told for each outcome); ``study`` keeps the campaign's
+state, an Optuna study in ``reports/<name>/study.db`` or a database, with each trial's attributes;
+``runner`` runs the suggested candidates as trial stacks through the Automation API
+(``sglang_stacks.drive``) and settles the trials of a killed run; ``legacy`` imports the previous
+release's ``sweep.json``; ``objective`` reads a metric at a load level; ``rank`` orders trials
+with their 95 % intervals and significance; ``report`` writes the Markdown report and its
+matplotlib figures; ``promote`` writes a trial into a stack file.
 """
 
 from __future__ import annotations
@@ -20,15 +24,39 @@ if TYPE_CHECKING:
     from sglang_stacks.campaign.plan import Plan as Plan
     from sglang_stacks.campaign.plan import PlanRow as PlanRow
     from sglang_stacks.campaign.plan import plan_campaign as plan_campaign
+    from sglang_stacks.campaign.search import Search as Search
+    from sglang_stacks.campaign.search import SearchSpace as SearchSpace
+    from sglang_stacks.campaign.study import TrialAttributes as TrialAttributes
+    from sglang_stacks.campaign.study import TrialRecord as TrialRecord
+    from sglang_stacks.campaign.study import open_study as open_study
+    from sglang_stacks.campaign.study import records as records
 
-__all__ = ["CampaignSpec", "Plan", "PlanRow", "load_campaign", "plan_campaign"]
+__all__ = [
+    "CampaignSpec",
+    "Plan",
+    "PlanRow",
+    "Search",
+    "SearchSpace",
+    "TrialAttributes",
+    "TrialRecord",
+    "load_campaign",
+    "open_study",
+    "plan_campaign",
+    "records",
+]
 
 _HOMES = {
     "CampaignSpec": "model",
     "Plan": "plan",
     "PlanRow": "plan",
+    "Search": "search",
+    "SearchSpace": "search",
+    "TrialAttributes": "study",
+    "TrialRecord": "study",
     "load_campaign": "model",
+    "open_study": "study",
     "plan_campaign": "plan",
+    "records": "study",
 }
 """Each name's module: imported when the name is first read, so importing the package costs nothing."""
 

@@ -20,15 +20,12 @@ from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from sglang_stacks.campaign.model import ObjectiveSpec
-from sglang_stacks.campaign.objective import samples
-from sglang_stacks.campaign.state import TrialRecord
 from sglang_stacks.results.stats import BenchmarkResult, ci95, mean, stdev
 
-__all__ = ["IntervalPruner", "clearly_worse", "merge_levels", "worse_reason"]
+__all__ = ["IntervalPruner", "clearly_worse", "merge_levels"]
 
 
-def worse_reason(
+def clearly_worse(
     values: Sequence[float],
     best: tuple[str, Sequence[float]],
     total_repetitions: int,
@@ -79,34 +76,10 @@ class IntervalPruner(BasePruner):
         if best is None:
             return None
         minimize = study.direction == StudyDirection.MINIMIZE
-        return worse_reason(_values(trial), best, self.total_repetitions, minimize)
+        return clearly_worse(_values(trial), best, self.total_repetitions, minimize)
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         return self.reason(study, trial) is not None
-
-
-def _best_full(
-    objective: ObjectiveSpec, records: Sequence[TrialRecord]
-) -> tuple[str, tuple[float, ...]] | None:
-    full = [
-        (r.stack, samples(objective, r.levels))
-        for r in records
-        if r.status in ("measured", "done") and r.levels and r.stopped_early is None
-    ]
-    return max(full, key=lambda item: mean(item[1])) if full else None
-
-
-def clearly_worse(
-    objective: ObjectiveSpec,
-    first: Sequence[Mapping[str, Any]],
-    records: Sequence[TrialRecord],
-    total_repetitions: int,
-) -> str | None:
-    """Why the trial whose first levels are ``first`` stops here, or None when it goes on."""
-    best = _best_full(objective, records)
-    if best is None:
-        return None
-    return worse_reason(samples(objective, first), best, total_repetitions)
 
 
 def merge_levels(

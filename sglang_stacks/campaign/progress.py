@@ -1,5 +1,6 @@
-"""The sweep's progress on the terminal: a live table (rich) of trials done, running and failed,
-with the best so far, and one line per event. Without a terminal, only the event lines."""
+"""The search's progress on the terminal: a live table (rich) of each pool host's trial, trials
+done, failed and running, the launches avoided and the best so far, and one line per event.
+Without a terminal, only the event lines."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
-from sglang_stacks.campaign.objective import describe, samples
-from sglang_stacks.results.stats import mean
+from sglang_stacks.campaign.objective import describe
+from sglang_stacks.campaign.rank import rank
+from sglang_stacks.campaign.study import TrialRecord
 
 if TYPE_CHECKING:
     from sglang_stacks.campaign.runner import Sweep
@@ -16,37 +18,32 @@ if TYPE_CHECKING:
 __all__ = ["best", "display", "summary"]
 
 
-def best(sweep: Sweep) -> tuple[str, float] | None:
-    """The measured trial with the highest mean objective so far, and that mean."""
-    scored = [
-        (t.stack, mean(samples(sweep.plan.campaign.objective, t.levels)))
-        for t in sweep.state.trials()
-        if t.status in ("measured", "done") and t.levels
-    ]
-    return max(scored, key=lambda item: item[1]) if scored else None
-
-
-def _counts(sweep: Sweep) -> dict[str, int]:
-    trials = sweep.state.trials()
-    return {
-        s: sum(t.status == s for t in trials) for s in ("pending", "running", "measured", "done", "failed")
-    }
+def best(sweep: Sweep, found: list[TrialRecord] | None = None) -> tuple[str, float] | None:
+    """The feasible measured trial with the best mean (first) objective so far, and that mean."""
+    ranking = rank(sweep.plan.campaign.goals[0], sweep.records() if found is None else found)
+    return (ranking.trials[0].stack, ranking.trials[0].mean) if ranking.trials else None
 
 
 def summary(sweep: Sweep) -> str:
-    """One sentence: how many trials are done, failed and left, and the best so far."""
-    counts = _counts(sweep)
-    done = counts["done"] + counts["measured"]
-    leader = best(sweep)
+    """A sentence or two: trials launched, done, failed and running; the launches avoided; the
+    best so far; why the search ended, when it ended early."""
+    found = sweep.records()
+    done = sum(r.status == "done" for r in found)
+    failed = sum(r.status == "failed" for r in found)
+    running = sum(r.state == "RUNNING" for r in found)
+    discarded = sum(r.status == "infeasible" for r in found)
+    repeated = sum(r.status == "duplicate" for r in found)
+    leader = best(sweep, found)
     lead = (
-        f"; best so far {leader[0]} at {leader[1]:.1f} ({describe(sweep.plan.campaign.objective)})"
+        f"; best so far {leader[0]} at {leader[1]:.1f} ({describe(sweep.plan.campaign.goals[0])})"
         if leader
         else ""
     )
-    left = counts["pending"] + counts["running"]
+    ended = f" The search stopped: {sweep.ended}." if sweep.ended else ""
     return (
-        f"sweep {sweep.plan.name}: {done} done, {counts['failed']} failed, {left} left{lead}. "
-        f"`sglang-stacks sweep report` ranks them."
+        f"sweep {sweep.plan.name}: {done} done, {failed} failed, {running} running; "
+        f"{discarded} suggestions discarded by preflight and {repeated} repeated ones, none launched"
+        f"{lead}.{ended} `sglang-stacks sweep report` ranks them."
     )
 
 
@@ -56,7 +53,7 @@ def _table(sweep: Sweep) -> Any:
     table = Table(title=f"sweep {sweep.plan.name}", expand=False)
     for column in ("host", "trial", "state"):
         table.add_column(column)
-    running = {t.host: t for t in sweep.state.trials() if t.status == "running"}
+    running = {t.host: t for t in sweep.records() if t.state == "RUNNING" and t.driver == sweep.driver}
     for host in sweep.plan.campaign.pool:
         trial = running.get(host.name)
         labels = ", ".join(trial.labels.values()) if trial else ""

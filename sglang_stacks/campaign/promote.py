@@ -10,6 +10,7 @@ from typing import TextIO
 
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.report import load_ranking
+from sglang_stacks.campaign.search import SearchSpace
 from sglang_stacks.config.stackfile import stack_file_text
 from sglang_stacks.errors import SpecError
 from sglang_stacks.results import promote as promote_stack
@@ -41,8 +42,9 @@ def promote_winner(
             f"{chosen!r} is not a measured trial of {plan.name}. Use one of: {', '.join(sorted(measured))}."
         )
     print(ranking.verdict(), file=out)
-    row = next(r for r in plan.rows if r.stack == chosen)
-    winner_text = stack_file_text(row.candidate.sections)
+    labels = next(t.labels for t in ranking.trials if t.stack == chosen)
+    space = SearchSpace.of(plan.campaign, plan.base)
+    winner_text = stack_file_text(space.candidate(space.params(labels)).sections)
     return promote_stack.promote(
         chosen, target, yes=yes, stacks_dir=stacks_dir, out=out, winner_text=winner_text
     )

@@ -1,14 +1,18 @@
-"""Ranking with honesty: trials ordered by the objective's mean with 95 % intervals; each compared
-with the best by Welch's t-test; a winner within noise of the runner-up is called so."""
+"""Ranking with honesty: the feasible measured trials (every SLO met) ordered by the objective's
+mean, best first, with 95 % intervals; each compared with the best by Welch's t-test; a winner
+within noise of the runner-up is called so. Trials that missed an SLO and trials that failed are
+listed apart. An objective read once per trial (a latency percentile, goodput) has no interval:
+its trials are ordered, not tested."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sglang_stacks.campaign.model import ObjectiveSpec
 from sglang_stacks.campaign.objective import describe, level_for, samples
-from sglang_stacks.campaign.state import TrialRecord
+from sglang_stacks.campaign.study import TrialRecord
 from sglang_stacks.results.stats import ALPHA, ci95, mean, welch_t_test
 from sglang_stacks.results.verdict import change_pct
 
@@ -29,7 +33,8 @@ class RankedTrial:
     change_pct: float
     """Against the best (0 for the best itself)."""
     p_value: float | None
-    """Welch's two-sided p against the best; None for the best, or with fewer than two samples."""
+    """Welch's two-sided p against the best; None for the best, or when either has fewer than two
+    samples (nothing to test)."""
     ttft_p50_ms: float | None
     stopped_early: str | None = None
     """Why it measured only its first repetitions (campaign ``early_stop``), or None."""
@@ -37,7 +42,12 @@ class RankedTrial:
     @property
     def within_noise(self) -> bool:
         """Not significantly different from the best (the best is within noise of itself)."""
-        return self.p_value is None or self.p_value >= ALPHA
+        return self.rank == 1 or (self.p_value is not None and self.p_value >= ALPHA)
+
+    @property
+    def tested(self) -> bool:
+        """Compared with the best by a test (both have at least two samples)."""
+        return self.rank == 1 or self.p_value is not None
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class Ranking:
     objective: ObjectiveSpec
     trials: tuple[RankedTrial, ...]
     failed: tuple[TrialRecord, ...]
+    missed_slo: tuple[TrialRecord, ...] = ()
+    """Measured trials that missed an SLO constraint (their ``violations`` say by how much)."""
 
     @property
     def winner(self) -> RankedTrial | None:
@@ -66,8 +78,13 @@ class Ranking:
         tied = self.within_noise_of_best()[1:]
         if len(self.trials) == 1:
             return head + "; it is the only measured trial, so nothing was compared."
+        second = self.trials[1]
+        if not tied and not second.tested:
+            return (
+                f"{head}, ahead of the runner-up {second.stack} ({second.change_pct:+.1f} %); each trial "
+                "has one value of this objective, so the difference is not tested."
+            )
         if not tied:
-            second = self.trials[1]
             return (
                 f"{head}, significantly ahead of the runner-up {second.stack} "
                 f"({second.change_pct:+.1f} %, p={_p(second.p_value)}): a clear winner."
@@ -92,10 +109,14 @@ def _ttft(objective: ObjectiveSpec, levels: list[dict[str, Any]]) -> float | Non
     return ttft.p50 if ttft else None
 
 
-def rank(objective: ObjectiveSpec, records: list[TrialRecord]) -> Ranking:
-    """Order the measured trials by mean objective, best first, each judged against the best."""
-    measured = [r for r in records if r.status in ("measured", "done") and r.levels]
-    scored = sorted(((samples(objective, r.levels), r) for r in measured), key=lambda item: -mean(item[0]))
+def rank(objective: ObjectiveSpec, records: Sequence[TrialRecord]) -> Ranking:
+    """Order the feasible measured trials by mean objective, best first, each judged against the
+    best."""
+    measured = [r for r in records if r.status == "done" and r.levels and not r.violations]
+    sign = 1.0 if objective.goal == "minimize" else -1.0
+    scored = sorted(
+        ((samples(objective, r.levels, r.gpus), r) for r in measured), key=lambda item: sign * mean(item[0])
+    )
     ranked: list[RankedTrial] = []
     best_samples = scored[0][0] if scored else ()
     for number, (values, record) in enumerate(scored, start=1):
@@ -116,4 +137,5 @@ def rank(objective: ObjectiveSpec, records: list[TrialRecord]) -> Ranking:
             )
         )
     failed = tuple(r for r in records if r.status == "failed")
-    return Ranking(objective, tuple(ranked), failed)
+    missed = tuple(r for r in records if r.status == "done" and r.violations)
+    return Ranking(objective, tuple(ranked), failed, missed)

@@ -1,5 +1,6 @@
-"""``sweep report``: the Markdown report of a sweep (``reports/<campaign>/report.md``) with its
-ranking table, failed trials, the plan's discards, and the figures beside it."""
+"""``sweep report``: the Markdown report of a campaign (``reports/<campaign>/report.md``), read from
+its study: what the search spent and the launches it avoided, the ranking table, trials that
+missed an SLO, failed trials, the plan's discards, and the figures beside it."""
 
 from __future__ import annotations
 
@@ -7,20 +8,45 @@ from collections import Counter
 from pathlib import Path
 
 from sglang_stacks.campaign.figures import draw_all
+from sglang_stacks.campaign.legacy import import_sweep_file
 from sglang_stacks.campaign.objective import describe
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.rank import Ranking, rank
-from sglang_stacks.campaign.state import SweepState
+from sglang_stacks.campaign.search import Search
+from sglang_stacks.campaign.study import TrialRecord, records
 
-__all__ = ["REPORT_FILE", "load_ranking", "write_report"]
+__all__ = ["REPORT_FILE", "load_ranking", "load_records", "search_summary", "write_report"]
 
 REPORT_FILE = "report.md"
 
 
+def load_records(plan: Plan, reports: Path) -> list[TrialRecord]:
+    """Every trial of the campaign's study (``reports/<campaign>/`` or its ``storage``), the
+    previous release's sweep file imported first."""
+    search = Search.open(plan, reports / plan.name)
+    import_sweep_file(search, reports / plan.name, settle=None)
+    return records(search.study)
+
+
 def load_ranking(plan: Plan, reports: Path) -> Ranking:
-    """The ranking of the sweep recorded in ``reports/<campaign>/``."""
-    state = SweepState.open(reports / plan.name, plan.name)
-    return rank(plan.campaign.objective, state.trials())
+    """The ranking of the campaign's trials, by its (first) objective."""
+    return rank(plan.campaign.goals[0], load_records(plan, reports))
+
+
+def search_summary(found: list[TrialRecord]) -> str:
+    """What the search spent and what it did not launch, in one sentence."""
+    launched = [r for r in found if r.launched]
+    hours = sum(r.gpu_hours or 0.0 for r in launched)
+    discarded = sum(r.status == "infeasible" for r in found)
+    repeated = sum(r.status == "duplicate" for r in found)
+    interrupted = sum(
+        r.status == "interrupted" or (r.state == "FAIL" and r.status != "duplicate") for r in found
+    )
+    return (
+        f"{len(launched)} trials launched ({hours:.2f} GPU-hours); launches avoided: {discarded} suggestions "
+        f"discarded by preflight and the memory planner, {repeated} repeated suggestions answered from "
+        f"earlier trials" + (f"; {interrupted} trials interrupted and settled" if interrupted else "") + "."
+    )
 
 
 def _table(ranking: Ranking) -> list[str]:
@@ -57,10 +83,20 @@ def _table(ranking: Ranking) -> list[str]:
     return lines
 
 
+def _candidates(plan: Plan, discarded: int) -> str:
+    """How many candidates the plan listed and kept, or why it listed none."""
+    if not plan.listed:
+        count = "No end of" if plan.size is None else f"{plan.size}"
+        return f"{count} candidates, too many to list: preflight judged each suggestion before its launch"
+    kept = len(plan.kept())
+    return f"{len(plan.rows)} candidates, {kept} kept by the plan, {discarded} discarded before any launch"
+
+
 def write_report(plan: Plan, reports: Path) -> Path:
     """Write the report and its figures into ``reports/<campaign>/``; the report's path."""
     folder = reports / plan.name
-    ranking = load_ranking(plan, reports)
+    found = load_records(plan, reports)
+    ranking = rank(plan.campaign.goals[0], found)
     figures = draw_all(ranking, folder) if ranking.trials else {}
     discarded = [row for row in plan.rows if row.verdict == "discarded"]
     reasons = Counter(reason.split(":", 1)[0] for row in discarded for reason in row.reasons)
@@ -69,10 +105,15 @@ def write_report(plan: Plan, reports: Path) -> Path:
         "",
         plan.campaign.description,
         "",
-        f"Objective: {describe(plan.campaign.objective)}. {len(plan.rows)} candidates, "
-        f"{len(plan.kept())} kept by the plan, {len(discarded)} discarded before any launch; "
-        f"{len(ranking.trials)} trials measured, {len(ranking.failed)} failed. Significance: Welch's "
-        "t-test against the best over the repetitions, p < 0.05.",
+        f"Objective: {'; '.join(describe(goal) for goal in plan.campaign.goals)}"
+        + "".join(f", subject to {c.name}" for c in plan.campaign.subject_to)
+        + f". {_candidates(plan, len(discarded))}; {len(ranking.trials)} trials measured, "
+        f"{len(ranking.failed)} failed. Significance: Welch's t-test against the best over the "
+        "repetitions, p < 0.05.",
+        "",
+        f"Search: {plan.strategy}"
+        + ("" if plan.strategy == "grid" else f" (seed {plan.campaign.search.seed})")
+        + f". {search_summary(found)}",
         "",
         "## Verdict",
         "",
@@ -94,6 +135,13 @@ def write_report(plan: Plan, reports: Path) -> Path:
     if stopped:
         lines += ["## Stopped early", ""]
         lines += [f"- `{t.stack}` ({', '.join(t.labels.values())}): {t.stopped_early}." for t in stopped]
+        lines.append("")
+    if ranking.missed_slo:
+        lines += ["## Missed an SLO", "", "Measured, but infeasible: never the winner.", ""]
+        lines += [
+            f"- `{r.stack}` ({', '.join(r.labels.values())}): {'; '.join(r.violations)}."
+            for r in ranking.missed_slo
+        ]
         lines.append("")
     if ranking.failed:
         lines += ["## Failed trials", "", "| stack | cause | message |", "|---|---|---|"]

@@ -1,5 +1,5 @@
 """Searching a campaign's space with Optuna, without any host or Pulumi: what ``sweep run`` does
-between two launches, and what a simulation of a campaign can call the same way.
+between two launches, and what a simulation of a campaign calls the same way.
 
 - ``SearchSpace``: each axis is one parameter of the study (a list or zipped axis a categorical
   one over its labels, a ``low``/``high`` interval an integer or real one); a trial's parameters
@@ -7,25 +7,26 @@ between two launches, and what a simulation of a campaign can call the same way.
 - ``choose_strategy`` and ``make_sampler``: ``grid`` (every kept candidate, enqueued in file
   order), ``random``, ``tpe`` (the default once the kept candidates outnumber the budget) and
   ``nsga2``; ``make_pruner``: the interval rule of ``early_stop`` as an Optuna pruner.
-- ``judge``: preflight and the memory planner on a candidate, before any launch.
 - ``evaluate``: the objectives and SLO constraints of a trial's benchmark levels.
-- ``tell_*``: what the study is told for each outcome, with the trial's attributes. A candidate
-  preflight discards is told infeasible (constraint ``preflight``) and a trial that failed on its
-  host infeasible too (constraint ``launch``), so the sampler learns to stay away from both; a
-  trial that misses an SLO is infeasible by how much it missed.
+- ``Search``: a campaign's study with its space and strategy; ``ask`` gives the next trial and
+  its candidate, the ``tell_*`` methods what the study is told for each outcome, with the trial's
+  attributes. A candidate preflight discards is told infeasible (constraint ``preflight``) and a
+  trial that failed on its host infeasible too (constraint ``launch``), so the sampler learns to
+  stay away from both; a trial that misses an SLO is infeasible by how much it missed.
 
-A simulation does, per trial: ``trial = study.ask(space.distributions())``, ``candidate =
-space.candidate(trial.params)``, ``row = judge(...)``; a discarded row is ``tell_infeasible``, else
-it measures levels and ``tell_measured`` (or ``tell_failed``). ``report_repetitions`` and
-``study.pruner`` decide an early stop.
+A simulation does, per trial: ``trial, candidate = search.ask()``, ``row = plan.judge(...)``; a
+discarded row is ``tell_infeasible``, else it measures levels and ``tell_measured`` (or
+``tell_failed``); ``report_repetitions`` and the study's pruner decide an early stop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -41,8 +42,9 @@ from sglang_stacks.campaign.axes import Candidate, candidate_base, combine
 from sglang_stacks.campaign.early_stop import IntervalPruner
 from sglang_stacks.campaign.model import Axis, CampaignSpec, ConstraintSpec, Strategy
 from sglang_stacks.campaign.objective import level_for, measure, unit
-from sglang_stacks.campaign.plan import PlanRow, choose_strategy
-from sglang_stacks.campaign.study import write_attributes
+from sglang_stacks.campaign.plan import Plan, PlanRow, choose_strategy
+from sglang_stacks.campaign.study import TrialAttributes, open_study, write_attributes
+from sglang_stacks.config.spec import BenchmarkSpec
 from sglang_stacks.results.stats import ci95, mean
 
 __all__ = [
@@ -84,6 +86,10 @@ class SearchSpace:
         """Axis title -> its distribution."""
         return {axis.title: _distribution(axis) for axis in self.campaign.axes}
 
+    def repetitions(self) -> int:
+        """How many repetitions each trial's benchmark measures."""
+        return BenchmarkSpec.model_validate(self.base.get("benchmark") or {}).repetitions
+
     def size(self) -> int | None:
         """How many combinations the axes make; None when an axis is a real interval without step."""
         counts = [axis.count() for axis in self.campaign.axes]
@@ -113,6 +119,15 @@ class SearchSpace:
             else:
                 raise KeyError(label)
         return found
+
+    def gpus(self, labels: Mapping[str, str]) -> int:
+        """GPUs the server of the candidate with ``labels`` uses (its ``tp_size``); 1 when the labels
+        are no point of the axes."""
+        try:
+            candidate = self.candidate(self.params(labels))
+        except KeyError:
+            return 1
+        return int((candidate.sections.get("server") or {}).get("tp_size") or 1)
 
     def flags(self, candidate: Candidate) -> dict[str, str]:
         """The keys the candidate sets to something else than the base stack has, with its labels."""
@@ -295,6 +310,21 @@ class Search:
             )
         return cls(campaign, SearchSpace.of(campaign, base_stack), study, strategy)
 
+    @classmethod
+    def open(cls, plan: Plan, folder: Path) -> Search:
+        """The search of ``plan``'s campaign on its study (``study.open_study``), with the plan's
+        strategy."""
+        campaign = plan.campaign
+        space = SearchSpace.of(campaign, plan.base)
+        study = open_study(
+            plan.name,
+            campaign,
+            folder,
+            sampler=make_sampler(campaign, plan.strategy),
+            pruner=make_pruner(campaign, space.repetitions()),
+        )
+        return cls(campaign, space, study, plan.strategy)
+
     def ask(self) -> tuple[optuna.Trial, Candidate]:
         """The next trial and its candidate (an enqueued one first)."""
         with warnings.catch_warnings():
@@ -306,31 +336,37 @@ class Search:
 
     def enqueue(self, labels: Mapping[str, str], attributes: Mapping[str, Any]) -> None:
         """Queue a candidate (by its labels) for the next ``ask``, whatever the sampler says."""
-        self.study.enqueue_trial(self.space.params(labels), user_attrs=dict(attributes))
+        queued = TrialAttributes.model_validate({"labels": labels, "status": "queued"} | dict(attributes))
+        self.study.enqueue_trial(
+            self.space.params(labels),
+            user_attrs=queued.model_dump(mode="json", exclude_defaults=True) | {"status": "queued"},
+        )
 
-    def _write(self, trial: optuna.Trial, **fields: Any) -> None:
-        write_attributes(self.study, trial._trial_id, **fields)
-
-    def _constraints(self, trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
-        for key, value in constraints.items():
+    def _tell(self, trial: optuna.Trial, outcome: _Outcome) -> None:
+        write_attributes(self.study, trial._trial_id, **outcome.attributes)
+        for step, value in enumerate(outcome.intermediate):
+            trial.report(value, step)
+        for key, value in outcome.constraints.items():
             trial.set_constraint(key, value)
+        if outcome.state == TrialState.COMPLETE:
+            self.study.tell(trial, list(outcome.values))
+        else:
+            self.study.tell(trial, state=outcome.state)
 
     def tell_infeasible(self, trial: optuna.Trial, row: PlanRow, attributes: Mapping[str, Any]) -> None:
         """A candidate preflight discarded: infeasible, nothing launched."""
         reasons = list(row.reasons)
         cause = reasons[0].split(":", 1)[0] if reasons else PREFLIGHT
-        self._write(trial, **attributes, status="infeasible", cause=cause, message="; ".join(reasons))
-        self._constraints(trial, _all_constraints(self.campaign, **{PREFLIGHT: 1.0}))
-        self.study.tell(trial, failure_values(self.campaign))
+        fields = dict(attributes) | {"status": "infeasible", "cause": cause, "message": "; ".join(reasons)}
+        self._tell(trial, self._failure(fields, PREFLIGHT))
 
     def tell_failed(
         self, trial: optuna.Trial, cause: str, message: str, attributes: Mapping[str, Any]
     ) -> None:
         """A trial that failed on its host (OOM at load, a crash, a hang): infeasible, so the
         sampler learns to avoid its region."""
-        self._write(trial, **attributes, status="failed", cause=cause, message=message)
-        self._constraints(trial, _all_constraints(self.campaign, **{LAUNCH: 1.0}))
-        self.study.tell(trial, failure_values(self.campaign))
+        fields = dict(attributes) | {"status": "failed", "cause": cause, "message": message}
+        self._tell(trial, self._failure(fields, LAUNCH))
 
     def tell_measured(
         self,
@@ -341,36 +377,89 @@ class Search:
         stopped_early: str | None = None,
     ) -> Evaluation:
         """A measured trial: complete with its objective values (pruned when it stopped early),
-        its SLO constraints set, its tok/s and interval in its attributes."""
+        its SLO constraints set, its tok/s and interval in its attributes. The first objective's
+        samples are its intermediate values, unless the trial reported them already.
+        BenchmarkError when its levels lack what the campaign reads."""
+        outcome, evaluation = self._measured(attributes, levels, stopped_early)
+        if self.study._storage.get_trial(trial._trial_id).intermediate_values:
+            outcome = dataclasses.replace(outcome, intermediate=())  # reported as it ran
+        self._tell(trial, outcome)
+        return evaluation
+
+    def record(self, attributes: TrialAttributes) -> Evaluation | None:
+        """Add a trial whose outcome was measured elsewhere (the saved result of a killed sweep,
+        a trial of the previous release's sweep file), as the ``tell_*`` functions would have told
+        it: measured (``status`` measured or done, with levels) or failed. KeyError when its labels
+        are no point of the campaign's axes any more; BenchmarkError as for ``tell_measured``."""
+        fields = attributes.model_dump(exclude_defaults=True, exclude={"status"})
+        params = self.space.params(attributes.labels)
+        evaluation = None
+        if attributes.status == "failed":
+            outcome = self._failure(fields | {"status": "failed"}, LAUNCH)
+        else:
+            outcome, evaluation = self._measured(fields, attributes.levels, attributes.stopped_early)
+        self.study.add_trial(
+            optuna.trial.create_trial(
+                state=outcome.state,
+                values=list(outcome.values) if outcome.state == TrialState.COMPLETE else None,
+                params=params,
+                distributions=self.space.distributions(),
+                user_attrs=TrialAttributes.model_validate(outcome.attributes).model_dump(
+                    mode="json", exclude_defaults=True
+                ),
+                intermediate_values=dict(enumerate(outcome.intermediate)),
+                constraints=dict(outcome.constraints),
+            )
+        )
+        return evaluation
+
+    def _failure(self, attributes: Mapping[str, Any], violated: str) -> _Outcome:
+        return _Outcome(
+            TrialState.COMPLETE,
+            tuple(failure_values(self.campaign)),
+            _all_constraints(self.campaign, **{violated: 1.0}),
+            dict(attributes),
+        )
+
+    def _measured(
+        self, attributes: Mapping[str, Any], levels: Sequence[Mapping[str, Any]], stopped_early: str | None
+    ) -> tuple[_Outcome, Evaluation]:
         gpus = int(attributes.get("gpus", 1))
         evaluation = evaluate(self.campaign, levels, gpus)
         result = level_for(self.campaign.goals[0].level, levels)
-        self._write(
-            trial,
-            **attributes,
-            status="done",
-            levels=[dict(level) for level in levels],
-            tok_s=result.tok_s_mean,
-            tok_s_ci95=ci95(result.tok_s_runs),
-            accept_length=result.accept_length,
-            stopped_early=stopped_early,
-            violations=[v.describe() for v in evaluation.violations],
-        )
-        self._constraints(trial, _all_constraints(self.campaign) | evaluation.constraints)
-        if stopped_early is not None:
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            self.study.tell(trial, list(evaluation.values))
-        return evaluation
+        fields = dict(attributes) | {
+            "status": "done",
+            "levels": [dict(level) for level in levels],
+            "tok_s": result.tok_s_mean,
+            "tok_s_ci95": ci95(result.tok_s_runs),
+            "accept_length": result.accept_length,
+            "stopped_early": stopped_early,
+            "violations": [v.describe() for v in evaluation.violations],
+        }
+        intermediate = evaluation.samples if self.campaign.early_stop is not None else ()
+        state = TrialState.PRUNED if stopped_early is not None else TrialState.COMPLETE
+        constraints = _all_constraints(self.campaign) | evaluation.constraints
+        return _Outcome(state, evaluation.values, constraints, fields, intermediate), evaluation
 
     def tell_duplicate(
         self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial, attributes: Mapping[str, Any]
     ) -> None:
         """A suggestion of a candidate an earlier trial ran: that trial's outcome again, nothing
         launched (the sampler learns nothing new from it, and is not stuck on it)."""
-        self._write(trial, **attributes, status="duplicate", duplicate_of=earlier.number)
-        self._constraints(trial, dict(earlier.constraints) or _all_constraints(self.campaign))
+        fields = dict(attributes) | {"status": "duplicate", "duplicate_of": earlier.number}
+        constraints = dict(earlier.constraints) or _all_constraints(self.campaign)
         if earlier.state == TrialState.COMPLETE and earlier.values is not None:
-            self.study.tell(trial, list(earlier.values))
+            self._tell(trial, _Outcome(TrialState.COMPLETE, tuple(earlier.values), constraints, fields))
         else:
-            self.study.tell(trial, state=TrialState.FAIL)
+            self._tell(trial, _Outcome(TrialState.FAIL, (), constraints, fields))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What the study is told about one trial."""
+
+    state: TrialState
+    values: tuple[float, ...]
+    constraints: dict[str, float]
+    attributes: dict[str, Any]
+    intermediate: tuple[float, ...] = ()

@@ -9,7 +9,9 @@ A trial's life: ``running`` (its stack is deployed and benchmarked on a pool hos
 heartbeat keeps it alive), ``measured`` (its result is saved; its stack is being destroyed), then
 told to the study: ``done`` (complete, or pruned when it stopped early), ``failed`` (complete and
 infeasible: it failed on its host), ``infeasible`` (preflight discarded it: never launched),
-``duplicate`` (a candidate already run: its result again, nothing launched).
+``duplicate`` (a candidate already run: its result again, nothing launched). A trial interrupted
+(Ctrl-C) or whose driver was killed is told failed (``interrupted``, or its last status) once its
+stack is destroyed, and a trial that ``replaces`` it tells its result or runs its candidate again.
 """
 
 from __future__ import annotations
@@ -18,17 +20,19 @@ import contextlib
 import os
 import socket
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import optuna
 from optuna.storages import RDBStorage
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from sglang_stacks.campaign.model import CampaignSpec
 from sglang_stacks.errors import SpecError
@@ -56,8 +60,11 @@ HEARTBEAT_S = 5
 """How often a driver records that it still runs each of its trials."""
 GRACE_S = 30
 """A running trial whose driver was not heard from for this long is stale: its driver died."""
+_CREATE_ATTEMPTS = 3
 
-TrialStatus = Literal["queued", "running", "measured", "done", "failed", "infeasible", "duplicate"]
+TrialStatus = Literal[
+    "queued", "running", "measured", "done", "failed", "infeasible", "duplicate", "interrupted"
+]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # its INFO line per trial would cut through ours
 
@@ -82,15 +89,24 @@ class Driver(BaseModel):
         """Whether the driver still runs, when it ran on this machine; None for another machine."""
         if self.machine != socket.gethostname():
             return None
-        return _start_ticks(self.pid) == self.start_ticks and self.start_ticks is not None
+        if self.start_ticks is None:  # no /proc where it ran: its pid alone says it
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+            return True
+        return _start_ticks(self.pid) == self.start_ticks
 
 
 def _start_ticks(pid: int) -> int | None:
+    """Process ``pid``'s start time in clock ticks since boot; None when it is gone or a zombie."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+        fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    return None if fields[0] == "Z" else int(fields[19])
 
 
 class TrialAttributes(BaseModel):
@@ -144,7 +160,10 @@ class TrialRecord(TrialAttributes):
     """A trial as the report and the ranking read it: its attributes, and the study's own fields."""
 
     number: int
+    trial_id: int
+    """The storage's id of the trial (what ``Trial(study, trial_id)`` takes)."""
     state: Literal["RUNNING", "WAITING", "COMPLETE", "PRUNED", "FAIL"]
+    datetime_start: datetime | None = None
     values: tuple[float, ...] | None = None
     constraints: dict[str, float] = Field(default_factory=dict)
 
@@ -173,10 +192,10 @@ def read_attributes(trial: FrozenTrial) -> TrialAttributes:
     return TrialAttributes.model_validate(trial.user_attrs)
 
 
-def records(study: optuna.Study) -> list[TrialRecord]:
-    """Every trial of the study with our attributes, in trial order."""
+def records(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[TrialRecord]:
+    """Every trial of the study (in ``states``) with our attributes, in trial order."""
     found: list[TrialRecord] = []
-    for trial in study.get_trials(deepcopy=False):
+    for trial in study.get_trials(deepcopy=False, states=states):
         if "stack" not in trial.user_attrs:
             continue  # asked, but its suggestion was never written (the driver died right then)
         try:
@@ -185,7 +204,9 @@ def records(study: optuna.Study) -> list[TrialRecord]:
                     trial.user_attrs
                     | {
                         "number": trial.number,
+                        "trial_id": trial._trial_id,
                         "state": trial.state.name,
+                        "datetime_start": trial.datetime_start,
                         "values": trial.values,
                         "constraints": trial.constraints,
                     }
@@ -214,9 +235,13 @@ def open_storage(url: str, *, storage_class: type[RDBStorage] = RDBStorage) -> R
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         try:
-            return storage_class(
-                url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
-            )
+            beats: dict[str, Any] = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S}
+            for _ in range(_CREATE_ATTEMPTS - 1):
+                try:
+                    return storage_class(url, engine_kwargs=engine, **beats)
+                except IntegrityError:
+                    time.sleep(0.5)  # another driver created the tables at the same moment: they exist now
+            return storage_class(url, engine_kwargs=engine, **beats)
         except (ImportError, ModuleNotFoundError) as error:
             raise SpecError(
                 f"storage {_shown(url)}: its database driver is not installed ({error}). Install it (for "
@@ -277,15 +302,18 @@ def open_study(
 
 @contextmanager
 def heartbeat(study: optuna.Study, trial_id: int) -> Iterator[None]:
-    """Record, every ``HEARTBEAT_S`` while the block runs, that this driver still runs the trial."""
-    storage = study._storage
-    assert isinstance(storage, RDBStorage)
+    """Record, every ``HEARTBEAT_S`` while the block runs, that this driver still runs the trial
+    (a study in memory keeps no heartbeat)."""
+    record = getattr(study._storage, "record_heartbeat", None)
+    if record is None:
+        yield
+        return
     stop = threading.Event()
 
     def beat() -> None:
         while True:
             with contextlib.suppress(SQLAlchemyError):  # a database hiccup: the next beat tries again
-                storage.record_heartbeat(trial_id)
+                record(trial_id)
             if stop.wait(HEARTBEAT_S):
                 return
 

@@ -8,6 +8,7 @@ empty, in the backend), so ``pulumi up -s <stack>`` deploys that configuration a
 
 from __future__ import annotations
 
+import io
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,9 @@ from sglang_stacks.campaign.axes import bind_host
 from sglang_stacks.campaign.keys import give_secrets
 from sglang_stacks.campaign.model import PoolHost
 from sglang_stacks.campaign.plan import PlanRow
-from sglang_stacks.drive import automation
-from sglang_stacks.errors import failure_from_output
+from sglang_stacks.drive import automation, recover
+from sglang_stacks.errors import SpecError, failure_from_output
+from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 from sglang_stacks.results.outputs import DeploymentOutputs
 
@@ -123,6 +125,29 @@ class TrialRunner:
             return TrialFailure("other", (str(error).splitlines() or [type(error).__name__])[0])
         text = self.log_path(stack).read_text(encoding="utf-8") if self.log_path(stack).exists() else ""
         return classify(text.rsplit("=== pulumi up", 1)[-1])
+
+    def settle(self, stack: str) -> list[str]:
+        """Bring the stack of a trial whose ``sweep run`` was killed back to nothing: let go of the
+        dead update's lock, stop a server its interrupted create had launched (the host's claim
+        records it; ``recover``), clear the pending operations, destroy. What was found, in
+        sentences. Raises StacksError or ``auto.CommandError`` when that cannot be done."""
+        try:
+            selected = automation.select_stack(self.project, stack)
+        except SpecError:
+            return ["its stack was never created: nothing was deployed"]
+        found: list[str] = []
+        cancelled = automation.cancel_dead_lock(selected)
+        if cancelled:
+            found.append(cancelled)
+        said = io.StringIO()
+        left = recover.recover(stack, project_dir=self.project, out=said)
+        (handle, write), _ = self._stream(stack, "recover")
+        with handle:
+            for line in said.getvalue().splitlines():
+                write(line)
+        found += [line.strip() for line in said.getvalue().splitlines()[1:]]  # recover's findings
+        self.destroy(stack, clear_pending=left != ExitCode.OK)
+        return found
 
     def destroy(self, stack: str, *, clear_pending: bool = False) -> None:
         """Stop the trial's server and release its host: ``pulumi destroy`` of its stack, until the
