@@ -1,19 +1,36 @@
 """The report's figures, drawn by matplotlib's Agg renderer (imported only when a report is made):
-the objective per trial with its 95 % interval, tok/s against TTFT p50 with the Pareto front,
-and each axis's effect (the mean objective of the trials at each of its points)."""
+the objective per trial with its 95 % interval; the serving plane (tok/s per GPU against tok/s per
+user, a line per configuration across its load levels, the Pareto frontier highlighted); the search
+history (the objective by trial number, the best so far); and each axis's effect (the mean
+objective of the trials at each of its points)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from sglang_stacks.campaign.frontier import (
+    HistoryPoint,
+    ServingCurve,
+    best_so_far,
+    frontier,
+    search_history,
+    serving_curves,
+)
 from sglang_stacks.campaign.objective import describe
 from sglang_stacks.campaign.rank import Ranking
+from sglang_stacks.campaign.study import TrialRecord
 
-__all__ = ["FIGURES", "draw_all", "pareto_front"]
+__all__ = ["FIGURES", "draw_all", "draw_history", "draw_serving"]
 
-FIGURES = {"objective": "objective.png", "pareto": "pareto.png", "axes": "axes.png"}
+FIGURES = {
+    "objective": "objective.png",
+    "pareto": "pareto.png",
+    "history": "history.png",
+    "axes": "axes.png",
+}
 """Figure -> its file name in the report folder."""
 
 
@@ -24,20 +41,6 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def pareto_front(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point beats on both higher tok/s and lower TTFT."""
-    front = []
-    for i, (tok_s, ttft) in enumerate(points):
-        dominated = any(
-            (o_tok >= tok_s and o_ttft <= ttft) and (o_tok > tok_s or o_ttft < ttft)
-            for j, (o_tok, o_ttft) in enumerate(points)
-            if j != i
-        )
-        if not dominated:
-            front.append(i)
-    return sorted(front, key=lambda i: points[i][1])
 
 
 def _objective(plt: Any, ranking: Ranking, path: Path) -> None:
@@ -55,36 +58,6 @@ def _objective(plt: Any, ranking: Ranking, path: Path) -> None:
     axes.set_xlabel(f"{describe(ranking.objective)} (mean, 95 % interval)")
     axes.set_title("Trials ranked: green best, blue within noise of it, grey significantly worse", fontsize=9)
     axes.grid(axis="x", alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
-def _pareto(plt: Any, ranking: Ranking, path: Path) -> None:
-    trials = [t for t in ranking.trials if t.ttft_p50_ms is not None]
-    points = [(t.mean, float(t.ttft_p50_ms or 0.0)) for t in trials]
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    axes.scatter([p[1] for p in points], [p[0] for p in points], color="tab:gray", s=18, label="trial")
-    front = pareto_front(points)
-    axes.plot(
-        [points[i][1] for i in front],
-        [points[i][0] for i in front],
-        "o-",
-        color="tab:red",
-        label="Pareto front",
-    )
-    for i in front:
-        axes.annotate(
-            trials[i].stack,
-            (points[i][1], points[i][0]),
-            fontsize=7,
-            xytext=(4, 4),
-            textcoords="offset points",
-        )
-    axes.set_xlabel("TTFT p50 (ms)")
-    axes.set_ylabel(describe(ranking.objective))
-    axes.legend(fontsize=8)
-    axes.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -109,12 +82,129 @@ def _axes(plt: Any, ranking: Ranking, path: Path) -> None:
     plt.close(figure)
 
 
-def draw_all(ranking: Ranking, folder: Path) -> dict[str, Path]:
+def draw_all(ranking: Ranking, records: Sequence[TrialRecord], folder: Path) -> dict[str, Path]:
     """Draw every figure into ``folder``; their paths by figure name."""
     plt = _pyplot()
     folder.mkdir(parents=True, exist_ok=True)
     paths = {name: folder / file for name, file in FIGURES.items()}
     _objective(plt, ranking, paths["objective"])
-    _pareto(plt, ranking, paths["pareto"])
+    draw_serving(serving_curves(records), paths["pareto"])
+    goal = ranking.objective
+    draw_history(
+        search_history(records),
+        objective=describe(goal),
+        maximize=goal.goal == "maximize",
+        path=paths["history"],
+    )
     _axes(plt, ranking, paths["axes"])
     return paths
+
+
+def draw_serving(curves: Sequence[ServingCurve], path: Path) -> Path:
+    """The serving plane: tok/s per GPU against tok/s per user, one line per configuration through
+    its load levels, the Pareto frontier in red and the configurations on it named."""
+    plt = _pyplot()
+    front = frontier(curves)
+    on_front = {curve.stack for curve, _ in front}
+    figure, axes = plt.subplots(figsize=(8, 5.2))
+    colors = iter(plt.get_cmap("tab10").colors)
+    for curve in curves:
+        xs = [p.tok_s_per_user for p in curve.points]
+        ys = [p.tok_s_per_gpu for p in curve.points]
+        if curve.stack in on_front:
+            color = next(colors, "tab:blue")
+            axes.plot(xs, ys, "o-", color=color, lw=1.4, ms=4, label=f"{curve.stack}  {curve.title}")
+            for point in curve.points:
+                axes.annotate(
+                    point.level,
+                    (point.tok_s_per_user, point.tok_s_per_gpu),
+                    fontsize=6,
+                    color=color,
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                )
+        else:
+            style = "o--" if not curve.feasible else "o-"
+            axes.plot(xs, ys, style, color="tab:gray", alpha=0.45, lw=0.9, ms=2.5)
+    axes.plot(
+        [p.tok_s_per_user for _, p in front],
+        [p.tok_s_per_gpu for _, p in front],
+        "-",
+        color="tab:red",
+        lw=3,
+        alpha=0.35,
+        label="Pareto frontier",
+        zorder=0,
+    )
+    axes.set_xlabel("tok/s per user (interactivity)")
+    axes.set_ylabel("tok/s per GPU (throughput)")
+    axes.set_title(
+        "Each line: one configuration across its load levels; grey: off the frontier (dashed: missed an SLO)",
+        fontsize=8,
+    )
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, loc="best")
+    figure.tight_layout()
+    folder = path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+_HISTORY_STYLE = {
+    "feasible": ("o", "tab:blue", "measured"),
+    "infeasible": ("x", "tab:orange", "measured, missed an SLO"),
+    "failed": ("v", "tab:red", "failed on its host"),
+    "stopped": ("s", "tab:purple", "stopped early"),
+    "discarded": ("|", "tab:gray", "discarded by preflight (not launched)"),
+}
+
+
+def draw_history(points: Sequence[HistoryPoint], *, objective: str, maximize: bool, path: Path) -> Path:
+    """The search history: each trial's objective by trial number, the best so far as a line, and
+    the trials without a value (failed, discarded) as marks along the bottom."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 4.2))
+    valued = [p.value for p in points if p.value is not None]
+    # Trials without a value (failed, stopped early, discarded) sit on a strip just below the others.
+    low, high = (min(valued), max(valued)) if valued else (0.0, 1.0)
+    floor = low - 0.08 * ((high - low) or abs(low) or 1.0)
+    for kind, (marker, color, label) in _HISTORY_STYLE.items():
+        chosen = [p for p in points if p.kind == kind]
+        if not chosen:
+            continue
+        axes.scatter(
+            [p.number for p in chosen],
+            [p.value if p.value is not None else floor for p in chosen],
+            marker=marker,
+            color=color,
+            s=28 if marker != "|" else 60,
+            label=f"{label} ({len(chosen)})",
+            zorder=3,
+        )
+    best = best_so_far(points, maximize=maximize)
+    steps = [(p.number, b) for p, b in zip(points, best, strict=True) if b is not None]
+    if steps:
+        axes.step(
+            [n for n, _ in steps],
+            [b for _, b in steps],
+            where="post",
+            color="tab:green",
+            lw=2,
+            label="best so far",
+            zorder=2,
+        )
+    axes.set_xlabel("trial number")
+    axes.set_ylabel(objective)
+    axes.set_title(
+        "Search history: trials without a value (failed, stopped, discarded) along the bottom", fontsize=8
+    )
+    axes.xaxis.get_major_locator().set_params(integer=True)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, loc="best")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
