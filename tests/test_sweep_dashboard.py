@@ -9,7 +9,6 @@ as ``sweep run`` writes it, without deploying anything: the dashboard only reads
 
 from __future__ import annotations
 
-import re
 import signal
 import socket
 import subprocess
@@ -20,13 +19,11 @@ from pathlib import Path
 
 import optuna
 import pytest
-from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.campaign.study import STUDY_FILE, open_study, write_attributes
 from tests._pulumi import Workspace
-from tests.browser import headless_chromium
+from tests.browser import dashboard_url, read_dashboard
 
 pytestmark = [
     pytest.mark.integration,
@@ -139,51 +136,17 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     yield Project(workspace, "bs")
 
 
-def url_of(process: subprocess.Popen[str]) -> str:
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    found = re.search(r"http://127\.0\.0\.1:\d+/dashboard/studies/\d+", line)
-    assert found, f"no dashboard URL in {line!r}; stderr: {process.stderr.read() if process.stderr else ''}"
-    return found.group(0)
-
-
-def text_when(browser, pattern: str) -> re.Match[str]:
-    """The first match of ``pattern`` in the page's visible text, once the page shows it."""
-    found: list[re.Match[str]] = []
-
-    def shown(driver) -> bool:
-        match = re.search(pattern, driver.find_element(By.TAG_NAME, "body").text)
-        if match:
-            found.append(match)
-        return match is not None
-
-    WebDriverWait(browser, 30, poll_frequency=0.25).until(shown)
-    return found[0]
-
-
 def test_the_dashboard_shows_the_campaigns_trial_count_and_its_best_feasible_value(project: Project) -> None:
     study = write_study(project.workspace.path, project.name)
     server = project.dashboard()
     try:
-        url = url_of(server)
-        with headless_chromium() as browser:
-            browser.get(url + "/trials")
-            # The list shows "0 Trials" until the study's trials arrive; the best's chip comes with them.
-            chip = WebDriverWait(browser, 30).until(
-                lambda b: b.find_element(By.XPATH, "//*[text()='Best Trial']")
-            )
-            count = text_when(browser, r"(\d+) Trials")
-            chip.click()  # the best trial's details
-            best = text_when(
-                browser,
-                r"Trial (\d+) \(trial_id=\d+\)\s*\nComplete\s*\nBest Trial\s*\nNote\s*\nValue\s*\n([\d.]+)",
-            )
+        view = read_dashboard(dashboard_url(server))
     finally:
         server.send_signal(signal.SIGINT)
         out, err = server.communicate(timeout=30)
-    assert int(count.group(1)) == len(study.trials) == 4
+    assert view.trials == len(study.trials) == 4
     # Optuna's own rule (the best trial among those meeting every constraint), not the fastest (bs 128).
-    assert (int(best.group(1)), float(best.group(2))) == (study.best_trial.number, 88.75)
+    assert (view.best_number, view.best_value) == (study.best_trial.number, 88.75)
     assert server.returncode == 0, err
     assert "dashboard: stopped" in out
 
