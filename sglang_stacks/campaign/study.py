@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import optuna
+import sqlalchemy
+import sqlalchemy.pool
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -225,6 +227,33 @@ def storage_url(campaign: CampaignSpec, folder: Path) -> str:
     return campaign.storage or f"sqlite:///{folder / STUDY_FILE}"
 
 
+_SCHEMA_LOCK = 0x5354_4B53
+"""The PostgreSQL advisory lock (a number every driver agrees on) held while a driver opens the
+study database, so that drivers starting at once do not create Optuna's tables at the same time."""
+
+
+@contextmanager
+def _schema_lock(url: str) -> Iterator[None]:
+    """Hold the schema lock of a PostgreSQL database while the block runs (other databases: none).
+
+    Optuna creates its tables when it opens an empty database, checking first which exist: two
+    drivers doing that at once both create them, and one fails (a duplicate key in PostgreSQL's
+    catalogue)."""
+    if not url.startswith("postgresql"):
+        yield
+        return
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _SCHEMA_LOCK})
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": _SCHEMA_LOCK})
+    finally:
+        engine.dispose()
+
+
 def open_storage(url: str, *, storage_class: type[RDBStorage] = RDBStorage) -> RDBStorage:
     """The study database at ``url`` (``storage_class``: a subclass that answers some questions its
     own way, like the dashboard's); SpecError naming the URL, without its password, when it cannot
@@ -236,12 +265,15 @@ def open_storage(url: str, *, storage_class: type[RDBStorage] = RDBStorage) -> R
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         try:
             beats: dict[str, Any] = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S}
-            for _ in range(_CREATE_ATTEMPTS - 1):
-                try:
-                    return storage_class(url, engine_kwargs=engine, **beats)
-                except IntegrityError:
-                    time.sleep(0.5)  # another driver created the tables at the same moment: they exist now
-            return storage_class(url, engine_kwargs=engine, **beats)
+            with _schema_lock(url):
+                for _ in range(_CREATE_ATTEMPTS - 1):
+                    try:
+                        return storage_class(url, engine_kwargs=engine, **beats)
+                    except IntegrityError:
+                        time.sleep(
+                            0.5
+                        )  # another driver created the tables at the same moment: they exist now
+                return storage_class(url, engine_kwargs=engine, **beats)
         except (ImportError, ModuleNotFoundError) as error:
             raise SpecError(
                 f"storage {_shown(url)}: its database driver is not installed ({error}). Install it (for "
