@@ -41,6 +41,7 @@ def record(number: int, stack: str, status: str, **fields: Any) -> TrialRecord:
     return TrialRecord.model_validate(
         {
             "number": number,
+            "trial_id": number + 1,
             "stack": stack,
             "labels": {"server.cuda_graph_max_bs": stack.rsplit("-", 1)[-1]},
             "status": status,
@@ -87,6 +88,7 @@ def test_the_history_says_what_came_of_each_suggestion_and_leaves_out_repeats() 
         record(4, "c-128", "duplicate", values=(88.0,)),
         record(5, "c-96", "done", state="PRUNED", levels=levels, stopped_early="clearly worse"),
         record(6, "c-32", "running", state="RUNNING"),
+        record(7, "c-48", "interrupted", state="FAIL"),
     ]
     history = search_history(records)
     assert [(p.number, p.value, p.kind) for p in history] == [

@@ -137,11 +137,12 @@ def serving_curves(records: Sequence[TrialRecord]) -> list[ServingCurve]:
 
 def search_history(records: Sequence[TrialRecord]) -> list[HistoryPoint]:
     """Each trial the search asked for, by number, with its first objective's value and what came of
-    it; a repeated suggestion (nothing launched, the earlier result again) is left out."""
+    it. Left out: a repeated suggestion (nothing launched, the earlier result again), a trial still
+    running, and one that was interrupted (its result, or its run again, is another trial's)."""
     points: list[HistoryPoint] = []
     for record in sorted(records, key=lambda r: r.number):
-        if record.status == "duplicate" or record.state in ("RUNNING", "WAITING"):
-            continue
+        if record.status in ("duplicate", "interrupted") or record.state in ("RUNNING", "WAITING", "FAIL"):
+            continue  # a repeat, a trial still running, or one interrupted and settled by another
         value = record.values[0] if record.values and record.status == "done" else None
         kind: HistoryKind
         if record.status == "infeasible":

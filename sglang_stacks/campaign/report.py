@@ -97,7 +97,7 @@ def write_report(plan: Plan, reports: Path) -> Path:
     folder = reports / plan.name
     found = load_records(plan, reports)
     ranking = rank(plan.campaign.goals[0], found)
-    figures = draw_all(ranking, folder) if ranking.trials else {}
+    figures = draw_all(ranking, found, folder) if ranking.trials else {}
     discarded = [row for row in plan.rows if row.verdict == "discarded"]
     reasons = Counter(reason.split(":", 1)[0] for row in discarded for reason in row.reasons)
     lines = [
@@ -126,7 +126,8 @@ def write_report(plan: Plan, reports: Path) -> Path:
     ]
     for name, title in (
         ("objective", "Objective per trial"),
-        ("pareto", "tok/s against TTFT p50"),
+        ("pareto", "tok/s per GPU against tok/s per user, a line per configuration, the Pareto frontier"),
+        ("history", "Search history: the objective by trial number and the best so far"),
         ("axes", "Per-axis effect"),
     ):
         if name in figures:
