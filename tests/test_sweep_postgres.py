@@ -3,7 +3,8 @@ would: each has its own project folder, Pulumi backend and pool (one emulator ho
 name the same database in the campaign file's `storage:` (without its password, which only a libpq
 password file holds). Every candidate runs once, on one of the two pools, and a report from either
 machine covers the trials of both. The dashboard, served from the second machine, shows the same
-study in a real headless Chromium.
+study in a real headless Chromium, and the second machine promotes a trial the first one ran, not
+the winner. The database password is in no file or output of either.
 
 The PostgreSQL server is the test's own cluster on 127.0.0.1 and a free port (tests/postgres.py);
 scripts/ensure-postgres.sh installs the programs it runs.
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.campaign.study import open_study, records
@@ -206,6 +208,30 @@ def test_the_dashboard_on_the_other_machine_shows_the_shared_study(shared: Share
     assert (view.best_number, view.best_value) == (study.best_trial.number, study.best_value)
 
 
+def test_any_measured_trial_is_promoted_on_request_not_only_the_winner(shared: Shared) -> None:
+    machine = shared.machines[1]
+    study = shared.study()
+    done = [r for r in records(study) if r.status == "done"]
+    other = next(r for r in done if r.number != study.best_trial.number)
+    result = machine.sweep("promote", NAME, "--trial", other.stack, "--to", "base", "--yes")
+    shared.outputs.append(result.stdout + result.stderr)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        f"Promoting {other.stack} (cuda_graph_max_bs={other.labels['server.cuda_graph_max_bs']}), as asked"
+        in (result.stdout)
+    )
+    base = yaml.safe_load(
+        (machine.workspace.path / "stacks" / "Pulumi.base.yaml").read_text(encoding="utf-8")
+    )
+    assert base["config"]["sglang-stacks:server"]["cuda_graph_max_bs"] == int(
+        other.labels["server.cuda_graph_max_bs"]
+    )
+
+    unknown = machine.sweep("promote", NAME, "--trial", "shared-00000000", "--to", "base", "--yes")
+    assert unknown.returncode == 2
+    assert all(r.stack in unknown.stderr for r in done)  # the measured trials to choose from
+
+
 def test_the_database_password_is_in_no_file_or_output_of_either_machine(shared: Shared) -> None:
     password = shared.postgres.password_file.read_text(encoding="utf-8").strip().rsplit(":", 1)[1]
     for machine in shared.machines:
@@ -215,6 +241,6 @@ def test_the_database_password_is_in_no_file_or_output_of_either_machine(shared:
         ]:
             if path.is_file():
                 assert password.encode() not in path.read_bytes(), path
-    assert len(shared.outputs) == 4  # both runs, the report, the dashboard
+    assert len(shared.outputs) == 5  # both runs, the report, the dashboard, the promotion
     for output in shared.outputs:
         assert password not in output
