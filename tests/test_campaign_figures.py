@@ -18,6 +18,7 @@ from sglang_stacks.campaign.frontier import (
     search_history,
     serving_curve,
     serving_curves,
+    titles,
 )
 from sglang_stacks.campaign.study import TrialRecord
 
@@ -63,6 +64,12 @@ def test_the_frontier_keeps_the_points_no_feasible_point_beats_on_both_axes() ->
     # a at c=1 (90 per user) and b at c=8 (240 per GPU); b at c=1 is beaten by a at c=1, a at c=8 by
     # b at c=8; c is faster per user but missed a constraint.
     assert [(curve.stack, point.level) for curve, point in front] == [("c-a", "c=1"), ("c-b", "c=8")]
+
+
+def test_configurations_are_named_by_the_axes_that_set_them_apart() -> None:
+    a = serving_curve("c-a", {"server.cuda_graph_max_bs": "128", "server.tp_size": "8"}, [level(1, 90)], 8)
+    b = serving_curve("c-b", {"server.cuda_graph_max_bs": "512", "server.tp_size": "8"}, [level(1, 80)], 8)
+    assert titles([a, b]) == {"c-a": "cuda_graph_max_bs=128", "c-b": "cuda_graph_max_bs=512"}
 
 
 def test_the_best_so_far_counts_only_trials_within_every_constraint() -> None:

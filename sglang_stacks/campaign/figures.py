@@ -18,6 +18,7 @@ from sglang_stacks.campaign.frontier import (
     frontier,
     search_history,
     serving_curves,
+    titles,
 )
 from sglang_stacks.campaign.objective import describe
 from sglang_stacks.campaign.rank import Ranking
@@ -102,51 +103,55 @@ def draw_all(ranking: Ranking, records: Sequence[TrialRecord], folder: Path) -> 
 
 def draw_serving(curves: Sequence[ServingCurve], path: Path) -> Path:
     """The serving plane: tok/s per GPU against tok/s per user, one line per configuration through
-    its load levels, the Pareto frontier in red and the configurations on it named."""
+    its load levels, the Pareto frontier in red with each of its points' load, and the
+    configurations on it coloured and named (by the axis values that set them apart)."""
     plt = _pyplot()
     front = frontier(curves)
-    on_front = {curve.stack for curve, _ in front}
+    on_front = list(dict.fromkeys(curve.stack for curve, _ in front))
+    named = titles([curve for curve in curves if curve.stack in on_front])
     figure, axes = plt.subplots(figsize=(8, 5.2))
-    colors = iter(plt.get_cmap("tab10").colors)
-    for curve in curves:
+    colors = dict(zip(on_front, plt.get_cmap("tab10").colors * 10, strict=False))
+    for curve in sorted(curves, key=lambda c: c.stack in colors):  # the frontier's configurations on top
         xs = [p.tok_s_per_user for p in curve.points]
         ys = [p.tok_s_per_gpu for p in curve.points]
-        if curve.stack in on_front:
-            color = next(colors, "tab:blue")
-            axes.plot(xs, ys, "o-", color=color, lw=1.4, ms=4, label=f"{curve.stack}  {curve.title}")
-            for point in curve.points:
-                axes.annotate(
-                    point.level,
-                    (point.tok_s_per_user, point.tok_s_per_gpu),
-                    fontsize=6,
-                    color=color,
-                    xytext=(3, 3),
-                    textcoords="offset points",
-                )
+        if curve.stack in colors:
+            label = f"{curve.stack}  {named[curve.stack]}".rstrip()
+            axes.plot(xs, ys, "o-", color=colors[curve.stack], lw=1.4, ms=4, label=label, zorder=3)
         else:
             style = "o--" if not curve.feasible else "o-"
-            axes.plot(xs, ys, style, color="tab:gray", alpha=0.45, lw=0.9, ms=2.5)
+            axes.plot(xs, ys, style, color="tab:gray", alpha=0.4, lw=0.8, ms=2.5, zorder=2)
     axes.plot(
         [p.tok_s_per_user for _, p in front],
         [p.tok_s_per_gpu for _, p in front],
-        "-",
+        "o-",
         color="tab:red",
-        lw=3,
-        alpha=0.35,
+        lw=2.5,
+        ms=9,
+        mfc="none",
+        mew=1.5,
+        alpha=0.75,
         label="Pareto frontier",
-        zorder=0,
+        zorder=4,
     )
+    for _, point in front:
+        axes.annotate(
+            point.level,
+            (point.tok_s_per_user, point.tok_s_per_gpu),
+            fontsize=7,
+            color="tab:red",
+            xytext=(6, 4),
+            textcoords="offset points",
+        )
     axes.set_xlabel("tok/s per user (interactivity)")
     axes.set_ylabel("tok/s per GPU (throughput)")
     axes.set_title(
-        "Each line: one configuration across its load levels; grey: off the frontier (dashed: missed an SLO)",
+        "One line per configuration through its load levels; grey: off the frontier, dashed: missed an SLO",
         fontsize=8,
     )
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7, loc="best")
+    axes.legend(fontsize=6.5, loc="best")
     figure.tight_layout()
-    folder = path.parent
-    folder.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path

@@ -24,6 +24,7 @@ __all__ = [
     "search_history",
     "serving_curve",
     "serving_curves",
+    "titles",
 ]
 
 
@@ -44,8 +45,8 @@ class ServingCurve:
     """A configuration's points across its load levels, from light to heavy load."""
 
     stack: str
-    title: str
-    """Its axis values in words (``bs=128, mem=0.88``)."""
+    labels: Mapping[str, str]
+    """Its point on each axis (``server.cuda_graph_max_bs`` -> ``128``)."""
     feasible: bool
     """Met every constraint; an infeasible configuration is drawn but never on the frontier."""
     points: tuple[LoadPoint, ...]
@@ -77,8 +78,18 @@ def serving_curve(
         )
         for result in results
     )
-    title = ", ".join(f"{key.split('.')[-1]}={value}" for key, value in labels.items())
-    return ServingCurve(stack=stack, title=title, feasible=feasible, points=points)
+    return ServingCurve(stack=stack, labels=dict(labels), feasible=feasible, points=points)
+
+
+def titles(curves: Sequence[ServingCurve]) -> dict[str, str]:
+    """Each curve's axis values in words (``cuda_graph_max_bs=128, mem_fraction_static=0.88``),
+    without the axes on which all of them agree."""
+    keys = list(dict.fromkeys(key for curve in curves for key in curve.labels))
+    varying = [key for key in keys if len({curve.labels.get(key) for curve in curves}) > 1]
+    return {
+        curve.stack: ", ".join(f"{key.split('.')[-1]}={curve.labels.get(key, '-')}" for key in varying)
+        for curve in curves
+    }
 
 
 def frontier(curves: Sequence[ServingCurve]) -> list[tuple[ServingCurve, LoadPoint]]:
