@@ -9,7 +9,9 @@ state, an Optuna study in ``reports/<name>/study.db`` or a database, with each t
 (``sglang_stacks.drive``) and settles the trials of a killed run; ``legacy`` imports the previous
 release's ``sweep.json``; ``objective`` reads a metric at a load level; ``rank`` orders trials
 with their 95 % intervals and significance; ``report`` writes the Markdown report and its
-matplotlib figures; ``promote`` writes a trial into a stack file.
+matplotlib figures (``figures``, drawing what ``frontier`` computes: the serving plane with its
+Pareto frontier, the search history); ``dashboard`` serves the study in optuna-dashboard;
+``promote`` writes a trial into a stack file.
 """
 
 from __future__ import annotations
