@@ -270,9 +270,8 @@ def open_storage(url: str, *, storage_class: type[RDBStorage] = RDBStorage) -> R
                     try:
                         return storage_class(url, engine_kwargs=engine, **beats)
                     except IntegrityError:
-                        time.sleep(
-                            0.5
-                        )  # another driver created the tables at the same moment: they exist now
+                        # Another driver created the tables at the same moment: they exist now.
+                        time.sleep(0.5)
                 return storage_class(url, engine_kwargs=engine, **beats)
         except (ImportError, ModuleNotFoundError) as error:
             raise SpecError(
