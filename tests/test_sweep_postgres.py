@@ -186,6 +186,10 @@ def test_a_report_from_either_machine_covers_the_trials_of_both(shared: Shared) 
     assert ran_elsewhere, "the other machine ran no trial"
     for record in done:
         assert f"`{record.stack}`" in report
+    folder = machine.workspace.path / "reports" / NAME
+    for figure in ("pareto.png", "history.png"):  # the serving plane and the search history, linked
+        assert (folder / figure).stat().st_size > 5000
+        assert f"]({figure})" in report
 
 
 def test_the_dashboard_on_the_other_machine_shows_the_shared_study(shared: Shared) -> None:
