@@ -25,7 +25,7 @@ say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
 ensure_venv() {
     local stamp="$ROOT/.venv/.requirements.sha256" want
-    want=$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)
+    want=$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/pyproject.toml" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)
     if [[ -x "$ROOT/.venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
         return
     fi

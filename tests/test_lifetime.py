@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 from sglang_stacks.hostops import lifetime
 
@@ -27,3 +32,34 @@ def test_outside_a_provider_the_update_lives_with_the_first_parent() -> None:
     assert lifetime.update_alive()
     lifetime.watch_engine()  # no engine address here: nothing is watched, nothing ends
     assert lifetime.update_alive()
+
+
+def test_a_provider_process_that_is_never_called_ends_with_its_engine() -> None:
+    # The engine starts Pulumi's dynamic-provider plugin (a shell wrapper running `python -m
+    # pulumi.dynamic <engine address>`) and may never call it; a killed CLI used to leave both
+    # waiting for calls forever. The package's start hook watches the engine from the first moment.
+    wrapper = shutil.which("pulumi-resource-pulumi-python")
+    assert wrapper is not None, "Pulumi's Python plugin is not on PATH: run the tests with scripts/test.sh"
+    with socket.socket() as engine:
+        engine.bind(("127.0.0.1", 0))
+        engine.listen()
+        host, port = engine.getsockname()
+        provider = subprocess.Popen(
+            [wrapper, f"{host}:{port}"],
+            env={**os.environ, "PULUMI_RUNTIME_VIRTUALENV": str(Path(sys.prefix))},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert provider.stdout is not None
+            assert provider.stdout.readline().strip().isdigit()  # its own gRPC port: it serves
+            assert provider.poll() is None
+        except BaseException:
+            provider.kill()
+            raise
+    try:
+        # Gone within a few of the watch's polls, the wrapper with it.
+        provider.wait(timeout=15)
+    finally:
+        provider.kill()
+        provider.wait()

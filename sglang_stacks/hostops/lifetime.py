@@ -7,6 +7,12 @@ server of the provider says the update is over; the engine's address does: it st
 connections. `watch_engine` then lets go of what the process holds (the claim leases), stops its
 child processes (SSH clients, local scripts) and ends the process, so each session closes and the
 host programs bound to a session stop with it.
+
+The watch starts with the provider process itself: the package installs a start hook
+(``sglang_stacks-lifetime.pth``, written by ``setup.py``) that Python runs at the start of every
+process of its environment, and that calls `watch_provider_process`. The engine may start a provider
+process and never call it (it did so while replacing a resource): a watch begun only inside a
+provider method would never begin there, and the process would wait for calls forever.
 """
 
 from __future__ import annotations
@@ -20,7 +26,17 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
-__all__ = ["engine_address", "engine_alive", "on_engine_gone", "update_alive", "watch_engine"]
+__all__ = [
+    "engine_address",
+    "engine_alive",
+    "on_engine_gone",
+    "update_alive",
+    "watch_engine",
+    "watch_provider_process",
+]
+
+PROVIDER_MODULE = "pulumi.dynamic"
+"""The module the engine runs (``python -m pulumi.dynamic <engine address>``) for dynamic providers."""
 
 # How often the watch asks whether the engine still listens; a killed CLI is noticed within this.
 _POLL_S = 2.0
@@ -70,16 +86,30 @@ def on_engine_gone(callback: Callable[[], None]) -> None:
             _callbacks.append(callback)
 
 
-def watch_engine() -> None:
+def watch_engine(argv: Sequence[str] | None = None) -> None:
     """Ends this process soon after its engine is gone; idempotent, and a no-op outside a process
-    the engine started (tests, the companion CLI)."""
+    the engine started (tests, the companion CLI). ``argv``: the process's arguments, the module or
+    program first (by default ``sys.argv``)."""
     global _watching
-    address = engine_address()
+    address = engine_address(argv)
     with _lock:
         if _watching or address is None:
             return
         _watching = True
     threading.Thread(target=_watch, args=(address,), name="engine-watch", daemon=True).start()
+
+
+def watch_provider_process(argv: Sequence[str] | None = None) -> None:
+    """Watches the engine when this process is a dynamic-provider process (``argv``, by default the
+    interpreter's own command line, runs ``-m pulumi.dynamic``); does nothing in any other process.
+    Called by the package's start hook, before the provider module is even imported."""
+    words = list(sys.orig_argv if argv is None else argv)
+    if PROVIDER_MODULE not in words:
+        return
+    at = words.index(PROVIDER_MODULE)
+    if at == 0 or words[at - 1] != "-m":
+        return
+    watch_engine(words[at:])
 
 
 def _watch(address: tuple[str, int]) -> None:

@@ -6,6 +6,7 @@ the tool's processes left on this side, the host's claim.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -103,6 +104,53 @@ class Drill:
             if marker in environ.split(b"\0") and "sglang_emulator" not in args:
                 found.append(f"{pid}: {args}")
         return found
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A process as seen once: its pid and start time (pids are reused), and its command line."""
+
+    pid: int
+    start_ticks: int
+    args: str
+
+    def alive(self) -> bool:
+        try:
+            return _start_ticks(self.pid) == self.start_ticks
+        except OSError:
+            return False
+
+
+def process_tree(root: int) -> list[Proc]:
+    """The processes descending from ``root`` (children, their children, ...), as they are now."""
+    children: dict[int, list[int]] = {}
+    for pid in _pids():
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            try:
+                found.append(Proc(child, _start_ticks(child), _cmdline(child)))
+            except OSError:
+                continue
+    return found
+
+
+ENGINE_ADDRESS = re.compile(r"-m pulumi\.dynamic (\S+)")
+
+
+def engine_addresses(tree: list[Proc]) -> set[str]:
+    """The engine addresses the provider processes of ``tree`` were started with."""
+    return {found.group(1) for proc in tree if (found := ENGINE_ADDRESS.search(proc.args))}
+
+
+def _start_ticks(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
 
 
 def _pids() -> list[int]:

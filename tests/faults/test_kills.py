@@ -3,19 +3,24 @@ the next `pulumi up` converges to exactly one healthy server with no manual step
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from tests.faults.drill import (
     LONG_BENCHMARK,
     Drill,
+    engine_addresses,
     finish,
     healthy,
     interrupt,
     loadgens,
+    process_tree,
+    processes,
     servers,
     wait_for,
 )
@@ -53,6 +58,51 @@ def test_sigkill_of_pulumi_during_the_benchmark_lets_go_of_the_host(drill: Drill
     holder = drill.claim()
     assert holder is not None and (holder.stack, holder.updating) == ("killed", False)
     converges(drill, "killed", port)
+
+
+def test_sigkill_of_pulumi_during_a_replacing_benchmark_leaves_no_process_of_the_update(
+    drill: Drill,
+) -> None:
+    port = drill.add_stack("replaced", benchmark=LONG_BENCHMARK)
+    drill.up("replaced")
+    # The server died, so each update replaces it and its benchmark: the engine then starts a
+    # provider process it may never call, which lived on forever after a killed CLI. Killed as the
+    # benchmark starts, and a moment later.
+    for moment_s in (0.0, 1.5):
+        left = kill_during_a_replacing_benchmark(drill, "replaced", port, moment_s)
+        assert not left, f"left 15 s after a kill {moment_s:g} s into the benchmark: {left}"
+        holder = drill.claim()
+        assert holder is not None and holder.updating is False
+    converges(drill, "replaced", port)
+
+
+def kill_during_a_replacing_benchmark(drill: Drill, stack: str, port: int, moment_s: float) -> list[str]:
+    """Kills -9 the server of ``stack``, starts `pulumi up`, kills -9 the CLI ``moment_s`` after
+    the benchmark starts, and returns what of the update still runs 15 s later: what its process
+    tree held at the kill, and anything started with its engine's address."""
+    for pid in servers(port):
+        os.kill(pid, signal.SIGKILL)
+    drill.workspace.run("cancel", "--yes", "-s", stack, check=False)
+    update = drill.start("up", "--yes", "--skip-preview", "-s", stack)
+    wait_for(lambda: loadgens(port) or update.poll() is not None, 120, "the benchmark to start")
+    time.sleep(moment_s)
+    assert update.poll() is None, update.communicate()[0]
+    tree = [proc for proc in process_tree(update.pid) if "sglang_emulator" not in proc.args]
+    addresses = engine_addresses(tree)
+    assert addresses, tree
+
+    interrupt(update, signal.SIGKILL)
+    update.wait()
+
+    def left() -> list[str]:
+        by_tree = [f"{proc.pid}: {proc.args[:160]}" for proc in tree if proc.alive()]
+        by_address = [f"{pid}: {address}" for address in addresses for pid in processes(address)]
+        return by_tree + by_address
+
+    deadline = time.monotonic() + 15
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left()
 
 
 def test_sigint_twice_during_the_servers_start(drill: Drill) -> None:
