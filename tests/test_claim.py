@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sglang_stacks.errors import ClaimError
-from sglang_stacks.hostops import claim
+from sglang_stacks.hostops import claim, serving
 from sglang_stacks.hostops.connection import Connection
 from tests.sshd import SshServer, start_sshd
 
@@ -462,6 +462,10 @@ def test_takeover_stops_the_previous_owners_server_and_refresh_sees_the_owner(
         start_ticks = int(Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
         claim.acquire(conn, "baseline", takeover=False, update_id="u1", state_dir=state_dir)
         claim.record_server(conn, "baseline", server.pid, start_ticks, state_dir=state_dir)
+        # It became ready: the host notes that it serves.
+        serving.record(
+            conn, state_dir, serving.ServingNote(stack="baseline", pid=server.pid, release="0.5.8", flags={})
+        )
         claim.finish(conn, "baseline", state_dir=state_dir)
         provider = ClaimProvider()
 
@@ -471,9 +475,32 @@ def test_takeover_stops_the_previous_owners_server_and_refresh_sees_the_owner(
         assert created.id == "eagle3-bs128"
         assert (outs["owner"], outs["taken_from"]) == ("eagle3-bs128", "baseline")
         assert server.wait(timeout=10) is not None  # stopped: TERM to its process group
+        assert serving.read(conn, state_dir, release="0.5.8") is None
         claim.finish(conn, "eagle3-bs128", state_dir=state_dir)
         claim.acquire(conn, "baseline", takeover=True, update_id="u3", state_dir=state_dir)
         assert (provider.read("eagle3-bs128", outs).outs or {})["owner"] == "baseline"
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_takeover_from_a_server_that_never_became_ready_names_nothing_to_restore(state_dir: str) -> None:
+    from sglang_stacks.components.host import ClaimProvider
+
+    conn = Connection.local()
+    # The previous stack's launch failed: its claim records a server that never served.
+    server = subprocess.Popen(["setsid", "sleep", "300"])
+    try:
+        time.sleep(0.2)
+        start_ticks = int(Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        claim.acquire(conn, "baseline", takeover=False, update_id="u1", state_dir=state_dir)
+        claim.record_server(conn, "baseline", server.pid, start_ticks, state_dir=state_dir)
+        claim.finish(conn, "baseline", state_dir=state_dir)
+
+        created = ClaimProvider().create(claim_props(state_dir, "eagle3-bs128"))
+
+        assert ((created.outs or {})["owner"], (created.outs or {})["taken_from"]) == ("eagle3-bs128", "")
+        assert server.wait(timeout=10) is not None  # stopped all the same
     finally:
         server.kill()
         server.wait()

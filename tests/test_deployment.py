@@ -419,7 +419,7 @@ def test_a_change_whose_server_fails_to_start_is_explained_and_baseline_rolls_ba
     up = workspace.run("up", "--yes", "--skip-preview", "-s", "eagle3-bs128", check=False)
 
     assert up.returncode != 0
-    assert "exited before it became ready (other)" in up.stdout
+    assert "exited before it became ready (port_in_use)" in up.stdout
     assert "address already in use" in up.stdout
     assert "Another process holds the server's port on the host" in up.stdout
     assert emulator_pids(port) == []

@@ -76,7 +76,7 @@ SGLANG_HINTS = (
         (
             "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
             "address already in use",
-            "other",
+            "port_in_use",
             "server.port",
         ),
         (
@@ -345,7 +345,7 @@ def test_started_server_is_ready_and_stop_waits_until_its_gpu_memory_is_free(
         (
             BASELINE_ARGV,
             {"SGLANG_EMULATOR_FAULTS": json.dumps({"port_in_use": True})},
-            "other",
+            "port_in_use",
             "address already in use",
         ),
     ],
@@ -405,6 +405,31 @@ def test_a_server_left_behind_by_a_killed_update_is_stopped_before_the_next_laun
     started = start({**props, "update_id": "u2"})
     try:
         assert not process.is_running(conn, running(orphan))
+        assert gpu_pids(props) == {started.pid}
+    finally:
+        process.stop(conn, started.pid, started.start_ticks, props["nvidia_smi"], 20.0)
+
+
+@pytest.mark.integration
+def test_an_update_killed_right_after_the_launch_leaves_a_server_the_claim_knows(host: Path) -> None:
+    # The launch alone, as an update killed the moment it returns leaves it: the host program that
+    # started the server noted it in the claim in the same run, so the next launch finds it.
+    props = server_props(host)
+    conn = Connection.local()
+    inputs = server.ServerInputs.model_validate(props)
+    claim.acquire(conn, "baseline", takeover=False, update_id="u1", state_dir=props["state_dir"])
+    log_path = f"{props['log_dir']}/baseline-killed.log"
+    orphan = process.launch(conn, server._launch(inputs, log_path))
+    claim.finish_all()
+
+    noted = claim.read(conn, state_dir=props["state_dir"])
+    assert noted is not None and (noted.server_pid, noted.server_start_ticks) == (
+        orphan.pid,
+        orphan.start_ticks,
+    )
+    started = start({**props, "update_id": "u2"})
+    try:
+        assert not process.is_running(conn, orphan)
         assert gpu_pids(props) == {started.pid}
     finally:
         process.stop(conn, started.pid, started.start_ticks, props["nvidia_smi"], 20.0)

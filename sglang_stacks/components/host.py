@@ -123,7 +123,7 @@ class ClaimOutputs(Props):
     """The stack that owns the GPUs: this one after an update, another after a refresh that found
     the host handed over, empty when no stack does."""
     taken_from: str
-    """The stack whose server was stopped when this stack took the host, if any."""
+    """The stack whose serving server was stopped when this stack took the host, if any."""
     taken_in_update: str = ""
     """The update that took the host from ``taken_from``."""
 
@@ -141,9 +141,11 @@ def take_claim(inputs: ClaimInputs) -> ClaimOutputs:
     previous = claim.acquire(
         conn, inputs.stack, takeover=inputs.takeover, update_id=inputs.update_id, state_dir=inputs.state_dir
     )
-    if previous is not None:
-        stop_recorded(conn, previous, inputs.nvidia_smi, inputs.stop_timeout_s, inputs.state_dir)
-    if previous is None:
+    # Only a server that was serving is one the previous stack can be told to restore: a stack
+    # whose launch failed, or whose server had died, lost nothing here.
+    if previous is None or not stop_recorded(
+        conn, previous, inputs.nvidia_smi, inputs.stop_timeout_s, inputs.state_dir
+    ):
         return ClaimOutputs(owner=inputs.stack, taken_from="")
     return ClaimOutputs(owner=inputs.stack, taken_from=previous.stack, taken_in_update=inputs.update_id)
 

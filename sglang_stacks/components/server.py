@@ -121,6 +121,8 @@ def _launch(inputs: ServerInputs, log_path: str) -> process.Launch:
         nvidia_smi=inputs.nvidia_smi,
         secret_env=inputs.secret_env or {},
         ready_line=inputs.ready_line,
+        claim_stack=inputs.stack,
+        state_dir=inputs.state_dir,
     )
 
 
@@ -154,8 +156,7 @@ def _start(inputs: ServerInputs) -> ServerOutputs:
     instance = uuid.uuid4().hex[:12]
     log_path = f"{inputs.log_dir.rstrip('/')}/{inputs.stack}-{instance}.log"
     launch = _launch(inputs, log_path)
-    running = process.launch(conn, launch)
-    claim.record_server(conn, inputs.stack, running.pid, running.start_ticks, state_dir=inputs.state_dir)
+    running = process.launch(conn, launch)  # noted in the claim by the launch itself
     process.wait_ready(conn, launch, running)
     serving.record(
         conn,

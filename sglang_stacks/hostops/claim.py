@@ -26,6 +26,7 @@ __all__ = [
     "DEFAULT_STATE_DIR",
     "Claim",
     "acquire",
+    "check_noted",
     "finish",
     "finish_all",
     "read",
@@ -190,6 +191,14 @@ def record_server(
     )
 
 
+def check_noted(conn: Connection, stack: str, answer: str, *, state_dir: str = DEFAULT_STATE_DIR) -> None:
+    """Checks the claim program's answer to ``record-server`` that another host program ran (the
+    server's launch notes its server in the claim in the same run); ClaimError if ``stack`` lost
+    the claim or the note failed."""
+    lines = answer.strip().splitlines()
+    _owner_answer(conn, stack, _parse(conn, lines[-1] if lines else "", state_dir))
+
+
 def release(conn: Connection, stack: str, *, state_dir: str = DEFAULT_STATE_DIR) -> bool:
     """Removes the claim if ``stack`` still owns it; False (and nothing changed) otherwise."""
     _check_stack(stack)
@@ -228,7 +237,10 @@ def _refusal(conn: Connection, stack: str, answer: dict[str, Any]) -> ClaimError
 
 
 def _owner_call(conn: Connection, op: str, stack: str, state_dir: str, *more: str) -> None:
-    answer = _call(conn, op, stack, state_dir, *more)
+    _owner_answer(conn, stack, _call(conn, op, stack, state_dir, *more))
+
+
+def _owner_answer(conn: Connection, stack: str, answer: dict[str, Any]) -> None:
     if answer["outcome"] == "lost":
         claim = answer["claim"]
         now_owned_by = f"stack {claim['stack']!r} does now" if claim else "no stack does now"

@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sglang_stacks.errors import ServerError
+from sglang_stacks.errors import ServerError, StacksError
 from sglang_stacks.hostops import claim, programs, serving
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.transport import HostPath, quote
 
-FailureClass = Literal["out_of_memory", "bad_flag", "nccl", "other"]
+FailureClass = Literal["out_of_memory", "bad_flag", "nccl", "port_in_use", "other"]
 
 LOG_TAIL_LINES = 25
 # SGLang's first log line lists every server argument; error messages keep the start of such lines.
@@ -106,7 +106,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
     (
         re.compile(r"[Aa]ddress already in use"),
         Failure(
-            "other",
+            "port_in_use",
             "Another process holds the server's port on the host. Stop it, "
             "or set server.port to a free port.",
         ),
@@ -140,6 +140,11 @@ class Launch:
     ready_line: str = ""
     """When set, ready once the log shows this line instead of the health check (a node of a
     multi-node server other than rank 0, which serves no HTTP)."""
+    claim_stack: str = ""
+    """When set, the stack whose claim notes the server in the same host program run that starts
+    it: an update killed at any moment leaves no server the claim does not know."""
+    state_dir: str = claim.DEFAULT_STATE_DIR
+    """The host's folder of sglang-stacks state, where the claim is."""
 
 
 @dataclass(frozen=True)
@@ -177,26 +182,43 @@ def _whole_s(seconds: float) -> int:
 
 
 def launch(conn: Connection, spec: Launch) -> Running:
-    """Starts the server detached and returns its identity; ServerError when it cannot start
-    (its port is taken, or it died at once, with its log and class)."""
-    printed = _server(
-        conn,
-        "launch",
-        {"python": spec.python, "port": spec.port, "log": HostPath(spec.log_path), "command": spec.command},
-        timeout_s=60,
-        secrets=spec.secret_env,
-    )
+    """Starts the server detached and returns its identity, noted in the claim of
+    ``spec.claim_stack`` when set; ServerError when it cannot start (its port is taken, or it died
+    at once, with its log and class), ClaimError when the stack lost the claim (the server is then
+    stopped)."""
+    params: dict[str, programs.Param] = {
+        "python": spec.python,
+        "port": spec.port,
+        "log": HostPath(spec.log_path),
+        "command": spec.command,
+    }
+    if spec.claim_stack:
+        params |= {
+            "claim_stack": spec.claim_stack,
+            "state_dir": spec.state_dir,
+            "claim_program": programs.source("claim.py"),
+            "system_python": programs.source("system_python.sh"),
+        }
+    printed = _server(conn, "launch", params, timeout_s=60, secrets=spec.secret_env)
     if printed.strip() == "port-taken":
         raise ServerError(
             f"Port {spec.port} on {conn.label} is taken by another program, so SGLang was not started "
             "(its health check would have reached that program). Stop the program "
             f"(`ss -ltnp 'sport = :{spec.port}'` on the host names it) or set server.port to a free port."
         )
-    words = printed.split()
+    first, _, noted = printed.partition("\n")
+    words = first.split()
     if len(words) < 2:
         # No start time: the process was gone before it could be read; it failed at once.
         raise start_failure(conn, spec, "exited", log_tail(conn, spec.log_path))
-    return Running(int(words[0]), int(words[1]))
+    running = Running(int(words[0]), int(words[1]))
+    if spec.claim_stack:
+        try:
+            claim.check_noted(conn, spec.claim_stack, noted.strip(), state_dir=spec.state_dir)
+        except StacksError:
+            stop(conn, running.pid, running.start_ticks, spec.nvidia_smi, spec.stop_timeout_s)
+            raise
+    return running
 
 
 def wait_ready(conn: Connection, spec: Launch, running: Running) -> None:
@@ -261,8 +283,9 @@ def start_failure(conn: Connection, spec: Launch, verdict: str, tail_text: str) 
 
 def stop(
     conn: Connection, pid: int, start_ticks: int | None, nvidia_smi: Sequence[str], timeout_s: float
-) -> None:
-    """Stops the server's process group and waits until its GPU memory is free."""
+) -> bool:
+    """Stops the server's process group and waits until its GPU memory is free; whether the
+    server was running (False: it had already ended, only its GPU memory was waited for)."""
     printed = _server(
         conn,
         "stop",
@@ -279,6 +302,7 @@ def stop(
             f"SGLang (pid {pid}) on {conn.label} stopped, but processes {printed.split()[1:]} still "
             f"hold GPU memory after {timeout_s:g} s. Check `nvidia-smi` on the host and stop them."
         )
+    return printed.split()[1:2] == ["running"]
 
 
 def is_running(conn: Connection, running: Running) -> bool:
@@ -293,9 +317,13 @@ def stop_recorded(
     nvidia_smi: Sequence[str],
     stop_timeout_s: float,
     state_dir: str,
-) -> None:
+) -> bool:
     """Stops the server a claim records, if it records one, and removes the host's note that it
-    serves (a takeover, or a server a killed update left behind)."""
-    if recorded.server_pid:
-        stop(conn, recorded.server_pid, recorded.server_start_ticks, nvidia_smi, stop_timeout_s)
-        serving.forget(conn, state_dir, recorded.server_pid)
+    serves (a takeover, or a server a killed update left behind). Whether it stopped a server that
+    was serving: running, and noted on the host as ready (`serving`)."""
+    if not recorded.server_pid:
+        return False
+    noted = serving.serves(conn, state_dir, recorded.stack, recorded.server_pid)
+    running = stop(conn, recorded.server_pid, recorded.server_start_ticks, nvidia_smi, stop_timeout_s)
+    serving.forget(conn, state_dir, recorded.server_pid)
+    return noted and running

@@ -14,7 +14,7 @@ from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs import run_bash
 from sglang_stacks.hostops.transport import HostPath
 
-__all__ = ["NOTE", "ServingNote", "describe", "flag_changes", "forget", "read", "record"]
+__all__ = ["NOTE", "ServingNote", "describe", "flag_changes", "forget", "read", "record", "serves"]
 
 NOTE = "serving.json"
 
@@ -83,6 +83,13 @@ def read(conn: Connection, state_dir: str, release: str) -> ServingNote | None:
         return ServingNote.model_validate({"release": release, **found})
     except (json.JSONDecodeError, ValidationError):
         return None
+
+
+def serves(conn: Connection, state_dir: str, stack: str, pid: int) -> bool:
+    """Whether the note says the host serves ``stack`` with the server ``pid``: that server became
+    ready, and no stop or refresh has seen it end since."""
+    note = read(conn, state_dir, release="")
+    return note is not None and (note.stack, note.pid) == (stack, pid)
 
 
 def flag_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

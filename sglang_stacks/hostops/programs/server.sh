@@ -1,11 +1,15 @@
 # The SGLang server process on the GPU host. MODE selects what to do:
 #   launch  start COMMAND detached (its own session, so stopping its group stops its workers),
-#           logging to LOG; prints "PID START_TICKS", or "port-taken" when PORT already answers
+#           logging to LOG; prints "PID START_TICKS", or "port-taken" when PORT already answers.
+#           With CLAIM_STACK set, the claim (CLAIM_PROGRAM, claim.py, run by SYSTEM_PYTHON,
+#           system_python.sh) notes the server in this same run and its answer is the next line:
+#           an update killed at any moment leaves no server that the claim does not know
 #   ready   wait until the server PID answers its health check (or, when READY_LINE is set, until
 #           its log shows that line: a node of a multi-node server other than rank 0 serves no
 #           HTTP): prints ready, exited or timeout, then ---log--- and the log's last TAIL_LINES lines
 #   stop    TERM the group of PID, KILL it after TIMEOUT_S, then wait until none of the group's
-#           processes holds GPU memory (NVIDIA_SMI lists them): prints freed or still-held PIDS
+#           processes holds GPU memory (NVIDIA_SMI lists them): prints "freed running" (or
+#           "freed gone" when PID was not running) or still-held PIDS
 #   alive   exit 0 while PID runs (and is the process started at START_TICKS)
 # PYTHON runs PORT_PROBE (port_probe.py). Secret variables are exported above this text by the
 # caller, so the server inherits them without any command line showing them.
@@ -30,17 +34,28 @@ alive() {
 log_tail() { tail -n "${TAIL_LINES:-25}" "$LOG" 2>/dev/null || true; }
 
 launch() {
+    # A session that drops (a killed update) must not stop this between the launch and the
+    # claim's note of it: the note is how the next update finds the server.
+    trap '' HUP PIPE
     if "$PYTHON" -c "$PORT_PROBE" listening "$PORT"; then
         echo port-taken
         return 0
     fi
     mkdir -p "$(dirname "$LOG")"
     # The redirections release the SSH session at once; COMMAND is shell-quoted by the caller.
-    # The server inherits the exported secrets, not this program's own variables.
-    eval "setsid nohup env -u MODE -u PORT_PROBE -u PYTHON -u PORT -u COMMAND $COMMAND" \
+    # The server inherits the exported secrets, not this program's own variables, and the signals
+    # this program ignores are the server's to handle again.
+    eval "( trap - HUP PIPE; exec setsid nohup env -u MODE -u PORT_PROBE -u PYTHON -u PORT" \
+        "-u COMMAND -u CLAIM_PROGRAM -u CLAIM_STACK -u STATE_DIR -u SYSTEM_PYTHON $COMMAND )" \
         '>"$LOG" 2>&1 </dev/null &'
-    local pid=$!
-    echo "$pid $(stat_field "$pid" 20)"
+    local pid=$! ticks noted=""
+    ticks=$(stat_field "$pid" 20)
+    if [ -n "${CLAIM_STACK:-}" ] && [ -n "$ticks" ]; then
+        noted=$(SGLANG_STACKS_PROGRAM=$CLAIM_PROGRAM bash -c "$SYSTEM_PYTHON" system_python \
+            record-server "$CLAIM_STACK" "$STATE_DIR" --server-pid "$pid" --server-start-ticks "$ticks" 2>&1)
+    fi
+    echo "$pid $ticks"
+    [ -z "$noted" ] || printf '%s\n' "$noted"
 }
 
 ready() {
@@ -58,9 +73,10 @@ ready() {
 }
 
 stop() {
-    local deadline=$((SECONDS + ${TIMEOUT_S%.*})) group listed held p
+    local deadline=$((SECONDS + ${TIMEOUT_S%.*})) group listed held p was=gone
     group=$(ps -eo pid=,pgid= | awk -v g="$PID" '$2 == g {print $1}' | tr '\n' ' ')
     if alive; then
+        was=running
         kill -TERM -- "-$PID" 2>/dev/null || kill -TERM "$PID" 2>/dev/null || true
         while alive && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
         if alive; then kill -KILL -- "-$PID" 2>/dev/null || true; fi
@@ -69,7 +85,7 @@ stop() {
         listed=$(eval "$NVIDIA_SMI" --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
         held=""
         for p in $group $PID; do printf '%s\n' "$listed" | grep -qx "$p" && held="$held $p"; done
-        [ -z "$held" ] && { echo freed; break; }
+        [ -z "$held" ] && { echo "freed $was"; break; }
         [ "$SECONDS" -ge "$deadline" ] && { echo "still-held$held"; break; }
         sleep 0.5
     done
