@@ -21,6 +21,8 @@ from sglang_stacks.components.draft_model import (
     local_tree_digest,
 )
 from sglang_stacks.errors import ArtifactError, SpecError
+from sglang_stacks.hostops.artifacts import put
+from sglang_stacks.hostops.connection import Connection
 from tests._pulumi import Workspace
 from tests.sshd import start_sshd
 
@@ -148,6 +150,29 @@ def test_wrong_expected_digest_names_both_digests_and_the_fix(tmp_path: Path) ->
         f"The draft model at {host} on the local host has digest {coreutils_digest(host)}, expected "
         f"{expected}. Re-upload the draft model, or fix draftModel.sha256 if the new content is intended."
     )
+
+
+def test_a_local_folder_with_another_digest_is_refused_before_anything_is_uploaded(tmp_path: Path) -> None:
+    local = make_draft(tmp_path / "local")
+    host = tmp_path / "host" / "eagle3"
+    manifest = {"config.json": "1" * 64}
+    for expected in ({"sha256": "0" * 64}, {"sha256_manifest": manifest}):
+        with pytest.raises(ArtifactError, match=r"nothing was uploaded") as caught:
+            DraftModelProvider().create(props_for(host, local, **expected))
+        assert f"{local} on this machine" in str(caught.value)
+        assert not (tmp_path / "host").exists(), "nothing of the rejected folder is on the host"
+
+
+def test_an_upload_that_arrives_different_is_removed_and_the_folder_kept(tmp_path: Path) -> None:
+    local = make_draft(tmp_path / "local")
+    host = make_draft(tmp_path / "host" / "eagle3", weights=b"the version in use")
+    before = coreutils_digest(host)
+
+    with pytest.raises(ArtifactError, match=r"the upload was removed from the host and .* left as it was"):
+        put(Connection.local(), str(local), str(host), "e" * 64, timeout_s=60)
+
+    assert sorted(path.name for path in (tmp_path / "host").iterdir()) == ["eagle3"]
+    assert coreutils_digest(host) == before
 
 
 def test_manifest_names_missing_and_changed_files(tmp_path: Path) -> None:

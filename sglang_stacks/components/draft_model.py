@@ -127,6 +127,7 @@ def _converge(inputs: DraftModelInputs) -> DraftModelOutputs:
     found = artifacts.measure(conn, path, inputs.timeout_s)
     local, digest = inputs.local_path, inputs.local_digest
     if inputs.source == "local" and local and digest and (found is None or found.digest != digest):
+        artifacts.check_before_upload(local, digest, inputs.sha256, inputs.sha256_manifest)
         found = artifacts.put(conn, local, path, digest, inputs.timeout_s)
     return _outputs(artifacts.verify(conn, path, found, inputs.sha256, inputs.sha256_manifest))
 

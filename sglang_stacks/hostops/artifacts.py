@@ -4,13 +4,17 @@ whole (``swap_folder.sh``), and the check against the digests a stack expects.
 
 The tree digest is the sha256 of the folder's ``sha256sum`` listing: one ``<sha256>  ./<path>``
 line per file (symbolic links followed), sorted by path byte by byte.
+
+Nothing rejected stays on a host: a local folder that is not what the stack expects is refused
+before anything is uploaded, and an upload whose copy arrives different is removed before it
+takes the folder's place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +22,9 @@ from pathlib import Path
 from sglang_stacks.errors import ArtifactError, HostError
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs import run_bash
-from sglang_stacks.hostops.transport import HostPath, tail, upload
+from sglang_stacks.hostops.transport import HostPath, run, tail, upload
 
-__all__ = ["TreeDigest", "local_tree_digest", "measure", "put", "verify"]
+__all__ = ["TreeDigest", "check_before_upload", "local_tree_digest", "measure", "put", "verify"]
 
 _CHUNK = 1 << 20
 # sha256sum escapes these in the names it prints; a local listing could not match the host's.
@@ -107,10 +111,25 @@ def measure(conn: Connection, path: str, timeout_s: float) -> TreeDigest | None:
 
 
 def put(conn: Connection, local_path: str, path: str, expected_digest: str, timeout_s: float) -> TreeDigest:
-    """Uploads ``local_path`` to take the place of ``path`` on the host; ArtifactError unless the
-    copy there has ``expected_digest``."""
-    staging = f"{path.rstrip('/')}.upload-{secrets.token_hex(4)}"
-    upload(conn, local_path, staging, timeout_s=timeout_s)
+    """Uploads ``local_path`` to take the place of ``path`` on the host; ArtifactError, with the
+    upload removed and ``path`` as it was, unless the copy there has ``expected_digest``."""
+    # Named by its content: an upload cut short (a killed update) is written over by the next one
+    # of the same content instead of piling up beside it.
+    staging = f"{path.rstrip('/')}.upload-{expected_digest[:16]}"
+    try:
+        upload(conn, local_path, staging, timeout_s=timeout_s)
+        arrived = measure(conn, staging, timeout_s)
+        if arrived is None or arrived.digest != expected_digest:
+            raise ArtifactError(
+                f"The draft model uploaded from {local_path} to {path} on {conn.label} arrived "
+                f"with digest {arrived.digest if arrived else 'none'}, but the local folder has "
+                f"{expected_digest}; the upload was removed from the host and {path} left as it was. "
+                "Check the host's free disk space and that nothing else writes there, then run the "
+                "update again."
+            )
+    except Exception:
+        _remove(conn, staging)
+        raise
     swapped = run_bash(
         conn,
         "swap_folder.sh",
@@ -123,15 +142,35 @@ def put(conn: Connection, local_path: str, path: str, expected_digest: str, time
             f"{tail(swapped.stderr)}. Check that the user may write to {path} and its parent, "
             "then run the update again."
         )
-    found = measure(conn, path, timeout_s)
-    if found is None or found.digest != expected_digest:
+    return arrived
+
+
+def _remove(conn: Connection, staging: str) -> None:
+    """Removes an upload that will not be used; a host that cannot be reached keeps it until the
+    next upload of the same content writes over it."""
+    with contextlib.suppress(HostError):
+        run(conn, 'rm -rf -- "$STAGING"\n', timeout_s=_SWAP_TIMEOUT_S, env={"STAGING": HostPath(staging)})
+
+
+def check_before_upload(
+    local_path: str, local_digest: str, sha256: str | None, manifest: Mapping[str, str] | None
+) -> None:
+    """ArtifactError when the local folder is not what the stack expects (``sha256``, the
+    ``manifest``): refused before anything is uploaded, so no rejected copy reaches the host."""
+    where = f"{local_path} on this machine"
+    if sha256 is not None and local_digest != sha256:
         raise ArtifactError(
-            f"The draft model uploaded from {local_path} to {path} on {conn.label} arrived "
-            f"with digest {found.digest if found else 'none'}, but the local folder has "
-            f"{expected_digest}. Check the host's free disk space and that nothing else writes "
-            "there, then run the update again."
+            f"The draft model folder {where} has digest {local_digest}, expected {sha256}; nothing "
+            "was uploaded. Point draftModel.local_path at the expected folder, or fix "
+            "draftModel.sha256 if the new content is intended."
         )
-    return found
+    if manifest:
+        problems = _manifest_problems(local_tree_digest(local_path), manifest)
+        if problems:
+            raise ArtifactError(
+                f"The draft model folder {where} does not match draftModel.sha256_manifest: {problems}; "
+                "nothing was uploaded. Fix the folder, or the manifest if the new content is intended."
+            )
 
 
 def verify(
@@ -160,22 +199,28 @@ def verify(
             "draft model, or fix draftModel.sha256 if the new content is intended."
         )
     if manifest:
-        on_host = found.file_digests()
-        missing = [name for name in manifest if name.removeprefix("./") not in on_host]
-        different = [
-            name
-            for name, digest in manifest.items()
-            if name.removeprefix("./") in on_host and on_host[name.removeprefix("./")] != digest
-        ]
-        if missing or different:
-            problems = []
-            if missing:
-                problems.append(f"missing {', '.join(missing)}")
-            if different:
-                problems.append(f"different content in {', '.join(different)}")
+        problems = _manifest_problems(found, manifest)
+        if problems:
             raise ArtifactError(
                 f"The draft model at {where} does not match draftModel.sha256_manifest: "
-                f"{'; '.join(problems)}. Re-upload the draft model, or fix the manifest if the new "
+                f"{problems}. Re-upload the draft model, or fix the manifest if the new "
                 "content is intended."
             )
     return found
+
+
+def _manifest_problems(found: TreeDigest, manifest: Mapping[str, str]) -> str:
+    """How ``found`` differs from ``manifest`` (files missing, files different), or empty."""
+    present = found.file_digests()
+    missing = [name for name in manifest if name.removeprefix("./") not in present]
+    different = [
+        name
+        for name, digest in manifest.items()
+        if name.removeprefix("./") in present and present[name.removeprefix("./")] != digest
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing {', '.join(missing)}")
+    if different:
+        problems.append(f"different content in {', '.join(different)}")
+    return "; ".join(problems)

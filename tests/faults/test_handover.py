@@ -63,6 +63,9 @@ def test_a_wrong_draft_model_fails_before_the_other_stacks_server_is_stopped(
 
     assert failed.returncode != 0
     assert "ArtifactError" in failed.stdout + failed.stderr, failed.stdout
+    assert "nothing was uploaded" in failed.stdout, failed.stdout
+    # No copy of the rejected 768 MB folder stays on the host, under any name.
+    assert not (drill.state / "draft").exists() or list((drill.state / "draft").iterdir()) == []
     assert_serves(drill, "serving", serving)
 
 
@@ -75,8 +78,16 @@ def test_a_launch_that_fails_after_the_takeover_names_the_command_that_restores_
     output = failed.stdout + failed.stderr
 
     assert failed.returncode != 0 and servers(port) == [] and servers(serving) == []
+    assert "exited before it became ready (port_in_use)" in output, output
     assert "no longer serves stack 'serving'" in output, output
     assert "`pulumi up -s serving` restores it" in output, output
+
+    # Another failed start takes the host from a stack that never served: nothing to restore.
+    drill.add_stack("port-taken-too", faults="        port_in_use: true\n")
+    again = drill.up("port-taken-too", check=False)
+    said = again.stdout + again.stderr
+    assert again.returncode != 0 and "exited before it became ready (port_in_use)" in said, said
+    assert "no longer serves" not in said and "restores it" not in said, said
     drill.up("serving")
     assert_serves(drill, "serving", serving)
 
