@@ -139,13 +139,16 @@ def start(inputs: ServerInputs) -> ServerOutputs:
     except StacksError as error:
         if not inputs.taken_from or inputs.taken_in_update != inputs.update_id:
             raise
-        # This update stopped another stack's server to launch this one, which failed: the host
-        # serves nothing now, and one command brings the other stack back.
-        raise type(error)(
-            f"{error} {conn.label} no longer serves stack {inputs.taken_from!r}: its server was "
-            f"stopped when this update took the host over. `pulumi up -s {inputs.taken_from}` "
+        # This update stopped another stack's serving server to launch this one, which failed:
+        # the host serves nothing now, and one command brings the other stack back. The error
+        # keeps its type and fields (a server's class of failure); only the advice is added.
+        error.message = (
+            f"{error.message} {conn.label} no longer serves stack {inputs.taken_from!r}: its server "
+            f"was stopped when this update took the host over. `pulumi up -s {inputs.taken_from}` "
             "restores it."
-        ) from None
+        )
+        error.args = (error.message,)
+        raise
 
 
 def _start(inputs: ServerInputs) -> ServerOutputs:

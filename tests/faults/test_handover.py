@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from sglang_stacks.errors import failure_from_output
 from tests._pulumi import ROOT
 from tests.faults.drill import Drill, finish, healthy, servers
 
@@ -79,6 +80,8 @@ def test_a_launch_that_fails_after_the_takeover_names_the_command_that_restores_
 
     assert failed.returncode != 0 and servers(port) == [] and servers(serving) == []
     assert "exited before it became ready (port_in_use)" in output, output
+    recorded = failure_from_output(output)
+    assert recorded is not None and recorded.cause == "port_in_use", output
     assert "no longer serves stack 'serving'" in output, output
     assert "`pulumi up -s serving` restores it" in output, output
 
