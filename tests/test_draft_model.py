@@ -146,7 +146,7 @@ def test_wrong_expected_digest_names_both_digests_and_the_fix(tmp_path: Path) ->
     expected = "0" * 64
     with pytest.raises(ArtifactError) as caught:
         DraftModelProvider().create(props_for(host, sha256=expected))
-    assert str(caught.value) == (
+    assert caught.value.message == (
         f"The draft model at {host} on the local host has digest {coreutils_digest(host)}, expected "
         f"{expected}. Re-upload the draft model, or fix draftModel.sha256 if the new content is intended."
     )
