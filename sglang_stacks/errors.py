@@ -9,6 +9,7 @@ StacksError                  base: a sentence saying what went wrong and how to 
 │   └── ClaimError           another stack holds, or is taking, this host's GPUs
 ├── ArtifactError            the draft model is missing or does not match its manifest
 ├── ServerError              SGLang did not become ready (its cause: out_of_memory, bad_flag, nccl, ...)
+│   └── ServingError         SGLang failed while benchmarked (crash, out_of_memory, hang, error_responses)
 ├── RouterError              SGLang's router did not start, or would not add or drain a worker
 └── BenchmarkError           the post-deploy benchmark failed
     ├── GateError            the regression gate could not judge the result
@@ -42,6 +43,7 @@ __all__ = [
     "RegressionError",
     "RouterError",
     "ServerError",
+    "ServingError",
     "SpecError",
     "StacksError",
     "failure_from_output",
@@ -159,6 +161,13 @@ class ServerError(StacksError):
     ) -> None:
         super().__init__(message, stack=stack, summary=summary)
         self.cause = cause  # type: ignore[misc]  # each server failure has its own class of cause
+
+
+class ServingError(ServerError):
+    """The SGLang server failed while it was being benchmarked: it exited (``crash``, or a class its
+    log makes recognisable, e.g. ``out_of_memory``), stopped answering (``hang``), or answered with
+    errors (``error_responses``). The benchmark's own faults (its client, its connection) are
+    BenchmarkErrors."""
 
 
 class RouterError(StacksError):

@@ -184,6 +184,10 @@ def test_failed_requests_are_counted_not_fatal(server: FakeSGLang) -> None:
     assert level.errors == 3
     assert level.error_samples == ["HTTP 500: injected failure"]
     assert len(level.records) == 6
+    # Counted by kind, and read back so: the server itself answered these with an error.
+    read = summary.read_document(json.loads(json.dumps(document.to_json())))
+    assert read.levels[0].error_kinds == {"server_status": 3}
+    assert read.levels[0].answered_by_the_server == 3 and read.levels[0].name == "concurrency 1"
 
 
 def test_every_request_failing_is_an_error_that_says_what_failed(server: FakeSGLang) -> None:

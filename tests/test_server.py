@@ -21,7 +21,7 @@ from sglang_stacks.config.flags import flags_from_values, launch_values
 from sglang_stacks.config.recorded import values_from_argv
 from sglang_stacks.config.render import canonical_flags, render_argv, render_command
 from sglang_stacks.config.stackfile import load_stack_spec
-from sglang_stacks.errors import ServerError
+from sglang_stacks.errors import ServerError, ServingError
 from sglang_stacks.hostops import claim, process
 from sglang_stacks.hostops.connection import Connection
 from tests._pulumi import free_port
@@ -105,6 +105,67 @@ def test_failures_are_classified_with_a_fix(log: str, kind: str, fix_names: str)
 
     assert failure.kind == kind
     assert fix_names in failure.fix
+
+
+SGLANG_CRASH_LOG = (
+    "[2026-11-30 20:18:02 TP0] Prefill batch. #new-seq: 1, #new-token: 32\n"
+    "[2026-11-30 20:18:03 TP0] Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory "
+    "access was encountered\n"
+    "Received sigquit from a child process. It usually means the child failed.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("health", "log", "answered", "kind", "said"),
+    [
+        ("exited", SGLANG_CRASH_LOG, "", "crash", "exited while it was being benchmarked (crash)"),
+        (
+            "exited",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+            "",
+            "out_of_memory",
+            "exited while it was being benchmarked (out_of_memory)",
+        ),
+        (
+            "unresponsive",
+            "[TP0] Decode batch. #running-req: 1\n",
+            "",
+            "hang",
+            "still runs but stopped answering during the benchmark",
+        ),
+        (
+            "healthy",
+            "",
+            "2 of 3 measured requests at concurrency 1 (first: HTTP 503: busy)",
+            "error_responses",
+            "answered 2 of 3 measured requests at concurrency 1 (first: HTTP 503: busy) with errors",
+        ),
+        ("unhealthy", "", "", "error_responses", "answers its health check with an error"),
+    ],
+)
+def test_a_server_that_fails_while_benchmarked_is_named_with_its_class_log_and_fix(
+    health: process.Health, log: str, answered: str, kind: str, said: str
+) -> None:
+    failure = process.serving_failure(
+        Connection.local(),
+        process.ServerState(health, log),
+        log_path="~/.sglang-stacks/logs/baseline-1.log",
+        stack="baseline",
+        answered_errors=answered,
+    )
+
+    assert isinstance(failure, ServingError) and failure.cause == kind
+    message = failure.message
+    assert message.startswith(f"SGLang on the local host {said}"), message
+    assert "Last log lines of ~/.sglang-stacks/logs/baseline-1.log:" in message
+    assert (log.strip().splitlines()[-1] if log else "(the log is empty)") in message
+    assert "`pulumi up -s baseline`" in message or "`pulumi destroy -s baseline`" in message
+
+
+def test_a_server_that_serves_on_is_no_failure_of_its_own() -> None:
+    # Requests failed on the way (the client, the connection): the benchmark's fault, not the server's.
+    healthy = process.ServerState("healthy", "[TP0] Decode batch. #running-req: 1\n")
+    assert process.serving_failure(Connection.local(), healthy, log_path="x.log", stack="baseline") is None
 
 
 @pytest.mark.parametrize("stack", STACKS)

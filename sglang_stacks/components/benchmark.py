@@ -1,6 +1,10 @@
 """The post-deploy benchmark: the load generator runs on the GPU host against the ready server,
 its numbers become stack outputs and a row of the results history.
 
+A benchmark that fails asks the server how it is: one that exited, hangs or answered with errors
+is reported as the server's failure (`process.serving_failure`: its class, log and fix); the
+benchmark's own faults (its client, its connection) stay BenchmarkErrors.
+
 It runs again when the server is replaced (a new `server_instance`) or the workload changes, and
 not otherwise: an `up` with nothing changed spends no GPU time.
 """
@@ -8,7 +12,7 @@ not otherwise: an `up` with nothing changed spends no GPU time.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,14 +29,15 @@ from sglang_stacks.components._provider import (
 )
 from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
-from sglang_stacks.errors import BenchmarkError, HostError, StacksError
-from sglang_stacks.hostops import claim, programs
+from sglang_stacks.errors import BenchmarkError, HostError, ServingError, StacksError
+from sglang_stacks.hostops import claim, process, programs
 from sglang_stacks.hostops import transport as transport
 from sglang_stacks.hostops.transport import quote, quote_path
 from sglang_stacks.results import stats
 
 if TYPE_CHECKING:
-    from sglang_stacks.hostops.loadgen.document import Document
+    from sglang_stacks.components.server import SGLangServer
+    from sglang_stacks.hostops.loadgen.document import Document, Level
 
 # The results modules (the document's reader, measurement) and the load generator's bundle are
 # imported in the functions that measure: a program run or a refresh needs none of them.
@@ -56,6 +61,25 @@ _DATASET_NAME = "dataset.json"
 def progress_path(state_dir: str, stack: str) -> str:
     """Where the benchmark of ``stack`` writes its progress lines on the host."""
     return f"{state_dir.rstrip('/')}/benchmarks/{stack}.progress.jsonl"
+
+
+class MeasuredServer(Props):
+    """The server a benchmark measures, asked how it is when the benchmark fails."""
+
+    pid: int
+    start_ticks: int
+    """With the pid, the process's identity (pids are reused)."""
+    port: int
+    log_path: str
+
+
+def measured_server(server: SGLangServer, port: int) -> pulumi.Output[MeasuredServer]:
+    """The `MeasuredServer` of a benchmark of ``server``, which serves on ``port``."""
+    return pulumi.Output.all(
+        server.output(lambda o: o.pid),
+        server.output(lambda o: o.start_ticks),
+        server.output(lambda o: o.log_path),
+    ).apply(lambda found: MeasuredServer(pid=found[0], start_ticks=found[1], port=port, log_path=found[2]))
 
 
 class BenchmarkInputs(HostInputs):
@@ -87,6 +111,8 @@ class BenchmarkInputs(HostInputs):
     """The host's folder of sglang-stacks state (claim, progress file)."""
     update_id: Annotated[str, LABEL]
     """The running update, for the claim."""
+    server: Annotated[MeasuredServer | None, LABEL] = None
+    """The one server measured (none behind a router): a failed benchmark asks it how it is."""
 
 
 class BenchmarkOutputs(Props):
@@ -161,22 +187,91 @@ def _dropped(inputs: BenchmarkInputs, elapsed_s: float, timeout_s: float, error:
     )
 
 
-def _check_no_errors(inputs: BenchmarkInputs, document: Document) -> None:
-    """BenchmarkError when measured requests failed: tok/s would count them as no tokens."""
-    failed = [level for level in document.levels if level.errors]
-    if not failed:
-        return
+def _failed_requests(
+    inputs: BenchmarkInputs, failed: Sequence[Level], *, server_serves: bool
+) -> BenchmarkError:
+    """The error of a benchmark whose measured requests failed, not by the server's fault as far
+    as it can be told (``server_serves``: it was asked, and runs and answers its health check):
+    tok/s would count them as no tokens, so nothing is recorded."""
     counts = "; ".join(
-        f"{level.errors} of {level.requests} measured requests failed at concurrency "
-        f"{level.concurrency} (first: {level.error_samples[0]})"
+        f"{level.errors} of {level.requests} measured requests failed at {level.name} "
+        f"(first: {level.error_samples[0]})"
         for level in failed
     )
     stack = inputs.stack
-    raise BenchmarkError(
-        f"The benchmark of stack {stack!r} on {inputs.connection.label} is not a measure of the "
-        f"server: {counts}. Nothing was recorded. If the server died, `pulumi refresh -s {stack}` "
-        f"shows it gone and its log tells why; fix that and run `pulumi up -s {stack}` again."
+    where = (
+        "The server still runs and answers its health check, so they failed on the way (the load "
+        "generator or the connection): check the network and the workload's request_timeout_s, then "
+        f"run `pulumi up -s {stack}` again."
+        if server_serves
+        else f"If a server died, `pulumi refresh -s {stack}` shows it gone and its log tells why; fix "
+        f"that and run `pulumi up -s {stack}` again."
     )
+    return BenchmarkError(
+        f"The benchmark of stack {stack!r} on {inputs.connection.label} is not a measure of the "
+        f"server: {counts}. Nothing was recorded. {where}",
+        stack=stack,
+    )
+
+
+def _server_state(inputs: BenchmarkInputs) -> process.ServerState | None:
+    """How the measured server is after a failed benchmark, or None when it cannot be asked (no
+    one server behind a router, or a host that does not answer)."""
+    server = inputs.server
+    if server is None:
+        return None
+    try:
+        return process.server_state(
+            inputs.connection,
+            process.Running(server.pid, server.start_ticks),
+            python=inputs.python,
+            port=server.port,
+            log_path=server.log_path,
+        )
+    except StacksError:
+        return None  # the host does not answer: the benchmark's own error says what happened
+
+
+def _server_failure(
+    inputs: BenchmarkInputs, state: process.ServerState | None, answered_errors: str = ""
+) -> ServingError | None:
+    """The measured server's own failure, or None when it serves as it should (or was not asked)."""
+    if state is None or inputs.server is None:
+        return None
+    return process.serving_failure(
+        inputs.connection,
+        state,
+        log_path=inputs.server.log_path,
+        stack=inputs.stack,
+        answered_errors=answered_errors,
+    )
+
+
+def _measured(inputs: BenchmarkInputs) -> Document:
+    """The load generator's document, once every measured request succeeded; the server's failure
+    (ServingError) or the benchmark's own (BenchmarkError, HostError) otherwise."""
+    try:
+        document = run_on_host(inputs)
+    except StacksError:
+        failure = _server_failure(inputs, _server_state(inputs))
+        if failure is None:
+            raise
+        # The benchmark's error (a connection reset, no request answered) is what the server's
+        # failure caused: the server's log says why.
+        raise failure from None
+    failed = [level for level in document.levels if level.errors]
+    if failed:
+        answered = "; ".join(
+            f"{level.answered_by_the_server} of {level.requests} measured requests at {level.name} "
+            f"(first: {level.error_samples[0]})"
+            for level in failed
+            if level.answered_by_the_server
+        )
+        state = _server_state(inputs)
+        raise _server_failure(inputs, state, answered) or _failed_requests(
+            inputs, failed, server_serves=state is not None
+        )
+    return document
 
 
 def measure(inputs: BenchmarkInputs) -> BenchmarkOutputs:
@@ -191,8 +286,7 @@ def measure(inputs: BenchmarkInputs) -> BenchmarkOutputs:
         update_id=inputs.update_id,
         state_dir=inputs.state_dir,
     )
-    document = run_on_host(inputs)
-    _check_no_errors(inputs, document)
+    document = _measured(inputs)
     measured = measurement.Measured(
         inputs.stack, inputs.flags_digest, inputs.sglang_version, inputs.launch_command
     )

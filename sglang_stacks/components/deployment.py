@@ -23,7 +23,7 @@ from sglang_stacks.components._wiring import (
     launch_flags,
     served_now,
 )
-from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
+from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs, measured_server
 from sglang_stacks.config import preflight
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.memory import plan_memory
@@ -102,6 +102,7 @@ class SGLangDeployment(pulumi.ComponentResource):
                 gpu_count=spec.host.gpu_count,
                 state_dir=spec.host.state_dir,
                 update_id=update_id,
+                server=measured_server(server, parts.port),
             ),
             pulumi.ResourceOptions(parent=self),
         )

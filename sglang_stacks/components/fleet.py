@@ -27,7 +27,7 @@ from sglang_stacks.components._wiring import (
     host_connection,
     launch_flags,
 )
-from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
+from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs, measured_server
 from sglang_stacks.components.canary import CanaryArgs, CanaryGate
 from sglang_stacks.components.multinode import build_replica_parts
 from sglang_stacks.components.router import RouterArgs, RouterWorker, SGLangRouter, WorkerArgs
@@ -216,6 +216,7 @@ class Fleet(pulumi.ComponentResource):
                 workload=spec.benchmark,
                 state_dir=spec.host.state_dir,
                 update_id=self._update_id,
+                server=measured_server(server, parts.port),
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[server]),
         )

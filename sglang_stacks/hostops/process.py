@@ -11,14 +11,19 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
-from sglang_stacks.errors import ServerError, StacksError
+from sglang_stacks.errors import ServerError, ServingError, StacksError
 from sglang_stacks.hostops import claim, programs, serving
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.transport import HostPath, quote
 
 FailureClass = Literal["out_of_memory", "bad_flag", "nccl", "port_in_use", "other"]
+ServingFailureClass = Literal["crash", "out_of_memory", "nccl", "hang", "error_responses"]
+"""How a server that was ready failed while serving; a log's recognisable cause names an exit."""
+Health = Literal["exited", "healthy", "unhealthy", "unresponsive"]
+"""How a server process is now: gone, or how it answers its health check (a status other than
+200 or a refused connection is ``unhealthy``; no answer within the wait is ``unresponsive``)."""
 
 LOG_TAIL_LINES = 25
 # SGLang's first log line lists every server argument; error messages keep the start of such lines.
@@ -259,6 +264,13 @@ def _shorten_lines(text: str) -> str:
     )
 
 
+def _failure_message(summary: str, log_path: str, tail_text: str, fix: str) -> str:
+    """A server's failure as the user reads it: what happened and its class, the log's last lines,
+    the fix. Start failures and failures while serving share it."""
+    lines = _shorten_lines(tail_text) or "(the log is empty)"
+    return f"{summary} Last log lines of {log_path}:\n{lines}\n{fix}"
+
+
 def start_failure(conn: Connection, spec: Launch, verdict: str, tail_text: str) -> ServerError:
     """The error of a start that did not reach ready: how it ended, its class, the log, the fix."""
     failure = classify_failure(tail_text)
@@ -274,10 +286,82 @@ def start_failure(conn: Connection, spec: Launch, verdict: str, tail_text: str) 
         why = "exited before it became ready" if verdict == "exited" else "could not be checked"
     summary = f"SGLang on {conn.label} {why} ({failure.kind})."
     return ServerError(
-        f"{summary} Last log lines of {spec.log_path}:\n"
-        f"{_shorten_lines(tail_text) or '(the log is empty)'}\n{fix}",
-        cause=failure.kind,
-        summary=summary,
+        _failure_message(summary, spec.log_path, tail_text, fix), cause=failure.kind, summary=summary
+    )
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """How a server that was ready is now, with its log's last lines."""
+
+    health: Health
+    log_tail: str
+
+
+def server_state(conn: Connection, running: Running, *, python: str, port: int, log_path: str) -> ServerState:
+    """Whether the server launched as ``running`` still runs and how it answers its health check,
+    and its log's last lines, in one host program run."""
+    printed = _server(
+        conn,
+        "state",
+        {
+            "pid": running.pid,
+            "start_ticks": running.start_ticks,
+            "python": python,
+            "port": port,
+            "log": HostPath(log_path),
+            "tail_lines": LOG_TAIL_LINES,
+        },
+        timeout_s=_SLACK_S + 15,
+    )
+    verdict, _, tail_text = printed.partition("---log---\n")
+    health = next((known for known in get_args(Health) if known == verdict.strip()), None)
+    if health is None:
+        raise ServerError(
+            f"The state of SGLang (pid {running.pid}) on {conn.label} could not be read "
+            f"({verdict.strip()!r}). Check that the server's Python environment is complete."
+        )
+    return ServerState(health, tail_text)
+
+
+def serving_failure(
+    conn: Connection, state: ServerState, *, log_path: str, stack: str, answered_errors: str = ""
+) -> ServingError | None:
+    """The server's own failure during a benchmark, from its state after it, or None when it serves
+    as it should (then any failed requests were the benchmark's own fault). ``answered_errors``
+    names the requests the server answered with an error status, event or abort, if any."""
+    kind: ServingFailureClass
+    if state.health == "exited":
+        found = classify_failure(state.log_tail)
+        kind = "crash"
+        if found.kind in ("out_of_memory", "nccl"):  # a cause its log makes recognisable
+            kind = "out_of_memory" if found.kind == "out_of_memory" else "nccl"
+        why = "exited while it was being benchmarked"
+        cause = found.fix if kind != "crash" else "Its last log lines above say why; fix that."
+        fix = f"{cause} `pulumi up -s {stack}` then relaunches it (its refresh finds it gone)."
+    elif state.health == "unresponsive":
+        kind = "hang"
+        why = "still runs but stopped answering during the benchmark (its health check got no answer)"
+        fix = (
+            f"Its last log lines above show where it stopped. `pulumi destroy -s {stack}` stops it; "
+            f"`pulumi up -s {stack}` then launches it anew."
+        )
+    elif state.health == "unhealthy" or answered_errors:
+        kind = "error_responses"
+        why = (
+            f"answered {answered_errors} with errors during the benchmark"
+            if answered_errors
+            else "answers its health check with an error since the benchmark"
+        )
+        fix = (
+            "Its last log lines above say why it failed those requests; fix that, and run "
+            f"`pulumi up -s {stack}` to measure it again (nothing was recorded)."
+        )
+    else:
+        return None
+    summary = f"SGLang on {conn.label} {why} ({kind})."
+    return ServingError(
+        _failure_message(summary, log_path, state.log_tail, fix), cause=kind, stack=stack, summary=summary
     )
 
 

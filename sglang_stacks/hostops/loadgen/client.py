@@ -116,6 +116,7 @@ def summarize_level(
                     )
                 )
     errors = [r.error for r in measured if r.error is not None]
+    kinds = [r.error_kind for r in measured if r.error_kind is not None]
     verify = [r for r in good if r.spec_verify_ct]
     gaps = [gap for r in good for gap in r.itl_s]
     return Level(
@@ -125,6 +126,7 @@ def summarize_level(
         requests=len(measured),
         errors=len(errors),
         error_samples=sorted(set(errors))[:5],
+        error_kinds={kind: kinds.count(kind) for kind in sorted(set(kinds))},
         warmup_errors=sum(1 for r in warm if r.error is not None),
         prompt_tokens_mean=round(sum(r.prompt_tokens for r in good) / len(good), 2),
         completion_tokens=sum(r.completion_tokens for r in good),

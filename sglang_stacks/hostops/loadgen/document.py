@@ -14,10 +14,36 @@ from typing import Any, NamedTuple
 
 from .contract import Workload
 
-__all__ = ["RECORD_COLUMNS", "SCHEMA", "Document", "Level", "Record", "Repetition"]
+__all__ = [
+    "ERROR_KINDS",
+    "RECORD_COLUMNS",
+    "SCHEMA",
+    "SERVER_ERROR_KINDS",
+    "Document",
+    "Level",
+    "Record",
+    "Repetition",
+]
 
 SCHEMA = "sglang-stacks.loadgen/3"
 """The ``schema`` of the document the load generator prints."""
+
+
+ERROR_KINDS = (
+    "server_status",
+    "server_error",
+    "server_abort",
+    "rejected",
+    "connection",
+    "timeout",
+    "protocol",
+)
+"""How a request failed, the keys of each level's ``error_kinds``: the server answered a 5xx
+status, sent an error event, or aborted the request; it refused the request as malformed (a 4xx);
+the connection failed or closed; the request outlived its time limit; or the answer was not what
+the workload asked for (no tokens, another prompt length, a stream that did not parse)."""
+SERVER_ERROR_KINDS = ("server_status", "server_error", "server_abort")
+"""The kinds in which the server itself answered with an error."""
 
 
 class Record(NamedTuple):
@@ -93,6 +119,8 @@ class Level:
     """Share of those gaps below a millisecond: tokens that arrived together."""
     itl_ms: list[float]
     """The gaps (a rank sample of them above ``client.ITL_SAMPLE_LIMIT``)."""
+    error_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+    """How many measured requests failed each way (`ERROR_KINDS`)."""
 
     def __post_init__(self) -> None:
         if not self.repetitions:
@@ -102,6 +130,19 @@ class Level:
     def tok_s_runs(self) -> list[float]:
         """Each repetition's tok/s, in order."""
         return [repetition.tok_s for repetition in self.repetitions]
+
+    @property
+    def name(self) -> str:
+        """The level as a person names it: ``concurrency 4`` or ``request rate 2/s``."""
+        if self.concurrency:
+            return f"concurrency {self.concurrency}"
+        return f"request rate {self.request_rate or 0:g}/s"
+
+    @property
+    def answered_by_the_server(self) -> int:
+        """Measured requests the server itself answered with an error (a 5xx, an error event, an
+        abort)."""
+        return sum(self.error_kinds.get(kind, 0) for kind in SERVER_ERROR_KINDS)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,12 @@ class RequestRecord:
     spec_verify_ct: int | None = None
     itl_s: list[float] = field(default_factory=list)
     error: str | None = None
+    error_kind: str | None = None
+    """How it failed, one of `document.ERROR_KINDS`, when ``error`` says it did."""
+
+    def fail(self, kind: str, error: str) -> None:
+        """Marks the request failed: ``kind`` from `document.ERROR_KINDS`, ``error`` in words."""
+        self.error_kind, self.error = kind, error
 
     @property
     def latency_s(self) -> float:
@@ -104,7 +110,7 @@ class _Reader:
             return
         self.last_event = payload
         if b'"error"' in payload[:16] or (b'"error":{' in payload):
-            self.record.error = f"server error: {payload[:200].decode(errors='replace')}"
+            self.record.fail("server_error", f"server error: {payload[:200].decode(errors='replace')}")
             self.done = True
             return
         record = self.record
@@ -138,7 +144,7 @@ class _Reader:
                 self.record.spec_verify_ct = int(meta["spec_verify_ct"])
             finish = meta.get("finish_reason")
             if isinstance(finish, dict) and finish.get("type") == "abort":
-                self.record.error = f"aborted by the server: {json.dumps(finish)[:200]}"
+                self.record.fail("server_abort", f"aborted by the server: {json.dumps(finish)[:200]}")
             return
         usage = last.get("usage") or {}
         self.record.prompt_tokens = int(usage.get("prompt_tokens") or 0)
@@ -166,6 +172,13 @@ async def _read_events(content: aiohttp.StreamReader, reader: _Reader) -> None:
         buffer = buffer[start:] if start else buffer
 
 
+def _kind_of(exc: Exception) -> str:
+    """The `document.ERROR_KINDS` entry of a request that raised ``exc``."""
+    if isinstance(exc, TimeoutError):  # aiohttp's own timeouts are TimeoutErrors too
+        return "timeout"
+    return "protocol" if isinstance(exc, ValueError) else "connection"
+
+
 async def stream_one(
     session: aiohttp.ClientSession, workload: Workload, prompt: Prompt, model: str = ""
 ) -> RequestRecord:
@@ -178,21 +191,23 @@ async def stream_one(
         async with session.post(url, data=body, headers=_HEADERS) as response:
             if response.status != 200:
                 text = (await response.read()).decode(errors="replace")[:200]
-                record.error = f"HTTP {response.status}: {text}"
+                kind = "server_status" if response.status >= 500 else "rejected"
+                record.fail(kind, f"HTTP {response.status}: {text}")
                 return record
             await _read_events(response.content, reader)
         reader.finish()
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        record.error = f"{type(exc).__name__}: {exc}"[:200]
+        record.fail(_kind_of(exc), f"{type(exc).__name__}: {exc}"[:200])
         return record
     finally:
         record.finished_s = time.perf_counter()
     if record.error is None and record.completion_tokens == 0:
-        record.error = "the stream ended without any completion tokens"
+        record.fail("protocol", "the stream ended without any completion tokens")
     expected = prompt.expected_tokens
     if record.error is None and expected is not None and record.prompt_tokens != expected:
-        record.error = (
+        record.fail(
+            "protocol",
             f"the server counted {record.prompt_tokens} prompt tokens where the workload sent {expected}; "
-            "the benchmark would not measure the declared workload"
+            "the benchmark would not measure the declared workload",
         )
     return record

@@ -1,11 +1,16 @@
 """Checks a local port on the GPU host: ``listening PORT`` exits 0 when something accepts
-connections there; ``healthy PORT`` exits 0 when SGLang's ``/health_generate`` answers 200."""
+connections there; ``healthy PORT`` exits 0 when SGLang's ``/health_generate`` answers 200;
+``health PORT`` prints how it answers: ``healthy``, ``unhealthy`` (another status, or the
+connection refused or closed) or ``unresponsive`` (no answer within the wait)."""
 
 from __future__ import annotations
 
 import socket
 import sys
+import urllib.error
 import urllib.request
+
+HEALTH_WAIT_S = 10
 
 
 def listening(port: int) -> bool:
@@ -15,20 +20,37 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
+def health(port: int) -> str:
+    """How the server on the port answers its generation health check."""
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/health_generate", timeout=HEALTH_WAIT_S
+        ) as answer:
+            return "healthy" if answer.status == 200 else "unhealthy"
+    except urllib.error.HTTPError:
+        return "unhealthy"
+    except TimeoutError:
+        return "unresponsive"
+    except urllib.error.URLError as error:
+        timed_out = isinstance(error.reason, (TimeoutError, socket.timeout))
+        return "unresponsive" if timed_out else "unhealthy"
+    except (OSError, ValueError):
+        return "unhealthy"
+
+
 def healthy(port: int) -> bool:
     """Whether the server on the port answers its generation health check."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health_generate", timeout=10) as answer:
-            return bool(answer.status == 200)
-    except (OSError, ValueError):
-        return False
+    return health(port) == "healthy"
 
 
 def main(argv: list[str]) -> int:
-    """Exit 0 for yes, 1 for no, 2 for a bad command line."""
-    if len(argv) != 2 or argv[0] not in ("listening", "healthy") or not argv[1].isdigit():
-        print("usage: port_probe.py listening|healthy PORT", file=sys.stderr)
+    """Exit 0 for yes, 1 for no, 2 for a bad command line; ``health`` prints its answer."""
+    if len(argv) != 2 or argv[0] not in ("listening", "healthy", "health") or not argv[1].isdigit():
+        print("usage: port_probe.py listening|healthy|health PORT", file=sys.stderr)
         return 2
+    if argv[0] == "health":
+        print(health(int(argv[1])))
+        return 0
     check = listening if argv[0] == "listening" else healthy
     return 0 if check(int(argv[1])) else 1
 

@@ -11,6 +11,8 @@
 #           processes holds GPU memory (NVIDIA_SMI lists them): prints "freed running" (or
 #           "freed gone" when PID was not running) or still-held PIDS
 #   alive   exit 0 while PID runs (and is the process started at START_TICKS)
+#   state   how the server PID is now: exited, or its health check's answer (healthy, unhealthy,
+#           unresponsive); then ---log--- and the log's last TAIL_LINES lines
 # PYTHON runs PORT_PROBE (port_probe.py). Secret variables are exported above this text by the
 # caller, so the server inherits them without any command line showing them.
 set -u
@@ -91,11 +93,29 @@ stop() {
     done
 }
 
+state() {
+    local health=exited waited=0
+    if alive; then
+        health=$("$PYTHON" -c "$PORT_PROBE" health "$PORT")
+        # A failing server may take a moment to exit (SGLang's launcher stops its whole tree once
+        # a child failed): it is unhealthy or hung only if it is still there after that moment.
+        while [ "$health" != healthy ] && alive && [ "$waited" -lt 5 ]; do
+            sleep 1
+            waited=$((waited + 1))
+        done
+        alive || health=exited
+    fi
+    echo "$health"
+    echo ---log---
+    log_tail
+}
+
 case "$MODE" in
     launch) launch ;;
     ready) ready ;;
     stop) stop ;;
     alive) alive ;;
+    state) state ;;
     log-tail) log_tail ;;
     *) echo "server.sh: unknown MODE $MODE" >&2; exit 2 ;;
 esac
