@@ -70,7 +70,7 @@ SGLANG_HINTS = (
         (
             "Exception: Capture cuda graph failed: RuntimeError: FlashInfer JIT failed to build "
             "trtllm_allreduce_fusion: compute capability 12.0 (sm_120) is not supported\n" + SGLANG_HINTS,
-            "other",
+            "unsupported_gpu",
             "Remove the flag",
         ),
         (
@@ -81,7 +81,7 @@ SGLANG_HINTS = (
         ),
         (
             "nohup: failed to run command '/opt/venv/bin/python': No such file or directory",
-            "other",
+            "python_missing",
             "refresh",
         ),
         ("Received sigquit from a child process. It usually means the child failed.", "other", "log lines"),
@@ -402,7 +402,12 @@ def test_started_server_is_ready_and_stop_waits_until_its_gpu_memory_is_free(
         ),
         ([*BASELINE_ARGV, "--mem-fraction-static", "0.5"], {}, "out_of_memory", "Not enough memory"),
         (BASELINE_ARGV, {"NCCL_ALGO": "Tree"}, "nccl", "NCCL error in: all_reduce"),
-        ([*BASELINE_ARGV, "--enable-flashinfer-allreduce-fusion"], {}, "other", "FlashInfer JIT failed"),
+        (
+            [*BASELINE_ARGV, "--enable-flashinfer-allreduce-fusion"],
+            {},
+            "unsupported_gpu",
+            "FlashInfer JIT failed",
+        ),
         (
             BASELINE_ARGV,
             {"SGLANG_EMULATOR_FAULTS": json.dumps({"port_in_use": True})},
@@ -451,7 +456,7 @@ def test_a_missing_python_fails_the_start_with_its_class_and_fix(host: Path) -> 
         start(props)
 
     message = str(raised.value)
-    assert "exited before it became ready (other)" in message
+    assert "exited before it became ready (python_missing)" in message
     assert f"{host}/gone/bin/python" in message and "No such file or directory" in message
     assert "`pulumi refresh`" in message
 

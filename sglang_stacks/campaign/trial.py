@@ -40,8 +40,9 @@ class TrialFailure:
 def classify(output: str) -> TrialFailure:
     """The cause of a failed ``pulumi up`` from the error record in its output (see
     `sglang_stacks.errors`): the server's class (``out_of_memory``, ``nccl``, ``bad_flag``,
-    ``port_in_use``, ``other``) when it did not start, else preflight, claim, gate, benchmark, ...;
-    ``other`` with Pulumi's last error line when no error of this tool failed the update."""
+    ``unsupported_gpu``, ``python_missing``, ``port_in_use``, ``other``) when it did not start,
+    else preflight, claim, gate, benchmark, ...; ``other`` with Pulumi's last error line when no
+    error of this tool failed the update."""
     error = failure_from_output(output)
     if error is not None:
         return TrialFailure(error.cause, error.summary)

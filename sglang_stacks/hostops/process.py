@@ -18,7 +18,10 @@ from sglang_stacks.hostops import claim, programs, serving
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.transport import HostPath, quote
 
-FailureClass = Literal["out_of_memory", "bad_flag", "nccl", "port_in_use", "other"]
+FailureClass = Literal[
+    "out_of_memory", "bad_flag", "nccl", "unsupported_gpu", "python_missing", "port_in_use", "other"
+]
+"""Why a start failed, named whenever the log makes the cause recognisable; ``other`` when not."""
 ServingFailureClass = Literal["crash", "out_of_memory", "nccl", "hang", "error_responses"]
 """How a server that was ready failed while serving; a log's recognisable cause names an exit."""
 Health = Literal["exited", "healthy", "unhealthy", "unresponsive"]
@@ -86,7 +89,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
         # error, so they are looked for before out-of-memory.
         re.compile(r"FlashInfer JIT failed|torch symmetric memory|not supported on (this GPU|SM)"),
         Failure(
-            "other",
+            "unsupported_gpu",
             "A kernel this flag selects does not support the host's GPU architecture. Remove the flag "
             f"(preflight knows the SM120 cases: {_RENDER_HINT}).",
         ),
@@ -103,7 +106,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
         # nohup's and env's words when the program to run is missing.
         re.compile(r"failed to run command|^env: .*No such file or directory", re.MULTILINE),
         Failure(
-            "other",
+            "python_missing",
             "The server's Python is not on the host any more. Run `pulumi refresh` so that the Python "
             "environment is seen gone, then `pulumi up` installs it again.",
         ),
