@@ -63,7 +63,8 @@ class FailureRecord(BaseModel):
     """The class's name, e.g. ``ServerError``."""
     cause: str
     """What kind of failure: the class's own (``preflight``, ``claim``, ``gate``, ...) or, for a
-    server, how it ended (``out_of_memory``, ``nccl``, ``bad_flag``, ``other``)."""
+    server, how it ended (``out_of_memory``, ``nccl``, ``bad_flag``, ``port_in_use``, ``other``, ...;
+    while benchmarked ``crash``, ``hang``, ``error_responses``)."""
     summary: str
     """The first sentence, without the output attached to it (a server's log lines). The whole
     message is the text the record follows; the record does not repeat it."""
