@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -49,17 +51,24 @@ def test_a_provider_process_that_is_never_called_ends_with_its_engine() -> None:
             env={**os.environ, "PULUMI_RUNTIME_VIRTUALENV": str(Path(sys.prefix))},
             stdout=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # a group of its own: whatever it leaves is stopped below
         )
         try:
             assert provider.stdout is not None
             assert provider.stdout.readline().strip().isdigit()  # its own gRPC port: it serves
             assert provider.poll() is None
         except BaseException:
-            provider.kill()
+            _stop_group(provider)
             raise
     try:
-        # Gone within a few of the watch's polls, the wrapper with it.
+        # Gone within a few of the watch's polls: the wrapper ends once its Python has.
         provider.wait(timeout=15)
     finally:
-        provider.kill()
-        provider.wait()
+        _stop_group(provider)
+
+
+def _stop_group(process: subprocess.Popen[str]) -> None:
+    """Stops the wrapper and the Python it started (the wrapper alone would leave it behind)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
