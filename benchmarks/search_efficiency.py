@@ -21,7 +21,9 @@ Strategies, each run with ``--seeds`` seeds:
 - ``tpe``: plain Optuna TPE (default settings) over the axes as categorical parameters, every
   suggestion launched (no preflight), failures told as failed (what auto-tune-vllm does); a
   suggestion it already measured is told that value again at no cost;
-- ``ours``: the campaign's search (``sglang_stacks.campaign.search``).
+- ``ours``: ``sweep run`` itself: the ``Sweep`` of ``sglang_stacks.campaign.runner`` on an in-memory
+  study of the campaign with ``search.strategy: tpe`` and early stop after 2 repetitions, its trial
+  runner's Pulumi deploy replaced by the emulated trial (``EmulatedTrials``).
 
 Per strategy and seed: launches and GPU-hours until the first fully measured trial of a candidate in
 the band, and the final pick (the best measured mean once ``--budget-pct`` of the kept candidates'
@@ -44,6 +46,7 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -59,12 +62,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from emulated_trials import EmulatedTrial, emulate
 
-from sglang_stacks.campaign.axes import trial_stack_name
-from sglang_stacks.campaign.early_stop import IntervalPruner, merge_levels
-from sglang_stacks.campaign.model import CampaignSpec, EarlyStopSpec, SearchSpec, load_campaign
-from sglang_stacks.campaign.objective import samples
+from sglang_stacks.campaign.model import CampaignSpec, EarlyStopSpec, PoolHost, SearchSpec, load_campaign
 from sglang_stacks.campaign.plan import Plan, PlanRow, make_plan
-from sglang_stacks.campaign.search import Search, report_repetitions
+from sglang_stacks.campaign.runner import Sweep
+from sglang_stacks.campaign.search import Search
+from sglang_stacks.campaign.trial import TrialFailure
 from sglang_stacks.results.stats import BenchmarkResult, ci95, stdev
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -384,9 +386,6 @@ def _levels(space: Space, runs: Sequence[float]) -> list[dict[str, Any]]:
     return [result.model_dump(mode="json")]
 
 
-MAX_REPEATS = 50
-
-
 def ours_campaign(space: Space, seed: int) -> CampaignSpec:
     """The space's campaign as ``sweep run`` would search it: TPE with the seed, early stop."""
     return space.campaign.model_copy(
@@ -397,51 +396,67 @@ def ours_campaign(space: Space, seed: int) -> CampaignSpec:
     )
 
 
+class LaunchFailed(Exception):
+    """The emulator fails this launch (the line it prints says why)."""
+
+
+class EmulatedTrials:
+    """Stands in for ``TrialRunner`` (what deploys, benchmarks and destroys a trial's stack through
+    Pulumi) under the real ``Sweep``: a deploy launches the candidate on the account's host (its
+    startup paid), or measures more repetitions on the same server (``benchmark_again``)."""
+
+    def __init__(self, space: Space, host: Host) -> None:
+        self.space = space
+        self.host = host
+        self.running: Trial | None = None
+
+    def deploy(
+        self,
+        row: PlanRow,
+        pool_host: PoolHost,
+        overrides: dict[str, Any] | None = None,
+        *,
+        benchmark_again: bool = False,
+    ) -> list[dict[str, Any]]:
+        if not benchmark_again:
+            self.running = self.host.launch(self.space.by_stack[row.stack])
+        assert self.running is not None
+        if self.running.failure is not None:
+            raise LaunchFailed(self.running.failure)
+        repetitions = int((overrides or {}).get("benchmark.repetitions", self.space.repetitions))
+        return _levels(self.space, self.running.measure(repetitions))
+
+    def failure(self, stack: str, error: Exception) -> TrialFailure:
+        return TrialFailure("launch", str(error))
+
+    def destroy(self, stack: str, *, clear_pending: bool = False) -> None:
+        if self.running is not None:
+            self.running.end()
+            self.running = None
+
+    def settle(self, stack: str) -> list[str]:
+        return []
+
+
 def run_ours(space: Space, seed: int, host: Host, stop: StopRule) -> None:
-    """The campaign's own search (``sglang_stacks.campaign.search``), driven as ``sweep run``
-    drives it between launches: a suggestion preflight discards is told infeasible at no cost, a
-    repeated one the earlier outcome, a failed launch a constraint violation; with early stop, the
-    first repetitions are reported and the interval pruner decides whether the rest are measured."""
+    """The campaign's own search: ``sweep run``'s ``Sweep`` (``sglang_stacks.campaign.runner``) on
+    an in-memory study, its trials deployed by ``EmulatedTrials`` instead of Pulumi. Its own code
+    asks the study, has preflight's verdict told infeasible, a repeated suggestion the earlier
+    outcome, a failed launch a violated constraint, and after the first repetitions lets the
+    interval pruner decide whether the rest are measured."""
     campaign = ours_campaign(space, seed)
-    search = Search.in_memory(campaign, space.plan.base, len(space.kept), space.repetitions)
-    early = campaign.early_stop
-    assert early is not None
-    ran: dict[str, int] = {}
-    repeats = 0
-    while not stop.done(host) and repeats < MAX_REPEATS:
-        trial, suggested = search.ask()
-        stack = trial_stack_name(space.plan.name, suggested)
-        attributes: dict[str, Any] = {"stack": stack, "labels": suggested.labels}
-        if stack in ran:
-            search.tell_duplicate(trial, search.study.trials[ran[stack]], attributes)
-            repeats += 1
-            continue
-        ran[stack] = trial.number
-        row = space.rows[suggested.digest]
-        if row.verdict == "discarded":
-            search.tell_infeasible(trial, row, attributes)
-            continue
-        repeats = 0
-        candidate = space.by_stack[stack]
-        gpus = row.spec.tp_size if row.spec else 1
-        launched = host.launch(candidate)
-        if launched.failure is not None:
-            launched.end()
-            search.tell_failed(trial, "launch", launched.failure, attributes | {"gpus": gpus})
-            continue
-        first = _levels(space, launched.measure(early.after_repetitions))
-        report_repetitions(trial, samples(campaign.goals[0], first, gpus))
-        pruner = search.study.pruner
-        if isinstance(pruner, IntervalPruner) and trial.should_prune():
-            reason = pruner.reason(search.study, search.study.get_trials(deepcopy=False)[trial.number])
-            launched.end()
-            search.tell_measured(trial, first, attributes | {"gpus": gpus}, stopped_early=reason)
-            continue
-        rest = _levels(space, launched.measure(space.repetitions - early.after_repetitions))
-        for step, value in enumerate(samples(campaign.goals[0], rest, gpus), start=early.after_repetitions):
-            trial.report(value, step)
-        launched.end()
-        search.tell_measured(trial, merge_levels(first, rest), attributes | {"gpus": gpus})
+    plan = dataclasses.replace(space.plan, campaign=campaign, strategy="tpe")
+    search = Search.in_memory(campaign, plan.base, len(space.kept), space.repetitions)
+    trials = EmulatedTrials(space, host)
+    with tempfile.TemporaryDirectory(prefix="search-efficiency-") as folder:
+        sweep = Sweep(plan, ROOT, Path(folder), Path(folder) / "history.sqlite", search, trials)  # type: ignore[arg-type]
+        sweep.prepare()
+        pool_host = campaign.pool[0]
+        while not stop.done(host):
+            picked = sweep.next_trial(pool_host)
+            if picked is None:
+                return
+            sweep.run_trial(picked, pool_host)
 
 
 RUNNERS: dict[str, Strategy] = {
