@@ -30,6 +30,7 @@ from typing import Any
 import optuna
 import pytest
 import yaml
+from sqlalchemy.exc import IntegrityError
 
 from sglang_stacks.campaign.study import STUDY_FILE, records
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
@@ -70,8 +71,8 @@ def study_trials(project: Path, campaign: str) -> dict[str, dict[str, Any]]:
         return {}
     try:
         study = optuna.load_study(study_name=campaign, storage=_reader(path))
-    except KeyError:
-        return {}  # the database is there, the study not yet
+    except (KeyError, IntegrityError):
+        return {}  # the database is there, the study not yet (or being made right now)
     latest = {r.stack: r.model_dump() for r in records(study) if r.status not in ("duplicate", "infeasible")}
     return {s: t | {"status": "pending"} if t["state"] == "WAITING" else t for s, t in latest.items()}
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import optuna
 import pytest
+from sqlalchemy.exc import IntegrityError
 
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.performance import PerformanceModel
@@ -144,8 +145,8 @@ class Project:
             return []
         try:
             return records(optuna.load_study(study_name=campaign, storage=_reader(path)))
-        except KeyError:
-            return []  # the database is there, the study not yet
+        except (KeyError, IntegrityError):
+            return []  # the database is there, the study not yet (or being made right now)
 
     def serving(self, host: str) -> bool:
         port = self.ports[0 if host == "emu-a" else 1]
