@@ -121,10 +121,34 @@ def load_stack_spec(stack: str, stacks_dir: Path) -> StackSpec:
     return load_spec(read_stack_file(stack, stacks_dir).sections, stack)
 
 
-def _round_trip(indent: int = 2, sequence_offset: int | None = None) -> YAML:
+def _mapping_indent(text: str) -> int:
+    """How far a nested mapping's keys sit in from their parent's key in ``text`` (2 if none)."""
+    parent: int | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        depth = len(line) - len(line.lstrip(" "))
+        if parent is not None and depth > parent and not stripped.startswith("- "):
+            return depth - parent
+        parent = depth if stripped.endswith(":") and not stripped.startswith("- ") else None
+    return 2
+
+
+def _indents(text: str) -> tuple[int, int, int]:
+    """The file's own indentation, as ruamel.yaml's ``indent()`` takes it: a mapping's, a block
+    sequence's items' and their dashes' offset, so an edit re-indents nothing it leaves alone."""
+    mapping = _mapping_indent(text)
+    # ruamel.yaml's guess gives the first block sequence's item indent and dash offset, if any.
+    _, items, dash = load_yaml_guess_indent(text) if text.strip() else (None, None, None)
+    if dash is None or items is None:
+        return mapping, 2 * mapping, mapping
+    return mapping, items, dash
+
+
+def _round_trip(mapping: int = 2, sequence: int = 4, offset: int = 2) -> YAML:
     editor = YAML()  # round trip: comments, order, quotes and number formats kept
-    offset = indent if sequence_offset is None else sequence_offset
-    editor.indent(mapping=indent, sequence=indent + offset, offset=offset)
+    editor.indent(mapping=mapping, sequence=sequence, offset=offset)
     editor.preserve_quotes = True
     editor.width = 4096  # never wrap a long value onto a second line
     return editor
@@ -181,8 +205,7 @@ class StackText:
 
     def __init__(self, text: str, name: str = "the stack file") -> None:
         try:
-            _, indent, offset = load_yaml_guess_indent(text) if text.strip() else (None, 2, None)
-            self._yaml = _round_trip(indent or 2, offset)
+            self._yaml = _round_trip(*_indents(text))
             document = self._yaml.load(text) if text.strip() else None
         except YAMLError as error:
             raise SpecError(
