@@ -156,10 +156,14 @@ def checkout(commit: str, into: Path) -> Path:
 
 @pytest.mark.integration
 def test_a_stack_deployed_by_the_version_before_the_package_is_kept_by_this_one(tmp_path: Path) -> None:
-    old = Workspace(checkout(BEFORE_THE_PACKAGE, tmp_path / "old"), tmp_path / "state")
+    # The earlier version installs its own emulator into the host's environment folder, in place:
+    # a home of its own keeps that folder away from the other tests' servers and probes, which
+    # would otherwise run the earlier emulator's code, or half of it while it is being swapped.
+    home = {"HOME": str(tmp_path / "home"), "PIP_CACHE_DIR": str(Path.home() / ".cache" / "pip")}
+    old = Workspace(checkout(BEFORE_THE_PACKAGE, tmp_path / "old"), tmp_path / "state", dict(home))
     old.backend.mkdir()
     new = Workspace.create(tmp_path / "new-root")
-    new.backend = old.backend
+    new.backend, new.extra_env = old.backend, dict(home)
     config = emulator_stack(port=free_port(), state_dir=tmp_path)
     old.init_stack("kept", config)
     old.run("up", "--yes", "--skip-preview", "-s", "kept")
