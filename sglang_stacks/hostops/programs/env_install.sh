@@ -31,8 +31,12 @@ if [ -n "$STAGING" ]; then
     site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || exit 13
     readarray -t packages <<<"$PACKAGES"
     for package in "${packages[@]}"; do
-        rm -rf "${site:?}/$package"
+        # Renamed aside, then the new one renamed in: a process of another stack that imports the
+        # package meanwhile finds one whole version of it, never a half-removed folder.
+        old="${site:?}/$package.replaced-$$"
+        if [ -e "$site/$package" ]; then mv "$site/$package" "$old" || exit 13; fi
         mv "$STAGING/$package" "$site/" || exit 13
+        rm -rf "$old"
         # Compiled now, as pip compiles what it installs: its processes start often.
         "$VENV/bin/python" -m compileall -q "$site/$package" >/dev/null 2>&1
     done
