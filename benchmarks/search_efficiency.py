@@ -62,7 +62,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from emulated_trials import EmulatedTrial, emulate
 
-from sglang_stacks.campaign.model import CampaignSpec, EarlyStopSpec, PoolHost, SearchSpec, load_campaign
+from sglang_stacks.campaign.model import CampaignSpec, load_campaign
+from sglang_stacks.campaign.model_pool import PoolHost
+from sglang_stacks.campaign.model_search import EarlyStopSpec, SearchSpec
 from sglang_stacks.campaign.plan import Plan, PlanRow, make_plan
 from sglang_stacks.campaign.runner import Sweep
 from sglang_stacks.campaign.search import Search

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sglang_stacks.campaign.model import CampaignSpec, PoolHost
+from sglang_stacks.campaign.model import CampaignSpec
+from sglang_stacks.campaign.model_pool import PoolHost
 
 __all__ = [
     "Candidate",

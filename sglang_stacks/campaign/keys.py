@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sglang_stacks.campaign.model import CampaignSpec, PoolHost
+from sglang_stacks.campaign.model import CampaignSpec
+from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.config.stackfile import read_stack_file
 from sglang_stacks.drive import automation
 from sglang_stacks.errors import SpecError

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sglang_stacks.campaign.model import METRICS, LoadLevel, ObjectiveSpec
+from sglang_stacks.campaign.model_goals import METRICS, LoadLevel, ObjectiveSpec
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.results.stats import BenchmarkResult, Percentiles
 

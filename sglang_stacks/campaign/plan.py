@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sglang_stacks.campaign.axes import Candidate, bind_host, expand, trial_stack_name
-from sglang_stacks.campaign.model import CampaignSpec, Strategy, load_campaign
+from sglang_stacks.campaign.model import CampaignSpec, load_campaign
+from sglang_stacks.campaign.model_search import Strategy
 from sglang_stacks.config.preflight import run_preflight
 from sglang_stacks.config.spec import StackSpec, load_spec
 from sglang_stacks.config.stackfile import read_stack_file

@@ -35,7 +35,7 @@ from sglang_stacks.campaign.axes import trial_stack_name
 from sglang_stacks.campaign.early_stop import IntervalPruner, merge_levels
 from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.legacy import import_sweep_file
-from sglang_stacks.campaign.model import PoolHost
+from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.campaign.objective import samples
 from sglang_stacks.campaign.plan import Plan, PlanRow, judge
 from sglang_stacks.campaign.search import Search, report_repetitions

@@ -40,7 +40,10 @@ from optuna.trial import TrialState
 
 from sglang_stacks.campaign.axes import Candidate, candidate_base, combine
 from sglang_stacks.campaign.early_stop import IntervalPruner
-from sglang_stacks.campaign.model import Axis, CampaignSpec, ConstraintSpec, Strategy
+from sglang_stacks.campaign.model import CampaignSpec
+from sglang_stacks.campaign.model_axes import Axis
+from sglang_stacks.campaign.model_goals import ConstraintSpec
+from sglang_stacks.campaign.model_search import Strategy
 from sglang_stacks.campaign.objective import level_for, measure, unit
 from sglang_stacks.campaign.plan import Plan, PlanRow, choose_strategy
 from sglang_stacks.campaign.study import TrialAttributes, open_study, write_attributes

@@ -18,7 +18,7 @@ from pulumi import automation as auto
 
 from sglang_stacks.campaign.axes import bind_host
 from sglang_stacks.campaign.keys import give_secrets
-from sglang_stacks.campaign.model import PoolHost
+from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.campaign.plan import PlanRow
 from sglang_stacks.drive import automation, recover
 from sglang_stacks.errors import SpecError, failure_from_output

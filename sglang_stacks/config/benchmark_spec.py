@@ -7,10 +7,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from sglang_stacks.config.sections import _Section
+from sglang_stacks.config.docstrings import FileSection
 
 
-class SloSpec(_Section):
+class SloSpec(FileSection):
     """Per-request limits (service-level objectives): requests within all of them count as goodput."""
 
     ttft_ms: float | None = Field(default=None, gt=0)
@@ -29,7 +29,7 @@ class SloSpec(_Section):
         return self
 
 
-class BenchmarkSpec(_Section):
+class BenchmarkSpec(FileSection):
     """The post-deploy benchmark: prompts of exactly ``input_len`` server tokens, fresh in every run,
     a closed loop of streams or an open loop at request rates, warmup, repeated measurements."""
 
@@ -102,7 +102,7 @@ class BenchmarkSpec(_Section):
         return self
 
 
-class GateSpec(_Section):
+class GateSpec(FileSection):
     """A regression gate: compare this stack's tok/s with a baseline stack's."""
 
     baseline_stack: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")

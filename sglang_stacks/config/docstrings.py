@@ -4,7 +4,7 @@ pydantic can read these docstrings itself (``use_attribute_docstrings``), but it
 builds each model class, from the module's source: about 0.13 s of every program run, although only
 the JSON Schemas (``sglang-stacks schema``, the committed ``schema.json`` files, the messages of a
 config with problems) use them. A model whose config has ``json_schema_extra=describe_fields``
-has them read when its schema is generated instead.
+has them read when its schema is generated instead; ``FileSection`` is the base of such models.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import textwrap
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 
 @cache
@@ -51,3 +51,10 @@ def describe_fields(schema: dict[str, Any], cls: type[BaseModel]) -> None:
         for key in {name, field.alias or name}:
             if docstring and key in properties and "description" not in properties[key]:
                 properties[key]["description"] = docstring
+
+
+class FileSection(BaseModel):
+    """A section of a file a person writes (a stack file, a campaign file): frozen, every unknown key
+    refused, each field's docstring its description in the JSON Schema."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=describe_fields)

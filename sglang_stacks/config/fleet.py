@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from sglang_stacks.config.docstrings import describe_fields
+from sglang_stacks.config.docstrings import FileSection
 from sglang_stacks.config.sections import HostSpec
 
 ROUTER_RELEASE = "0.3.2"
 """The sglang-router release the project pins (requirements.txt, the ``fleet`` extra)."""
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=describe_fields)
 
 
 class FleetHostSpec(HostSpec):
@@ -39,7 +35,7 @@ class FleetHostSpec(HostSpec):
         return self.address if self.kind == "ssh" and self.address else "127.0.0.1"
 
 
-class RouterSpec(_Section):
+class RouterSpec(FileSection):
     """SGLang's router in front of the replicas; it runs on the machine that runs ``pulumi up``."""
 
     host: str = Field(default="127.0.0.1", pattern=r"^[A-Za-z0-9.:_-]+$")
@@ -61,7 +57,7 @@ class RouterSpec(_Section):
     """Folder for the router's log and pid file."""
 
 
-class RolloutSpec(_Section):
+class RolloutSpec(FileSection):
     """How a change rolls over the fleet: in batches, the first one a canary behind a gate."""
 
     batch_size: int = Field(default=1, ge=1)
@@ -98,7 +94,7 @@ def _first_clash(places: list[tuple[object, ...]]) -> tuple[int, int] | None:
     return None
 
 
-class FleetSpec(_Section):
+class FleetSpec(FileSection):
     """``sglang-stacks:fleet``: the hosts, one replica each, the router and the rollout policy."""
 
     hosts: list[FleetHostSpec] = Field(min_length=1)

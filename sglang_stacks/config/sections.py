@@ -9,10 +9,10 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sglang_flags import known_releases, nearest_releases
-from sglang_stacks.config.docstrings import describe_fields
+from sglang_stacks.config.docstrings import FileSection
 from sglang_stacks.config.names import is_env_name
 
 CONFIG_NAMESPACE = "sglang-stacks"
@@ -38,11 +38,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _NO_CONTROL = r"^[^\x00-\x1f\x7f]+$"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=describe_fields)
-
-
-class HostSpec(_Section):
+class HostSpec(FileSection):
     """The GPU host: the local emulator, or a machine reached over SSH, with its declared facts.
 
     The facts default to the emulator's; an SSH host must declare all of them, and the host
@@ -117,7 +113,7 @@ class HostSpec(_Section):
         return int(self.compute_capability.split(".")[0])
 
 
-class EmulatorSpec(_Section):
+class EmulatorSpec(FileSection):
     """The SGLang emulator, when it stands in for SGLang on the host: what it plays and how fast."""
 
     profile: str = Field(default="rtx-pro-6000-x8-kimi-k2.5-int4", pattern=r"^[A-Za-z0-9_./~-]+$")
@@ -157,7 +153,7 @@ class EmulatorSpec(_Section):
         return env
 
 
-class EnvironmentSpec(_Section):
+class EnvironmentSpec(FileSection):
     """The Python environment on the host: the SGLang release, extra pins, and process variables."""
 
     sglang_release: str = "0.5.8"
@@ -208,7 +204,7 @@ class EnvironmentSpec(_Section):
         return env
 
 
-class ModelSpec(_Section):
+class ModelSpec(FileSection):
     """The target model: where it is on the host, and how much memory its weights take per GPU."""
 
     path: str = Field(min_length=1, pattern=_NO_CONTROL)
@@ -239,7 +235,7 @@ class ModelSpec(_Section):
         return self.total_weights_gb / tp_size
 
 
-class DraftModelSpec(_Section):
+class DraftModelSpec(FileSection):
     """The speculative-decoding draft model (an EAGLE-3 head): its source and size."""
 
     source: Literal["local", "host"]
@@ -268,7 +264,7 @@ class DraftModelSpec(_Section):
         return self
 
 
-class LaunchSpec(_Section):
+class LaunchSpec(FileSection):
     """How the server is supervised on the host."""
 
     ready_timeout_s: float = Field(default=1800.0, gt=0)
