@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import optuna
 
-from sglang_stacks.campaign.study import STUDY_FILE, records
+from sglang_stacks.campaign.attributes import records
+from sglang_stacks.campaign.study import STUDY_FILE
 from tests._pulumi import Workspace, emulator_stack, free_port
 
 HOST = """  - name: {name}

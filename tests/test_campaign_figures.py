@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from matplotlib.image import imread
 
+from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.figures import draw_history, draw_serving
 from sglang_stacks.campaign.frontier import (
     HistoryPoint,
@@ -20,7 +21,6 @@ from sglang_stacks.campaign.frontier import (
     serving_curves,
     titles,
 )
-from sglang_stacks.campaign.study import TrialRecord
 
 
 def level(concurrency: int, tok_s: float) -> dict[str, Any]:

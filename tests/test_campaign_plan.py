@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.axes import apply
 from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.model import campaign_json_schema, load_campaign
 from sglang_stacks.campaign.model_goals import ObjectiveSpec
 from sglang_stacks.campaign.rank import rank
-from sglang_stacks.campaign.study import TrialRecord
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
 from sglang_stacks.errors import SpecError
 

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from optuna.trial import TrialState
 
+from sglang_stacks.campaign.attributes import read_attributes, records
 from sglang_stacks.campaign.early_stop import IntervalPruner
 from sglang_stacks.campaign.model import CampaignSpec, load_campaign
 from sglang_stacks.campaign.plan import judge, make_plan
 from sglang_stacks.campaign.search import LAUNCH, PREFLIGHT, Search, SearchSpace, evaluate
-from sglang_stacks.campaign.study import open_study, read_attributes, records
+from sglang_stacks.campaign.study import open_study
 from sglang_stacks.config.stackfile import read_stack_file
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -32,7 +32,8 @@ import pytest
 import yaml
 from sqlalchemy.exc import IntegrityError
 
-from sglang_stacks.campaign.study import STUDY_FILE, records
+from sglang_stacks.campaign.attributes import records
+from sglang_stacks.campaign.study import STUDY_FILE
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
 from sglang_stacks.results import history
 from tests._pulumi import Workspace, emulator_stack, free_port

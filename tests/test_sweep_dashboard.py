@@ -20,8 +20,9 @@ from pathlib import Path
 import optuna
 import pytest
 
+from sglang_stacks.campaign.attributes import write_attributes
 from sglang_stacks.campaign.model import load_campaign
-from sglang_stacks.campaign.study import STUDY_FILE, open_study, write_attributes
+from sglang_stacks.campaign.study import STUDY_FILE, open_study
 from tests._pulumi import Workspace
 from tests.browser import dashboard_url, read_dashboard
 

@@ -24,8 +24,9 @@ import optuna
 import pytest
 import yaml
 
+from sglang_stacks.campaign.attributes import records
 from sglang_stacks.campaign.model import load_campaign
-from sglang_stacks.campaign.study import open_study, records
+from sglang_stacks.campaign.study import open_study
 from sglang_stacks.results import history
 from tests._pulumi import Workspace, emulator_stack, free_port
 from tests.browser import dashboard_url, read_dashboard

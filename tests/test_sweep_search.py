@@ -28,7 +28,8 @@ from sqlalchemy.exc import IntegrityError
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import load_profile
-from sglang_stacks.campaign.study import STUDY_FILE, TrialRecord, records
+from sglang_stacks.campaign.attributes import TrialRecord, records
+from sglang_stacks.campaign.study import STUDY_FILE
 from sglang_stacks.results import history
 from tests._pulumi import Workspace, emulator_stack, free_port
 

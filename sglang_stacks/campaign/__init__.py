@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING
 from sglang_stacks._face import lazy_face
 
 if TYPE_CHECKING:
+    from sglang_stacks.campaign.attributes import TrialAttributes as TrialAttributes
+    from sglang_stacks.campaign.attributes import TrialRecord as TrialRecord
+    from sglang_stacks.campaign.attributes import records as records
     from sglang_stacks.campaign.model import CampaignSpec as CampaignSpec
     from sglang_stacks.campaign.model import load_campaign as load_campaign
     from sglang_stacks.campaign.plan import Plan as Plan
@@ -28,10 +31,7 @@ if TYPE_CHECKING:
     from sglang_stacks.campaign.plan import plan_campaign as plan_campaign
     from sglang_stacks.campaign.search import Search as Search
     from sglang_stacks.campaign.search import SearchSpace as SearchSpace
-    from sglang_stacks.campaign.study import TrialAttributes as TrialAttributes
-    from sglang_stacks.campaign.study import TrialRecord as TrialRecord
     from sglang_stacks.campaign.study import open_study as open_study
-    from sglang_stacks.campaign.study import records as records
 
 __all__ = [
     "CampaignSpec",
@@ -53,12 +53,12 @@ _HOMES = {
     "PlanRow": "plan",
     "Search": "search",
     "SearchSpace": "search",
-    "TrialAttributes": "study",
-    "TrialRecord": "study",
+    "TrialAttributes": "attributes",
+    "TrialRecord": "attributes",
     "load_campaign": "model",
     "open_study": "study",
     "plan_campaign": "plan",
-    "records": "study",
+    "records": "attributes",
 }
 """Each name's module: imported when the name is first read, so importing the package costs nothing."""
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
+from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.frontier import (
     HistoryPoint,
     ServingCurve,
@@ -22,7 +23,6 @@ from sglang_stacks.campaign.frontier import (
 )
 from sglang_stacks.campaign.objective import describe
 from sglang_stacks.campaign.rank import Ranking
-from sglang_stacks.campaign.study import TrialRecord
 
 __all__ = ["FIGURES", "draw_all", "draw_history", "draw_serving"]
 

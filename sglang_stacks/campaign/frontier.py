@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any, Literal
 
+from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.objective import READERS
-from sglang_stacks.campaign.study import TrialRecord
 from sglang_stacks.results.stats import BenchmarkResult
 
 __all__ = [

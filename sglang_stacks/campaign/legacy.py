@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sglang_stacks.campaign.attributes import TrialAttributes
 from sglang_stacks.campaign.search import Search
-from sglang_stacks.campaign.study import TrialAttributes
 from sglang_stacks.errors import BenchmarkError, SpecError
 
 __all__ = ["IMPORTED_FILE", "STATE_FILE", "import_sweep_file"]

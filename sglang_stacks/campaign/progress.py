@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
+from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.objective import describe
 from sglang_stacks.campaign.rank import rank
-from sglang_stacks.campaign.study import TrialRecord
 
 if TYPE_CHECKING:
     from sglang_stacks.campaign.runner import Sweep

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TextIO
 
+from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.rank import rank
 from sglang_stacks.campaign.report import load_records
 from sglang_stacks.campaign.search import SearchSpace
-from sglang_stacks.campaign.study import TrialRecord
 from sglang_stacks.config.stackfile import stack_file_text
 from sglang_stacks.errors import SpecError
 from sglang_stacks.results import promote as promote_stack

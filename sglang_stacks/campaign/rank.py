@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.model_goals import ObjectiveSpec
 from sglang_stacks.campaign.objective import describe, level_for, samples
-from sglang_stacks.campaign.study import TrialRecord
 from sglang_stacks.results.stats import ALPHA, ci95, mean, welch_t_test
 from sglang_stacks.results.verdict import change_pct
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from sglang_stacks.campaign.attributes import TrialRecord, records
 from sglang_stacks.campaign.figures import draw_all
 from sglang_stacks.campaign.legacy import import_sweep_file
 from sglang_stacks.campaign.objective import describe
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.rank import Ranking, rank
 from sglang_stacks.campaign.search import Search
-from sglang_stacks.campaign.study import TrialRecord, records
 
 __all__ = ["REPORT_FILE", "load_ranking", "load_records", "search_summary", "write_report"]
 

@@ -31,6 +31,7 @@ from optuna.trial import TrialState
 from pulumi import automation as auto
 
 from sglang_stacks.campaign import progress
+from sglang_stacks.campaign.attributes import Driver, TrialAttributes, TrialRecord, records, write_attributes
 from sglang_stacks.campaign.axes import trial_stack_name
 from sglang_stacks.campaign.early_stop import IntervalPruner, merge_levels
 from sglang_stacks.campaign.keys import check_pool_keys
@@ -39,14 +40,7 @@ from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.campaign.objective import samples
 from sglang_stacks.campaign.plan import Plan, PlanRow, judge
 from sglang_stacks.campaign.search import Search, report_repetitions
-from sglang_stacks.campaign.study import (
-    Driver,
-    TrialAttributes,
-    TrialRecord,
-    heartbeat,
-    records,
-    write_attributes,
-)
+from sglang_stacks.campaign.study import heartbeat
 from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.errors import BenchmarkError, SpecError, StacksError
 from sglang_stacks.exits import ExitCode

@@ -38,6 +38,7 @@ from optuna.distributions import (
 )
 from optuna.trial import TrialState
 
+from sglang_stacks.campaign.attributes import TrialAttributes, write_attributes
 from sglang_stacks.campaign.axes import Candidate, candidate_base, combine
 from sglang_stacks.campaign.early_stop import IntervalPruner
 from sglang_stacks.campaign.model import CampaignSpec
@@ -46,7 +47,7 @@ from sglang_stacks.campaign.model_goals import ConstraintSpec
 from sglang_stacks.campaign.model_search import Strategy
 from sglang_stacks.campaign.objective import level_for, measure, unit
 from sglang_stacks.campaign.plan import Plan, PlanRow, choose_strategy
-from sglang_stacks.campaign.study import TrialAttributes, open_study, write_attributes
+from sglang_stacks.campaign.study import open_study
 from sglang_stacks.config.spec import BenchmarkSpec
 from sglang_stacks.results.stats import ci95, mean
 

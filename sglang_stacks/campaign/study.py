@@ -1,39 +1,25 @@
-"""A campaign's state: an Optuna study, in an SQLite file in the campaign's report folder
+"""A campaign's study: an Optuna study, in an SQLite file in the campaign's report folder
 (``reports/<campaign>/study.db``) or in the database the campaign's ``storage`` names (PostgreSQL:
-several ``sweep run`` drivers on different machines share one study).
-
-Each Optuna trial is one suggested candidate. What a person reads about it (its stack, the flags it
-changes, where it ran, its tok/s with the 95 % interval, why it failed) is declared once here,
-``TrialAttributes``, written as the trial's user attributes and read back into the same model.
-A trial's life: ``running`` (its stack is deployed and benchmarked on a pool host; the driver's
-heartbeat keeps it alive), ``measured`` (its result is saved; its stack is being destroyed), then
-told to the study: ``done`` (complete, or pruned when it stopped early), ``failed`` (complete and
-infeasible: it failed on its host), ``infeasible`` (preflight discarded it: never launched),
-``duplicate`` (a candidate already run: its result again, nothing launched). A trial interrupted
-(Ctrl-C) or whose driver was killed is told failed (``interrupted``, or its last status) once its
-stack is destroyed, and a trial that ``replaces`` it tells its result or runs its candidate again.
+several ``sweep run`` drivers on different machines share one study), opened once its tables are
+there, and the heartbeat by which a driver says it still runs a trial. Each Optuna trial is one
+suggested candidate, its attributes those of ``attributes``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import threading
 import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import optuna
 import sqlalchemy
 import sqlalchemy.pool
 from optuna.storages import RDBStorage
-from optuna.trial import FrozenTrial, TrialState
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from sglang_stacks.campaign.model import CampaignSpec
@@ -43,17 +29,10 @@ __all__ = [
     "GRACE_S",
     "HEARTBEAT_S",
     "STUDY_FILE",
-    "Driver",
-    "TrialAttributes",
-    "TrialRecord",
-    "TrialStatus",
     "heartbeat",
     "open_storage",
     "open_study",
-    "read_attributes",
-    "records",
     "storage_url",
-    "write_attributes",
 ]
 
 STUDY_FILE = "study.db"
@@ -64,164 +43,8 @@ GRACE_S = 30
 """A running trial whose driver was not heard from for this long is stale: its driver died."""
 _CREATE_ATTEMPTS = 3
 
-TrialStatus = Literal[
-    "queued", "running", "measured", "done", "failed", "infeasible", "duplicate", "interrupted"
-]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # its INFO line per trial would cut through ours
-
-
-class Driver(BaseModel):
-    """The ``sweep run`` process that runs a trial: on another machine it is alive while its
-    heartbeat is; on this one, while its process is."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    machine: str
-    pid: int
-    start_ticks: int | None = None
-    """The process's start time (``/proc/<pid>/stat``), so a reused pid is not taken for it."""
-
-    @classmethod
-    def this(cls) -> Driver:
-        """This process."""
-        return cls(machine=socket.gethostname(), pid=os.getpid(), start_ticks=_start_ticks(os.getpid()))
-
-    def alive_here(self) -> bool | None:
-        """Whether the driver still runs, when it ran on this machine; None for another machine."""
-        if self.machine != socket.gethostname():
-            return None
-        if self.start_ticks is None:  # no /proc where it ran: its pid alone says it
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-            return True
-        return _start_ticks(self.pid) == self.start_ticks
-
-
-def _start_ticks(pid: int) -> int | None:
-    """Process ``pid``'s start time in clock ticks since boot; None when it is gone or a zombie."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
-
-
-class TrialAttributes(BaseModel):
-    """What a trial's user attributes hold, one attribute per field, as the dashboard shows them."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    stack: str
-    """The trial's stack, ``<campaign>-<digest>``: ``pulumi up -s <stack>`` deploys it again."""
-    labels: dict[str, str]
-    """Axis -> the candidate's point on it (``server.cuda_graph_max_bs`` -> ``128``)."""
-    flags: dict[str, str] = Field(default_factory=dict)
-    """The keys whose value differs from the base stack's, with the candidate's value."""
-    status: TrialStatus = "running"
-    host: str | None = None
-    """The pool host it ran on."""
-    host_gpus: int | None = None
-    """GPUs of that host: the claim holds them all while the trial runs."""
-    gpus: int = 1
-    """GPUs the server uses (``tp_size``): what tok/s per GPU divides by."""
-    driver: Driver | None = None
-    """The ``sweep run`` that runs it."""
-    started_at: float | None = None
-    finished_at: float | None = None
-    gpu_hours: float | None = None
-    """Time on its host times the host's GPUs; None for a trial never launched."""
-    tok_s: float | None = None
-    """Mean output tok/s at the first objective's load level."""
-    tok_s_ci95: tuple[float, float] | None = None
-    """The 95 % interval of that mean."""
-    accept_length: float | None = None
-    """Speculative decoding's tokens per verify step, at that level."""
-    levels: list[dict[str, Any]] = Field(default_factory=list)
-    """The benchmark's result per load level (``BenchmarkResult`` as JSON)."""
-    cause: str | None = None
-    """A failed trial's class (the server's: ``out_of_memory``, ``nccl``, ``bad_flag``,
-    ``unsupported_gpu``, ``python_missing``, ``port_in_use``, ``crash``, ``hang``,
-    ``error_responses``; or ``claim``, ``gate``, ``benchmark``, ``other``), or a discarded one's
-    preflight rule."""
-    message: str | None = None
-    """A failed or discarded trial's explanation."""
-    stopped_early: str | None = None
-    """Why it measured only its first repetitions (campaign ``early_stop``), or None."""
-    violations: list[str] = Field(default_factory=list)
-    """Each SLO constraint it missed, with by how much."""
-    duplicate_of: int | None = None
-    """The earlier trial (number) whose candidate this suggestion repeated."""
-    replaces: int | None = None
-    """The trial (number) whose driver died before telling it; this one settles or re-runs it."""
-
-
-class TrialRecord(TrialAttributes):
-    """A trial as the report and the ranking read it: its attributes, and the study's own fields."""
-
-    number: int
-    trial_id: int
-    """The storage's id of the trial (what ``Trial(study, trial_id)`` takes)."""
-    state: Literal["RUNNING", "WAITING", "COMPLETE", "PRUNED", "FAIL"]
-    datetime_start: datetime | None = None
-    values: tuple[float, ...] | None = None
-    constraints: dict[str, float] = Field(default_factory=dict)
-
-    @property
-    def feasible(self) -> bool:
-        """Met every constraint (preflight, the launch, the SLOs)."""
-        return all(value <= 0 for value in self.constraints.values())
-
-    @property
-    def launched(self) -> bool:
-        """It ran on a host: it counts as a GPU trial."""
-        return self.gpu_hours is not None
-
-
-def write_attributes(study: optuna.Study, trial_id: int, **fields: Any) -> None:
-    """Set some fields of a running (or waiting) trial's attributes, each checked by the model."""
-    # The required fields only stand in for the validation of the ones given.
-    checked = TrialAttributes.model_validate({"stack": "", "labels": {}} | fields)
-    dumped = checked.model_dump(mode="json", include=set(fields))
-    for key, value in dumped.items():
-        study._storage.set_trial_user_attr(trial_id, key, value)
-
-
-def read_attributes(trial: FrozenTrial) -> TrialAttributes:
-    """A trial's attributes, read back into the model."""
-    return TrialAttributes.model_validate(trial.user_attrs)
-
-
-def records(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[TrialRecord]:
-    """Every trial of the study (in ``states``) with our attributes, in trial order."""
-    found: list[TrialRecord] = []
-    for trial in study.get_trials(deepcopy=False, states=states):
-        if "stack" not in trial.user_attrs:
-            continue  # asked, but its suggestion was never written (the driver died right then)
-        try:
-            found.append(
-                TrialRecord.model_validate(
-                    trial.user_attrs
-                    | {
-                        "number": trial.number,
-                        "trial_id": trial._trial_id,
-                        "state": trial.state.name,
-                        "datetime_start": trial.datetime_start,
-                        "values": trial.values,
-                        "constraints": trial.constraints,
-                    }
-                )
-            )
-        except ValidationError as error:
-            raise SpecError(
-                f"Trial {trial.number} of study {study.study_name!r} has attributes this version cannot "
-                f"read ({error.error_count()} problem(s), first: {error.errors()[0]['msg']})."
-            ) from None
-    return found
 
 
 def storage_url(campaign: CampaignSpec, folder: Path) -> str:
