@@ -1,5 +1,5 @@
-"""The SGLang server step: failures classified with their fix, the flag map that `pulumi preview
---diff` shows flag by flag, and start, readiness, liveness and stop of a real emulated server."""
+"""The SGLang server step: the flag map that `pulumi preview --diff` shows flag by flag, and start,
+readiness, liveness and stop of a real emulated server (its failures told with their class and fix)."""
 
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ from sglang_stacks.config.flags import flags_from_values, launch_values
 from sglang_stacks.config.recorded import values_from_argv
 from sglang_stacks.config.render import canonical_flags, render_argv, render_command
 from sglang_stacks.config.stackfile import load_stack_spec
-from sglang_stacks.errors import ServerError, ServingError
+from sglang_stacks.errors import ServerError
 from sglang_stacks.hostops import claim, process
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.server_failure import classify_failure
 from tests._pulumi import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,134 +39,6 @@ BASELINE_ARGV = [
     "128",
     "--disable-custom-all-reduce",
 ]
-SGLANG_HINTS = (
-    "Possible solutions:\n"
-    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
-)
-
-
-@pytest.mark.parametrize(
-    ("log", "kind", "fix_names"),
-    [
-        ("launch_server.py: error: unrecognized arguments: --bogus", "bad_flag", "sglang_release"),
-        (
-            "launch_server.py: error: ambiguous option: --cuda-graph-max-bs could match "
-            "--cuda-graph-max-bs, --cuda-graph-max-bs-decode",
-            "bad_flag",
-            "sglang_release",
-        ),
-        ("error: argument --tp-size: invalid int value: 'eight'", "bad_flag", "sglang_release"),
-        (
-            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
-            "out_of_memory",
-            "mem_fraction_static",
-        ),
-        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out_of_memory", "memory"),
-        (
-            "Exception: Capture cuda graph failed: NCCL error in: all_reduce, invalid usage\n" + SGLANG_HINTS,
-            "nccl",
-            "NCCL_ALGO",
-        ),
-        (
-            "Exception: Capture cuda graph failed: RuntimeError: FlashInfer JIT failed to build "
-            "trtllm_allreduce_fusion: compute capability 12.0 (sm_120) is not supported\n" + SGLANG_HINTS,
-            "unsupported_gpu",
-            "Remove the flag",
-        ),
-        (
-            "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
-            "address already in use",
-            "port_in_use",
-            "server.port",
-        ),
-        (
-            "nohup: failed to run command '/opt/venv/bin/python': No such file or directory",
-            "python_missing",
-            "refresh",
-        ),
-        ("Received sigquit from a child process. It usually means the child failed.", "other", "log lines"),
-        (
-            "[TP0] Scheduler hit an exception: torch.distributed.DistBackendError: NCCL error in: x, remote "
-            "process exited or there was a network error\nncclRemoteError: A call failed possibly due to a "
-            "network error or a remote process exiting prematurely.",
-            "nccl",
-            "Another node of this multi-node server",
-        ),
-        (
-            "torch.distributed.DistStoreError: Timed out after 600 seconds waiting for clients. 1/2 clients "
-            "joined",
-            "nccl",
-            "fleet.dist_init_port",
-        ),
-    ],
-)
-def test_failures_are_classified_with_a_fix(log: str, kind: str, fix_names: str) -> None:
-    failure = process.classify_failure(f"[2026-01-01 00:00:00] loading\n{log}\n")
-
-    assert failure.kind == kind
-    assert fix_names in failure.fix
-
-
-SGLANG_CRASH_LOG = (
-    "[2026-11-30 20:18:02 TP0] Prefill batch. #new-seq: 1, #new-token: 32\n"
-    "[2026-11-30 20:18:03 TP0] Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory "
-    "access was encountered\n"
-    "Received sigquit from a child process. It usually means the child failed.\n"
-)
-
-
-@pytest.mark.parametrize(
-    ("health", "log", "answered", "kind", "said"),
-    [
-        ("exited", SGLANG_CRASH_LOG, "", "crash", "exited while it was being benchmarked (crash)"),
-        (
-            "exited",
-            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
-            "",
-            "out_of_memory",
-            "exited while it was being benchmarked (out_of_memory)",
-        ),
-        (
-            "unresponsive",
-            "[TP0] Decode batch. #running-req: 1\n",
-            "",
-            "hang",
-            "still runs but stopped answering during the benchmark",
-        ),
-        (
-            "healthy",
-            "",
-            "2 of 3 measured requests at concurrency 1 (first: HTTP 503: busy)",
-            "error_responses",
-            "answered 2 of 3 measured requests at concurrency 1 (first: HTTP 503: busy) with errors",
-        ),
-        ("unhealthy", "", "", "error_responses", "answers its health check with an error"),
-    ],
-)
-def test_a_server_that_fails_while_benchmarked_is_named_with_its_class_log_and_fix(
-    health: process.Health, log: str, answered: str, kind: str, said: str
-) -> None:
-    failure = process.serving_failure(
-        Connection.local(),
-        process.ServerState(health, log),
-        log_path="~/.sglang-stacks/logs/baseline-1.log",
-        stack="baseline",
-        answered_errors=answered,
-    )
-
-    assert isinstance(failure, ServingError) and failure.cause == kind
-    message = failure.message
-    assert message.startswith(f"SGLang on the local host {said}"), message
-    assert "Last log lines of ~/.sglang-stacks/logs/baseline-1.log:" in message
-    assert (log.strip().splitlines()[-1] if log else "(the log is empty)") in message
-    assert "`pulumi up -s baseline`" in message or "`pulumi destroy -s baseline`" in message
-
-
-def test_a_server_that_serves_on_is_no_failure_of_its_own() -> None:
-    # Requests failed on the way (the client, the connection): the benchmark's fault, not the server's.
-    healthy = process.ServerState("healthy", "[TP0] Decode batch. #running-req: 1\n")
-    assert process.serving_failure(Connection.local(), healthy, log_path="x.log", stack="baseline") is None
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -429,7 +302,7 @@ def test_a_start_that_fails_names_the_class_the_log_and_the_fix_and_leaves_nothi
         f"exited before it became ready ({kind}). Last log lines of {props['log_dir']}/baseline-" in message
     )
     assert said in message
-    assert message.rstrip().endswith(process.classify_failure(message).fix)
+    assert message.rstrip().endswith(classify_failure(message).fix)
     assert max(len(line) for line in message.splitlines()) < 450, "long log lines are shortened"
     assert not emulator_running(props["port"])
     assert gpu_pids(props) == set()

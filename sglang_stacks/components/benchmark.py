@@ -2,7 +2,7 @@
 its numbers become stack outputs and a row of the results history.
 
 A benchmark that fails asks the server how it is: one that exited, hangs or answered with errors
-is reported as the server's failure (`process.serving_failure`: its class, log and fix); the
+is reported as the server's failure (`hostops.server_failure`: its class, log and fix); the
 benchmark's own faults (its client, its connection) stay BenchmarkErrors.
 
 It runs again when the server is replaced (a new `server_instance`) or the workload changes, and
@@ -32,6 +32,7 @@ from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
 from sglang_stacks.errors import BenchmarkError, HostError, ServingError, StacksError
 from sglang_stacks.hostops import claim, process, programs
 from sglang_stacks.hostops import transport as transport
+from sglang_stacks.hostops.server_failure import ServerState, serving_failure
 from sglang_stacks.hostops.transport import quote, quote_path
 from sglang_stacks.results import stats
 
@@ -214,7 +215,7 @@ def _failed_requests(
     )
 
 
-def _server_state(inputs: BenchmarkInputs) -> process.ServerState | None:
+def _server_state(inputs: BenchmarkInputs) -> ServerState | None:
     """How the measured server is after a failed benchmark, or None when it cannot be asked (no
     one server behind a router, or a host that does not answer)."""
     server = inputs.server
@@ -233,12 +234,12 @@ def _server_state(inputs: BenchmarkInputs) -> process.ServerState | None:
 
 
 def _server_failure(
-    inputs: BenchmarkInputs, state: process.ServerState | None, answered_errors: str = ""
+    inputs: BenchmarkInputs, state: ServerState | None, answered_errors: str = ""
 ) -> ServingError | None:
     """The measured server's own failure, or None when it serves as it should (or was not asked)."""
     if state is None or inputs.server is None:
         return None
-    return process.serving_failure(
+    return serving_failure(
         inputs.connection,
         state,
         log_path=inputs.server.log_path,
