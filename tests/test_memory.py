@@ -1,7 +1,9 @@
 import dataclasses
+from typing import get_args
 
 import pytest
 
+from sglang_stacks.config.flags import SpeculativeAlgorithm
 from sglang_stacks.config.memory import (
     MIN_KV_CACHE_GB,
     MemoryInputs,
@@ -48,6 +50,20 @@ def test_auto_fraction_of_a_text_only_model_is_not_scaled_down():
 
 def test_auto_fraction_of_other_releases_is_unknown():
     assert auto_mem_fraction(dataclasses.replace(EAGLE, release="0.5.23")) is None
+
+
+@pytest.mark.parametrize("algorithm", get_args(SpeculativeAlgorithm))
+def test_auto_fraction_reserves_for_the_draft_what_the_plan_counts_outside_the_pool(
+    algorithm: SpeculativeAlgorithm,
+) -> None:
+    # SGLang 0.5.8 reserves 2 GB for an EAGLE-like draft, 6 GB for STANDALONE and nothing for NGRAM.
+    text_only = dataclasses.replace(CAMPAIGN, vision_num_layers=None, vision_hidden_size=None)
+    speculating = dataclasses.replace(text_only, speculative_algorithm=algorithm)
+    without, with_draft = auto_mem_fraction(text_only), auto_mem_fraction(speculating)
+    assert without is not None and with_draft is not None
+    reserve_gb = plan_memory(speculating).draft_reserve_gb
+    assert reserve_gb == {"STANDALONE": 6.0, "NGRAM": 0.0}.get(algorithm, 2.0)
+    assert without - with_draft == pytest.approx(reserve_gb * 1024 / text_only.total_mib, abs=0.001)
 
 
 def test_eagle3_with_the_automatic_fraction_does_not_fit():

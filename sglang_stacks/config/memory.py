@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from sglang_stacks.config.flags import SpeculativeAlgorithm
     from sglang_stacks.config.spec import StackSpec
 
 __all__ = [
@@ -61,7 +62,7 @@ class MemoryInputs:
     """Whether the server runs without CUDA graphs."""
     chunked_prefill_size: int | None = None
     """Prefill chunk in tokens; None means the release's default."""
-    speculative_algorithm: str | None = None
+    speculative_algorithm: SpeculativeAlgorithm | None = None
     """Speculative algorithm, which decides the draft reserve."""
     vision_num_layers: int | None = None
     """Vision-tower layers of a multimodal model."""
@@ -232,10 +233,7 @@ def auto_mem_fraction(inputs: MemoryInputs) -> float | None:
     reserve_mib += graph_bs * 2 + inputs.tp_size / 8 * 1024
     if total > 60 * 1024:
         reserve_mib = max(reserve_mib, 10 * 1024)
-    if inputs.speculative_algorithm == "STANDALONE":
-        reserve_mib += 6 * 1024
-    elif inputs.speculative_algorithm not in (None, "NGRAM"):
-        reserve_mib += 2 * 1024
+    reserve_mib += _DRAFT_RESERVE_GB.get(inputs.speculative_algorithm or "", 0.0) * 1024
     fraction = round((total - reserve_mib) / total, 3)
     if inputs.vision_num_layers is not None and inputs.vision_hidden_size is not None:
         # A vision tower larger than ViT-L/14 (24 x 1024) lowers the fraction further.
