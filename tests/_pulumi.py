@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,31 @@ class Workspace:
                 f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
             )
         return result
+
+    def cli(
+        self, *args: str, check: bool = False, timeout_s: float = 900
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs `sglang-stacks <args>` (``python -m sglang_stacks.cli``) in the workspace folder, as a
+        user runs it there; with ``check``, a non-zero exit fails showing its output."""
+        result = subprocess.run(
+            self.cli_command(*args),
+            cwd=self.path,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"sglang-stacks {' '.join(args)} exited {result.returncode}\n"
+                f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+            )
+        return result
+
+    def cli_command(self, *args: str) -> list[str]:
+        """The command line of `sglang-stacks <args>`, for a test that starts it as a process of its own."""
+        return [sys.executable, "-m", "sglang_stacks.cli", *args]
 
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args).stdout)

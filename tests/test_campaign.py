@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -74,16 +73,8 @@ class Campaign:
         )
 
     def cli(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-        """`python -m sglang_stacks.cli <args>` from the workspace folder, as a user runs it there."""
-        return subprocess.run(
-            [sys.executable, "-m", "sglang_stacks.cli", *args],
-            cwd=self.workspace.path,
-            env=self.workspace.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
+        """`sglang-stacks <args>` from the workspace folder, as a user runs it there."""
+        return self.workspace.cli(*args, timeout_s=timeout_s)
 
     def claim_owner(self) -> str:
         claim: dict[str, Any] = json.loads((self.tmp / "host" / "claim.json").read_text())

@@ -19,7 +19,6 @@ import secrets
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -86,17 +85,7 @@ class Project:
     history_path: Path
 
     def sweep(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [sys.executable, "-m", "sglang_stacks.cli", "sweep", *args],
-            cwd=self.workspace.path,
-            env=self.workspace.env(),
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(f"sweep {args} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
-        return result
+        return self.workspace.cli("sweep", *args, check=check)
 
     def state(self, campaign: str = "pool") -> dict[str, dict[str, Any]]:
         """Each trial stack's latest trial in the campaign's study (``pending`` while queued)."""
@@ -135,7 +124,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
 
 def test_a_sweep_interrupted_with_ctrl_c_resumes_without_repeating_a_trial(project: Project) -> None:
     sweep = subprocess.Popen(
-        [sys.executable, "-m", "sglang_stacks.cli", "sweep", "run", "pool"],
+        project.workspace.cli_command("sweep", "run", "pool"),
         cwd=project.workspace.path,
         env=project.workspace.env(),
         stdout=subprocess.PIPE,

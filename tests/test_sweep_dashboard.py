@@ -12,7 +12,6 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +61,7 @@ class Project:
 
     def dashboard(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "sglang_stacks.cli", "sweep", "dashboard", self.name, *args],
+            self.workspace.cli_command("sweep", "dashboard", self.name, *args),
             cwd=self.workspace.path,
             env=self.workspace.env(),
             stdout=subprocess.PIPE,
@@ -153,14 +152,7 @@ def test_the_dashboard_shows_the_campaigns_trial_count_and_its_best_feasible_val
 
 
 def test_a_campaign_without_a_study_is_refused_and_nothing_is_created(project: Project) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "sglang_stacks.cli", "sweep", "dashboard", "unrun"],
-        cwd=project.workspace.path,
-        env=project.workspace.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = project.workspace.cli("sweep", "dashboard", "unrun", timeout_s=60)
     assert result.returncode == 2
     assert "sglang-stacks sweep run unrun" in result.stderr
     assert not (project.workspace.path / "reports" / "unrun" / STUDY_FILE).exists()
@@ -171,22 +163,6 @@ def test_a_port_in_use_is_refused_naming_the_flag(project: Project) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "sglang_stacks.cli",
-                "sweep",
-                "dashboard",
-                project.name,
-                "--port",
-                str(port),
-            ],
-            cwd=project.workspace.path,
-            env=project.workspace.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        result = project.workspace.cli("sweep", "dashboard", project.name, "--port", str(port), timeout_s=60)
     assert result.returncode == 2
     assert f"--port {port}" in result.stderr and "leave --port out" in result.stderr

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -63,14 +62,7 @@ class Machine:
     tmp: Path
 
     def sweep(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "sglang_stacks.cli", "sweep", *args],
-            cwd=self.workspace.path,
-            env=self.workspace.env(),
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        return self.workspace.cli("sweep", *args)
 
 
 @dataclass(frozen=True)
@@ -197,7 +189,7 @@ def test_the_dashboard_on_the_other_machine_shows_the_shared_study(shared: Share
     machine = shared.machines[1]
     study = shared.study()
     server = subprocess.Popen(
-        [sys.executable, "-m", "sglang_stacks.cli", "sweep", "dashboard", NAME],
+        machine.workspace.cli_command("sweep", "dashboard", NAME),
         cwd=machine.workspace.path,
         env=machine.workspace.env(),
         stdout=subprocess.PIPE,

@@ -15,7 +15,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,25 +112,12 @@ class Project:
                 text.format(tmp=tmp, port_a=self.ports[0], port_b=self.ports[1])
             )
 
-    def command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "sglang_stacks.cli", *args]
-
     def sweep(self, *args: str, timeout_s: float = 1200) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            self.command("sweep", *args),
-            cwd=self.workspace.path,
-            env=self.workspace.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-        said = f"sweep {args} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
-        assert result.returncode == 0, said
-        return result
+        return self.workspace.cli("sweep", *args, check=True, timeout_s=timeout_s)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            self.command("sweep", *args),
+            self.workspace.cli_command("sweep", *args),
             cwd=self.workspace.path,
             env=self.workspace.env(),
             stdout=subprocess.PIPE,

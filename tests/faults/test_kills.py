@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -139,15 +137,7 @@ def test_sigkill_during_the_servers_start_leaves_a_pending_create_that_recover_c
         ("creating", "pulumi-python:dynamic/sglang:Server")
     ]
 
-    recovered = subprocess.run(
-        [sys.executable, "-m", "sglang_stacks.cli", "recover", "pending"],
-        cwd=drill.workspace.path,
-        env=drill.workspace.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    recovered = drill.workspace.cli("recover", "pending", timeout_s=120)
 
     said = recovered.stdout + recovered.stderr
     assert recovered.returncode == 0, said
