@@ -134,7 +134,7 @@ def _configure_logs(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_logs(args: argparse.Namespace) -> int:
-    from sglang_stacks.components.benchmark import progress_path
+    from sglang_stacks.components._benchmark_run import progress_path
     from sglang_stacks.drive import automation  # the Automation API, only for the commands that drive Pulumi
     from sglang_stacks.hostops import logs
     from sglang_stacks.hostops.connection import Connection

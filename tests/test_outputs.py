@@ -17,7 +17,7 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from sglang_stacks.components.benchmark import BenchmarkOutputs
+from sglang_stacks.components._benchmark_model import BenchmarkOutputs
 from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment
 from sglang_stacks.components.server import ServerInputs, ServerOutputs
 from sglang_stacks.config import render

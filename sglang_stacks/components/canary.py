@@ -25,10 +25,11 @@ from typing import Annotated, Any
 
 import pulumi
 
+from sglang_stacks.components._benchmark_model import BenchmarkInputs
+from sglang_stacks.components._benchmark_run import run_on_host
 from sglang_stacks.components._canary_reference import Reference, out_of_router, pick_reference
 from sglang_stacks.components._provider import LABEL, REPLACES, HostInputs, Props, TypedProvider
 from sglang_stacks.components._resource import Args, TypedResource, args_for
-from sglang_stacks.components.benchmark import BenchmarkInputs, run_on_host
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
 from sglang_stacks.errors import CanaryRegressionError

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
+from sglang_stacks.components._benchmark_model import measured_server
 from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, build_host_parts
 from sglang_stacks.components._resource import Args, args_for, register
 from sglang_stacks.components._wiring import (
@@ -23,7 +24,7 @@ from sglang_stacks.components._wiring import (
     launch_flags,
     served_now,
 )
-from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs, measured_server
+from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.config import preflight
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.memory import plan_memory

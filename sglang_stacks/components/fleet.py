@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pulumi
 
 from sglang_stacks.components import _fleet_preview
+from sglang_stacks.components._benchmark_model import measured_server
 from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan
 from sglang_stacks.components._resource import Args, args_for, register
 from sglang_stacks.components._wiring import (
@@ -27,7 +28,7 @@ from sglang_stacks.components._wiring import (
     host_connection,
     launch_flags,
 )
-from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs, measured_server
+from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.components.canary import CanaryArgs, CanaryGate
 from sglang_stacks.components.multinode import build_replica_parts
 from sglang_stacks.components.router import RouterArgs, RouterWorker, SGLangRouter, WorkerArgs

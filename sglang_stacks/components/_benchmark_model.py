@@ -1,0 +1,76 @@
+"""What a benchmark is given and what it gives: `BenchmarkInputs` (the server measured, the workload,
+what the history records beside the numbers) and `BenchmarkOutputs` (each load level's result).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import pulumi
+from pydantic import Field
+
+from sglang_stacks.components._provider import LABEL, REPLACES, REPLACES_IF_KNOWN, HostInputs, Props
+from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
+from sglang_stacks.results import stats
+
+if TYPE_CHECKING:
+    from sglang_stacks.components.server import SGLangServer
+
+
+class MeasuredServer(Props):
+    """The server a benchmark measures, asked how it is when the benchmark fails."""
+
+    pid: int
+    start_ticks: int
+    """With the pid, the process's identity (pids are reused)."""
+    port: int
+    log_path: str
+
+
+def measured_server(server: SGLangServer, port: int) -> pulumi.Output[MeasuredServer]:
+    """The `MeasuredServer` of a benchmark of ``server``, which serves on ``port``."""
+    return pulumi.Output.all(
+        server.output(lambda o: o.pid),
+        server.output(lambda o: o.start_ticks),
+        server.output(lambda o: o.log_path),
+    ).apply(lambda found: MeasuredServer(pid=found[0], start_ticks=found[1], port=port, log_path=found[2]))
+
+
+class BenchmarkInputs(HostInputs):
+    """What a benchmark measures; a change of a ``REPLACES`` field means a new measurement."""
+
+    stack: Annotated[str, LABEL]
+    """The stack measured (it must hold the host's claim)."""
+    python: Annotated[str, REPLACES_IF_KNOWN]
+    """The host's Python that runs the load generator."""
+    url: Annotated[str, REPLACES]
+    """The server's base URL as seen from the host."""
+    server_instance: Annotated[str, REPLACES]
+    """The server launch measured: a new server means new numbers."""
+    workload: Annotated[BenchmarkSpec, REPLACES]
+    """The stack's benchmark section."""
+    launch_command: Annotated[str, LABEL]
+    """Recorded in the history beside the numbers."""
+    sglang_version: Annotated[str, LABEL]
+    """Recorded in the history beside the numbers."""
+    flags_digest: Annotated[str, LABEL]
+    """Recorded in the history beside the numbers."""
+    gate: GateSpec | None = None
+    """The regression gate, judged on the kept result when only it changes (no GPU time)."""
+    gpu_hour_price: float | None = None
+    """What one GPU costs per hour; a change re-prices the kept result."""
+    gpu_count: int = 1
+    """GPUs of the host, for the cost per million tokens."""
+    state_dir: Annotated[str, LABEL]
+    """The host's folder of sglang-stacks state (claim, progress file)."""
+    update_id: Annotated[str, LABEL]
+    """The running update, for the claim."""
+    server: Annotated[MeasuredServer | None, LABEL] = None
+    """The one server measured (none behind a router): a failed benchmark asks it how it is."""
+
+
+class BenchmarkOutputs(Props):
+    """The measurement."""
+
+    levels: list[stats.BenchmarkResult] = Field(min_length=1)
+    """The metrics at each load level; the first level's are the stack's headline (its tok/s)."""

@@ -1,0 +1,105 @@
+"""The load generator's run on the GPU host: shipped over the session as a tar stream with the
+workload's dataset, run against the server, its document read back; a dropped session named.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sglang_stacks.components._benchmark_model import BenchmarkInputs
+from sglang_stacks.errors import BenchmarkError, HostError, StacksError
+from sglang_stacks.hostops import programs, transport
+from sglang_stacks.hostops.transport import quote, quote_path
+
+if TYPE_CHECKING:
+    from sglang_stacks.hostops.loadgen.document import Document
+
+# The results' document reader and the load generator's bundle are imported in the function that
+# runs it: a program run or a refresh needs neither.
+
+# The load generator arrives as a tar stream on stdin and runs from a scratch folder that goes
+# when the script ends; its progress file stays for `sglang-stacks logs`. It runs under
+# programs/bound.py: it stops when the session that started it dies (a killed update, a dropped
+# connection), and one an earlier session left behind is stopped before this one starts, so a
+# benchmark always measures alone.
+_RUN_LOADGEN = (
+    "scratch=$(mktemp -d) && trap 'rm -rf \"$scratch\"' EXIT "
+    "&& mkdir -p {progress_dir} && : > {progress} "
+    '&& tar -x -f - -C "$scratch" --no-same-owner && cd "$scratch" '
+    '&& {python} -c "$SGLANG_STACKS_BOUND" {runfile} {label} '
+    "-- {python} -m {package} {argv} --progress-file={progress}\n"
+)
+# The ShareGPT file travels inside the tar stream under this name.
+_DATASET_NAME = "dataset.json"
+
+
+def progress_path(state_dir: str, stack: str) -> str:
+    """Where the benchmark of ``stack`` writes its progress lines on the host."""
+    return f"{state_dir.rstrip('/')}/benchmarks/{stack}.progress.jsonl"
+
+
+def run_on_host(inputs: BenchmarkInputs) -> Document:
+    """Ships the load generator to the host over the session, runs it there, returns its document."""
+    from sglang_stacks.hostops import loadgen
+    from sglang_stacks.hostops.loadgen.contract import Workload
+    from sglang_stacks.results.summary import read_document
+
+    conn = inputs.connection
+    settings = inputs.workload.model_dump(mode="json")
+    extra: dict[str, bytes] = {}
+    if settings.get("dataset_path"):
+        path = Path(settings["dataset_path"]).expanduser()
+        try:
+            extra[_DATASET_NAME] = path.read_bytes()
+        except OSError as exc:
+            raise BenchmarkError(
+                f"sglang-stacks:benchmark.dataset_path {str(path)!r} cannot be read ({exc}); "
+                "point it at a ShareGPT-format JSON file on this machine."
+            ) from exc
+        settings["dataset_path"] = _DATASET_NAME
+    workload = Workload.from_settings(inputs.url, settings)
+    progress = progress_path(inputs.state_dir, inputs.stack)
+    script = _RUN_LOADGEN.format(
+        python=quote(inputs.python),
+        runfile=quote_path(f"{inputs.state_dir.rstrip('/')}/loadgen.json"),
+        label=quote(f"stack {inputs.stack} (update {inputs.update_id or 'unnamed'})"),
+        package=loadgen.PACKAGE_NAME,
+        argv=" ".join(quote(arg) for arg in workload.argv() if not arg.startswith("--progress-file=")),
+        progress=quote_path(progress),
+        progress_dir=quote_path(progress.rsplit("/", 1)[0]),
+    )
+    timeout_s = inputs.workload.timeout_s
+    started = time.monotonic()
+    try:
+        result = transport.run(
+            conn,
+            script,
+            timeout_s=timeout_s,
+            stdin=loadgen.bundle(extra),
+            env={"SGLANG_STACKS_BOUND": programs.source("bound.py")},
+        )
+    except HostError as error:
+        raise _dropped(inputs, time.monotonic() - started, timeout_s, error) from None
+    if not result.ok:
+        raise BenchmarkError(
+            f"The benchmark on {conn.label} failed (exit {result.exit_code}): "
+            f"{result.stderr.strip()[-2000:] or result.stdout.strip()[-2000:]} "
+            "Check that the server still runs (`pulumi refresh`) and that the workload fits its limits."
+        )
+    return read_document(result.stdout)
+
+
+def _dropped(inputs: BenchmarkInputs, elapsed_s: float, timeout_s: float, error: HostError) -> StacksError:
+    """The error of a benchmark whose session failed: the host answered the claim just before,
+    so the connection settings are right and the connection dropped."""
+    if elapsed_s >= timeout_s:
+        return error  # the workload's own time limit: the message says so
+    cause = f" (the SSH client said: {error.last_output})" if error.last_output else ""
+    return BenchmarkError(
+        f"The connection to {inputs.connection.label} dropped after {elapsed_s:.0f} s of the benchmark"
+        f"{cause}; nothing was recorded. The load generator on the host stops with its session, and "
+        "the next update stops any that is left, so it measures alone: once the host answers again, "
+        f"run `pulumi up -s {inputs.stack}`."
+    )
