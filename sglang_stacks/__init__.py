@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from sglang_stacks.errors import RegressionError as RegressionError
     from sglang_stacks.errors import RouterError as RouterError
     from sglang_stacks.errors import ServerError as ServerError
+    from sglang_stacks.errors import ServingError as ServingError
     from sglang_stacks.errors import SpecError as SpecError
     from sglang_stacks.errors import StacksError as StacksError
     from sglang_stacks.exits import ExitCode as ExitCode
@@ -58,6 +59,7 @@ __all__ = [
     "RegressionError",
     "RouterError",
     "ServerError",
+    "ServingError",
     "SpecError",
     "StacksError",
 ]

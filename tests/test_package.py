@@ -155,3 +155,17 @@ def test_the_public_imports_the_readme_shows_work() -> None:
 
     exec(compile(shown, "README.md", "exec"), {})  # raises ImportError if a name moved
     assert shown.count("import") >= 5
+
+
+def test_every_error_of_the_hierarchy_is_offered_by_the_package() -> None:
+    # A program catching the tool's failures imports them from the package, never from a module.
+    import sglang_stacks
+    from sglang_stacks import errors
+
+    hierarchy = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, errors.StacksError)
+    }
+
+    assert hierarchy - set(sglang_stacks.__all__) == set()
