@@ -13,9 +13,11 @@ from optuna.trial import TrialState
 
 from sglang_stacks.campaign.attributes import read_attributes, records
 from sglang_stacks.campaign.early_stop import IntervalPruner
+from sglang_stacks.campaign.evaluation import LAUNCH, PREFLIGHT, evaluate
 from sglang_stacks.campaign.model import CampaignSpec, load_campaign
 from sglang_stacks.campaign.plan import judge, make_plan
-from sglang_stacks.campaign.search import LAUNCH, PREFLIGHT, Search, SearchSpace, evaluate
+from sglang_stacks.campaign.search import Search
+from sglang_stacks.campaign.space import SearchSpace
 from sglang_stacks.campaign.study import open_study
 from sglang_stacks.config.stackfile import read_stack_file
 

@@ -2,13 +2,14 @@
 
 ``model`` reads ``campaigns/<name>.yaml``; ``axes`` turns axis points into candidates; ``plan``
 keeps or discards each with preflight and the memory planner, touching no host, and chooses the
-strategy; ``search`` is the search itself without any host (the axes as the study's parameters,
-the samplers, the pruner, what the study is told for each outcome); ``study`` keeps the campaign's
-state, an Optuna study in ``reports/<name>/study.db`` or a database, with each trial's attributes;
-``runner`` runs the suggested candidates as trial stacks through the Automation API
-(``sglang_stacks.drive``) and settles the trials of a killed run; ``legacy`` imports the previous
-release's ``sweep.json``; ``objective`` reads a metric at a load level; ``rank`` orders trials
-with their 95 % intervals and significance; ``report`` writes the Markdown report and its
+strategy; ``search`` is the search itself without any host (what the study is told for each
+outcome), on the axes as the study's parameters (``space``), the strategy's sampler and pruner
+(``samplers``) and the objectives and constraints of a measured trial (``evaluation``); ``study``
+keeps the campaign's state, an Optuna study in ``reports/<name>/study.db`` or a database, with each
+trial's attributes; ``runner`` runs the suggested candidates as trial stacks through the Automation
+API (``sglang_stacks.drive``) and settles the trials of a killed run; ``legacy`` imports the
+previous release's ``sweep.json``; ``objective`` reads a metric at a load level; ``rank`` orders
+trials with their 95 % intervals and significance; ``report`` writes the Markdown report and its
 matplotlib figures (``figures``, drawing what ``frontier`` computes: the serving plane with its
 Pareto frontier, the search history); ``dashboard`` serves the study in optuna-dashboard;
 ``promote`` writes a trial into a stack file.
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from sglang_stacks.campaign.plan import PlanRow as PlanRow
     from sglang_stacks.campaign.plan import plan_campaign as plan_campaign
     from sglang_stacks.campaign.search import Search as Search
-    from sglang_stacks.campaign.search import SearchSpace as SearchSpace
+    from sglang_stacks.campaign.space import SearchSpace as SearchSpace
     from sglang_stacks.campaign.study import open_study as open_study
 
 __all__ = [
@@ -52,7 +53,7 @@ _HOMES = {
     "Plan": "plan",
     "PlanRow": "plan",
     "Search": "search",
-    "SearchSpace": "search",
+    "SearchSpace": "space",
     "TrialAttributes": "attributes",
     "TrialRecord": "attributes",
     "load_campaign": "model",

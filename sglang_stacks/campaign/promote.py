@@ -14,7 +14,7 @@ from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.rank import rank
 from sglang_stacks.campaign.report import load_records
-from sglang_stacks.campaign.search import SearchSpace
+from sglang_stacks.campaign.space import SearchSpace
 from sglang_stacks.config.stackfile import stack_file_text
 from sglang_stacks.errors import SpecError
 from sglang_stacks.results import promote as promote_stack

@@ -39,7 +39,8 @@ from sglang_stacks.campaign.legacy import import_sweep_file
 from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.campaign.objective import samples
 from sglang_stacks.campaign.plan import Plan, PlanRow, judge
-from sglang_stacks.campaign.search import Search, report_repetitions
+from sglang_stacks.campaign.samplers import report_repetitions
+from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.study import heartbeat
 from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.errors import BenchmarkError, SpecError, StacksError
@@ -422,8 +423,7 @@ class Sweep:
         rest = self.trials.deploy(
             row, host, {"benchmark.repetitions": total - early.after_repetitions}, benchmark_again=True
         )
-        for step, value in enumerate(samples(goal, rest, gpus), start=early.after_repetitions):
-            trial.report(value, step)
+        report_repetitions(trial, samples(goal, rest, gpus), first_step=early.after_repetitions)
         return merge_levels(first, rest), None
 
     def _destroyed(self, stack: str, interrupted: bool = False) -> bool:

@@ -1,0 +1,62 @@
+"""The search strategies as Optuna samplers, seeded with ``search.seed``: ``grid`` (every kept
+candidate, enqueued in file order by ``sweep run``, a random sampler behind it), ``random``, ``tpe``
+(the default once the kept candidates outnumber the budget) and ``nsga2``; and early stop
+(``early_stop``) as the study's pruner, fed the first objective's samples one repetition a step.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import optuna
+
+from sglang_stacks.campaign.early_stop import IntervalPruner
+from sglang_stacks.campaign.model import CampaignSpec
+from sglang_stacks.campaign.model_search import Strategy
+
+__all__ = ["make_pruner", "make_sampler", "report_repetitions", "startup_trials"]
+
+
+def startup_trials(campaign: CampaignSpec, strategy: Strategy) -> int:
+    """TPE's random suggestions before its model, or NSGA-II's population."""
+    if campaign.search.startup_trials is not None:
+        return campaign.search.startup_trials
+    if strategy == "nsga2":
+        return 8
+    limit = campaign.budget.max_trials
+    return 10 if limit is None else min(10, max(4, limit // 4))
+
+
+def make_sampler(campaign: CampaignSpec, strategy: Strategy) -> optuna.samplers.BaseSampler:
+    """The sampler of ``strategy``, seeded with ``search.seed``. ``grid`` enqueues its candidates
+    instead of sampling (``sweep run`` does it): a random sampler stands behind it."""
+    seed = campaign.search.seed
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if strategy == "tpe":
+            return optuna.samplers.TPESampler(
+                seed=seed,
+                n_startup_trials=startup_trials(campaign, strategy),
+                multivariate=True,
+                constant_liar=True,  # the hosts' running trials are not suggested again meanwhile
+            )
+        if strategy == "nsga2":
+            return optuna.samplers.NSGAIISampler(
+                seed=seed, population_size=startup_trials(campaign, strategy)
+            )
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def make_pruner(campaign: CampaignSpec, total_repetitions: int) -> optuna.pruners.BasePruner:
+    """The interval rule (``early_stop``) as a pruner, or none."""
+    if campaign.early_stop is None:
+        return optuna.pruners.NopPruner()
+    return IntervalPruner(total_repetitions)
+
+
+def report_repetitions(trial: optuna.Trial, samples: Sequence[float], first_step: int = 0) -> None:
+    """Report the first objective's samples as the trial's intermediate values, one step per
+    repetition from ``first_step``: what the interval pruner reads."""
+    for step, value in enumerate(samples, start=first_step):
+        trial.report(value, step)

@@ -1,0 +1,114 @@
+"""A campaign's axes as the parameters of its Optuna study: a list or zipped axis is a categorical
+parameter over its labels, a ``low``/``high`` interval an integer or real one. A trial's parameters
+make one ``Candidate``; a candidate's labels give its parameters back (to queue or import it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+from sglang_stacks.campaign.axes import Candidate, candidate_base, combine
+from sglang_stacks.campaign.model import CampaignSpec
+from sglang_stacks.campaign.model_axes import Axis
+from sglang_stacks.config.spec import BenchmarkSpec
+
+__all__ = ["SearchSpace"]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The campaign's axes as the study's parameters, on the candidates' base sections."""
+
+    campaign: CampaignSpec
+    base: dict[str, Any]
+    """The sections every candidate starts from (``candidate_base`` of the base stack)."""
+
+    @classmethod
+    def of(cls, campaign: CampaignSpec, base_stack: Mapping[str, Any]) -> SearchSpace:
+        """The space of ``campaign`` over its base stack's sections."""
+        return cls(campaign, candidate_base(campaign, base_stack))
+
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """Axis title -> its distribution."""
+        return {axis.title: _distribution(axis) for axis in self.campaign.axes}
+
+    def repetitions(self) -> int:
+        """How many repetitions each trial's benchmark measures."""
+        return BenchmarkSpec.model_validate(self.base.get("benchmark") or {}).repetitions
+
+    def size(self) -> int | None:
+        """How many combinations the axes make; None when an axis is a real interval without step."""
+        counts = [axis.count() for axis in self.campaign.axes]
+        return None if None in counts else math.prod(c for c in counts if c is not None)
+
+    def candidate(self, params: Mapping[str, Any]) -> Candidate:
+        """The candidate of a trial's parameters (axis title -> label, or number on an interval)."""
+        points: dict[str, tuple[str, dict[str, Any]]] = {}
+        for axis in self.campaign.axes:
+            value = params[axis.title]
+            if axis.interval:
+                points[axis.title] = axis.value_at(value)
+            else:
+                points[axis.title] = dict((label, (label, p)) for label, p in axis.points())[str(value)]
+        return combine(self.base, points)
+
+    def params(self, labels: Mapping[str, str]) -> dict[str, Any]:
+        """A candidate's parameters from its labels (to enqueue or import it); KeyError when the
+        labels do not name a point of every axis."""
+        found: dict[str, Any] = {}
+        for axis in self.campaign.axes:
+            label = labels[axis.title]
+            if axis.interval:
+                found[axis.title] = int(label) if axis.integer else float(label)
+            elif label in {point for point, _ in axis.points()}:
+                found[axis.title] = label
+            else:
+                raise KeyError(label)
+        return found
+
+    def gpus(self, labels: Mapping[str, str]) -> int:
+        """GPUs the server of the candidate with ``labels`` uses (its ``tp_size``); 1 when the labels
+        are no point of the axes."""
+        try:
+            candidate = self.candidate(self.params(labels))
+        except KeyError:
+            return 1
+        return int((candidate.sections.get("server") or {}).get("tp_size") or 1)
+
+    def flags(self, candidate: Candidate) -> dict[str, str]:
+        """The keys the candidate sets to something else than the base stack has, with its labels."""
+        changed: dict[str, str] = {}
+        for key, value in candidate.assignments.items():
+            node: Any = self.base
+            for part in key.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            unset = value is None or value == "auto"
+            if (node is None and not unset) or (node is not None and node != value):
+                changed[key] = "auto" if unset else ("set" if isinstance(value, dict) else str(value))
+        return changed
+
+
+def _distribution(axis: Axis) -> BaseDistribution:
+    if not axis.interval:
+        return CategoricalDistribution([label for label, _ in axis.points()])
+    assert axis.low is not None and axis.high is not None
+    if axis.integer:
+        step = int(axis.step or 1)
+        high = int(axis.low + (int(axis.high) - int(axis.low)) // step * step)
+        return IntDistribution(int(axis.low), high, log=axis.log, step=step)
+    high_value = float(axis.high)
+    if axis.step is not None:  # Optuna wants high on the grid of low + k * step
+        count = axis.count()
+        assert count is not None
+        high_value = float(axis.low) + (count - 1) * float(axis.step)
+    return FloatDistribution(float(axis.low), high_value, log=axis.log, step=axis.step)
