@@ -21,7 +21,7 @@ Strategies, each run with ``--seeds`` seeds:
 - ``tpe``: plain Optuna TPE (default settings) over the axes as categorical parameters, every
   suggestion launched (no preflight), failures told as failed (what auto-tune-vllm does); a
   suggestion it already measured is told that value again at no cost;
-- ``ours``: ``sweep run`` itself: the ``Sweep`` of ``sglang_stacks.campaign.runner`` on an in-memory
+- ``ours``: ``sweep run`` itself: the ``Sweep`` of ``sglang_stacks.campaign.sweep`` on an in-memory
   study of the campaign with ``search.strategy: tpe`` and early stop after 2 repetitions, its trial
   runner's Pulumi deploy replaced by the emulated trial (``EmulatedTrials``).
 
@@ -66,8 +66,8 @@ from sglang_stacks.campaign.model import CampaignSpec, load_campaign
 from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.campaign.model_search import EarlyStopSpec, SearchSpec
 from sglang_stacks.campaign.plan import Plan, PlanRow, make_plan
-from sglang_stacks.campaign.runner import Sweep
 from sglang_stacks.campaign.search import Search
+from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.campaign.trial import TrialFailure
 from sglang_stacks.results.stats import BenchmarkResult, ci95, stdev
 
@@ -441,7 +441,7 @@ class EmulatedTrials:
 
 
 def run_ours(space: Space, seed: int, host: Host, stop: StopRule) -> None:
-    """The campaign's own search: ``sweep run``'s ``Sweep`` (``sglang_stacks.campaign.runner``) on
+    """The campaign's own search: ``sweep run``'s ``Sweep`` (``sglang_stacks.campaign.sweep``) on
     an in-memory study, its trials deployed by ``EmulatedTrials`` instead of Pulumi. Its own code
     asks the study, has preflight's verdict told infeasible, a repeated suggestion the earlier
     outcome, a failed launch a violated constraint, and after the first repetitions lets the

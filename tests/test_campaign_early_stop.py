@@ -16,8 +16,8 @@ from sglang_stacks.campaign.attributes import Driver, records, write_attributes
 from sglang_stacks.campaign.early_stop import clearly_worse, merge_levels
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.campaign.plan import Plan, make_plan
-from sglang_stacks.campaign.runner import Sweep
 from sglang_stacks.campaign.search import Search
+from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.results import history
 from sglang_stacks.results.stats import BenchmarkResult, ci95
 from tests._pulumi import emulator_stack

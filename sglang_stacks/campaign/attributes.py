@@ -33,6 +33,7 @@ __all__ = [
     "TrialRecord",
     "TrialRecords",
     "TrialStatus",
+    "ran",
     "read_attributes",
     "records",
     "write_attributes",
@@ -131,6 +132,13 @@ class TrialAttributes(BaseModel):
     replaces: int | None = None
     """The trial (number) whose driver died before telling it; this one settles or re-runs it."""
 
+    def with_gpu_hours(self) -> TrialAttributes:
+        """These attributes with the trial's GPU time: its time on the host times the host's GPUs."""
+        if self.started_at is None or self.finished_at is None:
+            return self
+        hours = (self.finished_at - self.started_at) / 3600 * (self.host_gpus or 1)
+        return self.model_copy(update={"gpu_hours": hours})
+
 
 class TrialRecord(TrialAttributes):
     """A trial as the report and the ranking read it: its attributes, and the study's own fields."""
@@ -152,6 +160,29 @@ class TrialRecord(TrialAttributes):
     def launched(self) -> bool:
         """It ran on a host: it counts as a GPU trial."""
         return self.gpu_hours is not None
+
+
+_RAN = {
+    "stack",
+    "labels",
+    "flags",
+    "host",
+    "host_gpus",
+    "gpus",
+    "driver",
+    "started_at",
+    "finished_at",
+    "gpu_hours",
+    "replaces",
+}
+
+
+def ran(attributes: TrialAttributes, **outcome: Any) -> dict[str, Any]:
+    """What the study is told of a trial beside its outcome: where and when it ran (its stack,
+    labels, flags, host, driver, times, the trial it replaces), with ``outcome``'s fields, and its
+    GPU time."""
+    told = TrialAttributes.model_validate(attributes.model_dump(include=_RAN) | outcome).with_gpu_hours()
+    return told.model_dump(include=_RAN | set(outcome))
 
 
 def write_attributes(study: optuna.Study, trial_id: int, **fields: Any) -> None:

@@ -108,11 +108,8 @@ def import_sweep_file(search: Search, folder: Path, settle: Callable[[str], obje
             message=trial.message,
             stopped_early=trial.stopped_early,
         )
-        if attributes.started_at is not None and attributes.finished_at is not None:
-            hours = (attributes.finished_at - attributes.started_at) / 3600
-            attributes = attributes.model_copy(update={"gpu_hours": hours * (attributes.host_gpus or 1)})
         try:
-            search.record(attributes)
+            search.record(attributes.with_gpu_hours())
         except KeyError:
             said.append(
                 f"{trial.stack}: not imported: its axis values {trial.labels} are no points of the axes now"

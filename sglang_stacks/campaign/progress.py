@@ -13,7 +13,7 @@ from sglang_stacks.campaign.objective import describe
 from sglang_stacks.campaign.rank import rank
 
 if TYPE_CHECKING:
-    from sglang_stacks.campaign.runner import Sweep
+    from sglang_stacks.campaign.sweep import Sweep
 
 __all__ = ["best", "display", "summary"]
 

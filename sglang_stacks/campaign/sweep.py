@@ -1,0 +1,283 @@
+"""One ``sweep run``'s trials: the ``Sweep`` each pool host's worker asks for its next trial (the
+study's suggestion, judged by preflight and the memory planner: a doomed one is told infeasible,
+nothing launched; one already run gets its result again), then runs it as a trial stack on its host
+through the Automation API (deploy, benchmark, destroy) and tells the study the outcome, until the
+strategy's candidates, the budget or the sampler's new suggestions run out (``limits``).
+
+Ctrl-C lets Pulumi finish the step in flight; each host's trial stack is destroyed
+and the study told the trial was interrupted: its result is kept when its benchmark reached the
+results history, else its candidate is queued to run again. The trials of a ``sweep run`` killed
+outright are settled by the next one (``resume``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from pulumi import automation as auto
+
+from sglang_stacks.campaign.attributes import (
+    Driver,
+    TrialAttributes,
+    TrialRecord,
+    ran,
+    records,
+    write_attributes,
+)
+from sglang_stacks.campaign.axes import trial_stack_name
+from sglang_stacks.campaign.early_stop import IntervalPruner, merge_levels
+from sglang_stacks.campaign.legacy import import_sweep_file
+from sglang_stacks.campaign.limits import MAX_REPEATS, earlier_trial, exhausted, over_budget
+from sglang_stacks.campaign.model_pool import PoolHost
+from sglang_stacks.campaign.objective import samples
+from sglang_stacks.campaign.plan import Plan, PlanRow, judge
+from sglang_stacks.campaign.resume import Resumption, settling
+from sglang_stacks.campaign.samplers import report_repetitions
+from sglang_stacks.campaign.search import Search
+from sglang_stacks.campaign.study import heartbeat
+from sglang_stacks.campaign.trial import TrialRunner
+from sglang_stacks.errors import BenchmarkError, SpecError, StacksError
+
+__all__ = ["Sweep"]
+
+_ELAPSED = "elapsed_s"
+"""The study's attribute that keeps the campaign's time sweeping over its runs."""
+_SIGNAL_GRACE_S = 1.0
+
+
+@dataclass(frozen=True)
+class _Picked:
+    """A trial to run on a host, its plan row and its attributes so far."""
+
+    trial: optuna.Trial
+    row: PlanRow
+    attributes: TrialAttributes
+
+
+@dataclass
+class Sweep:
+    """One ``sweep run`` of a campaign: its plan, project, report folder, search and trial runner."""
+
+    plan: Plan
+    project: Path
+    folder: Path
+    db_path: Path
+    search: Search
+    trials: TrialRunner
+    driver: Driver = field(default_factory=Driver.this)
+    stop: threading.Event = field(default_factory=threading.Event)
+    started: float = field(default_factory=time.monotonic)
+    events: list[str] = field(default_factory=list)
+    ended: str | None = None
+    """Why the search stopped before its candidates ran out (budget, convergence)."""
+    resumption: Resumption = field(init=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _repeats: int = 0
+    _rows: dict[str, PlanRow] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.resumption = Resumption(self.plan, self.search, self.trials, self.db_path, self.say)
+
+    @property
+    def study(self) -> optuna.Study:
+        return self.search.study
+
+    def say(self, line: str) -> None:
+        self.events.append(line)
+
+    def records(self) -> list[TrialRecord]:
+        return records(self.study)
+
+    @property
+    def elapsed_before(self) -> float:
+        return float(self.study.user_attrs.get(_ELAPSED, 0.0))
+
+    def elapsed_s(self) -> float:
+        """The campaign's time sweeping, this run's and the earlier runs'."""
+        return self.elapsed_before + time.monotonic() - self.started
+
+    def keep_elapsed(self) -> None:
+        """Keep the campaign's time sweeping in its study, for the next run's budget."""
+        self.study.set_user_attr(_ELAPSED, self.elapsed_s())
+
+    # -- before the workers start -------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Import the previous release's sweep file, settle the trials of a killed run, and
+        queue a grid's candidates."""
+        self._rows = {row.candidate.digest: row for row in self.plan.rows}
+        with settling(self.folder):
+            for line in import_sweep_file(self.search, self.folder, self.trials.settle):
+                self.say(line)
+            self.resumption.settle_dead()
+        if self.search.strategy == "grid":
+            taken = {r.stack for r in self.records() if r.state != "FAIL"}
+            for row in self.plan.kept():
+                if row.stack not in taken:
+                    self.search.enqueue(row.candidate.labels, {"stack": row.stack})
+
+    # -- choosing the next trial ----------------------------------------------------------------
+
+    def next_trial(self, host: PoolHost) -> _Picked | None:
+        """The next trial for ``host``, its attributes written; None when the search is over."""
+        with self._lock:
+            while not self.stop.is_set():
+                found = self.records()
+                self.ended = over_budget(self.plan.campaign.budget, found, self.elapsed_s())
+                if self.ended is not None or exhausted(self.plan, self.search.strategy, found):
+                    return None
+                trial, candidate = self.search.ask()
+                stack = trial_stack_name(self.plan.name, candidate)
+                queued = dict(trial.user_attrs)  # an enqueued trial's (grid, or one run again)
+                written: dict[str, Any] = {
+                    "stack": stack,
+                    "labels": candidate.labels,
+                    "flags": self.search.space.flags(candidate),
+                    "driver": self.driver,
+                }
+                write_attributes(self.study, trial._trial_id, **written)
+                # Read again: a driver on another machine may have begun the same candidate meanwhile.
+                earlier = earlier_trial(self.records(), stack, trial.number)
+                if earlier is not None:
+                    self.search.tell_duplicate(trial, self.study.trials[earlier.number], written)
+                    self._repeats += 1
+                    if self._repeats >= MAX_REPEATS:
+                        self.ended = (
+                            f"converged: the last {MAX_REPEATS} suggestions were candidates already run"
+                        )
+                        return None
+                    continue
+                row = self._rows.get(candidate.digest) or judge(self.plan.name, self.plan.campaign, candidate)
+                if row.verdict == "discarded":
+                    self.search.tell_infeasible(trial, row, written)
+                    why = row.reasons[0].split(":", 1)[0] if row.reasons else "preflight"
+                    self.say(f"{stack} discarded by preflight ({why}); nothing launched")
+                    continue
+                self._repeats = 0
+                running = {
+                    "status": "running",
+                    "host": host.name,
+                    "host_gpus": host.host.gpu_count,
+                    "gpus": row.spec.tp_size if row.spec else 1,
+                    "started_at": time.time(),
+                }
+                write_attributes(self.study, trial._trial_id, **running)
+                return _Picked(trial, row, TrialAttributes.model_validate(queued | written | running))
+        return None
+
+    # -- running a trial --------------------------------------------------------------------------
+
+    def work(self, host: PoolHost) -> None:
+        """One host's loop: run the next trial, until the search is over or the sweep stops."""
+        while not self.stop.is_set():
+            picked = self.next_trial(host)
+            if picked is None:
+                return
+            self.run_trial(picked, host)
+
+    def _tell_measured(
+        self, picked: _Picked, levels: list[dict[str, Any]], stopped: str | None, told: dict[str, Any]
+    ) -> None:
+        stack, host = picked.attributes.stack, picked.attributes.host
+        try:
+            evaluation = self.search.tell_measured(picked.trial, levels, told, stopped_early=stopped)
+        except BenchmarkError as error:
+            self.search.tell_failed(picked.trial, "benchmark", str(error), told)
+            self.say(f"{stack} failed on {host} (benchmark): {error}")
+            return
+        missed = "".join(f"; misses {v.describe()}" for v in evaluation.violations)
+        self.say(f"{stack} measured on {host}: {evaluation.values[0]:.1f}{missed}")
+        if stopped:
+            self.say(f"{stack} stopped early: {stopped}")
+
+    def run_trial(self, picked: _Picked, host: PoolHost) -> None:
+        """Deploy, benchmark and destroy one trial on ``host``, then tell the study."""
+        row, trial, stack = picked.row, picked.trial, picked.row.stack
+        self.say(f"{stack} started on {host.name}")
+        with heartbeat(self.study, trial._trial_id):
+            outcome: dict[str, Any]
+            try:
+                levels, stopped = self.measure(row, host, trial)
+                outcome = {"status": "measured", "levels": levels, "stopped_early": stopped}
+            except Exception as error:  # one trial's failure, whatever it is, must not end the sweep
+                # Ctrl-C reaches every Pulumi process of the sweep, whichever step it was in, and
+                # this process at the same moment: its handler may need a moment to say so.
+                if self.stop.wait(_SIGNAL_GRACE_S):
+                    self._interrupted(picked)
+                    return
+                failure = self.trials.failure(stack, error)
+                outcome = {"status": "failed", "cause": failure.cause, "message": failure.message}
+            outcome["finished_at"] = time.time()
+            write_attributes(self.study, trial._trial_id, **outcome)  # kept should the sweep die now
+            if not self._destroyed(stack):
+                self.say(f"{stack}: destroy failed; the next sweep run destroys it (see its log)")
+                return  # running, under this driver: the next sweep run settles it
+        told = ran(picked.attributes, finished_at=outcome["finished_at"])
+        with self._lock:
+            if outcome["status"] == "measured":
+                self._tell_measured(picked, outcome["levels"], outcome["stopped_early"], told)
+            else:
+                self.search.tell_failed(trial, outcome["cause"], outcome["message"], told)
+                self.say(f"{stack} failed on {host.name} ({outcome['cause']}); the sweep goes on")
+
+    def measure(
+        self, row: PlanRow, host: PoolHost, trial: optuna.Trial
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Deploy and benchmark a trial: its levels, and why it stopped early (None: it did not).
+        With early stop, its first repetitions are reported to the study and its pruner decides."""
+        early = self.plan.campaign.early_stop
+        total = row.spec.benchmark.repetitions if row.spec else 0
+        if early is None or early.after_repetitions >= total:
+            return self.trials.deploy(row, host), None
+        goal = self.plan.campaign.goals[0]
+        gpus = row.spec.tp_size if row.spec else 1
+        first = self.trials.deploy(row, host, {"benchmark.repetitions": early.after_repetitions})
+        report_repetitions(trial, samples(goal, first, gpus))
+        pruner = self.study.pruner
+        if isinstance(pruner, IntervalPruner) and trial.should_prune():
+            frozen = self.study.get_trials(deepcopy=False)[trial.number]
+            return first, pruner.reason(self.study, frozen)
+        rest = self.trials.deploy(
+            row, host, {"benchmark.repetitions": total - early.after_repetitions}, benchmark_again=True
+        )
+        report_repetitions(trial, samples(goal, rest, gpus), first_step=early.after_repetitions)
+        return merge_levels(first, rest), None
+
+    def _destroyed(self, stack: str, interrupted: bool = False) -> bool:
+        """Destroy a trial's stack; settle it first (``TrialRunner.settle``) when Ctrl-C cut its
+        update short, which may have left a server it was launching running, known to no state."""
+        for _ in range(2):
+            try:
+                if interrupted:
+                    self.trials.settle(stack)
+                else:
+                    self.trials.destroy(stack)
+                return True
+            except SpecError:
+                return True  # the backend has no such stack: nothing was deployed
+            except (auto.CommandError, StacksError):
+                if not self.stop.is_set():
+                    return False
+                interrupted = True
+        return False
+
+    def _interrupted(self, picked: _Picked) -> None:
+        """Ctrl-C cut the trial short: destroy its stack, keep a result that reached the history,
+        else queue its candidate again."""
+        stack = picked.attributes.stack
+        levels = self.resumption.recorded_levels(picked.attributes)
+        if not self._destroyed(stack, interrupted=True):
+            return  # running, under this driver: the next sweep run settles it
+        with self._lock:
+            if levels:
+                self._tell_measured(picked, levels, None, ran(picked.attributes, finished_at=time.time()))
+                return
+            write_attributes(self.study, picked.trial._trial_id, status="interrupted")
+            self.study.tell(picked.trial, state=TrialState.FAIL)
+            self.search.enqueue(picked.attributes.labels, {"stack": stack, "replaces": picked.trial.number})
