@@ -232,22 +232,22 @@ def records(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -
 @dataclass
 class TrialRecords:
     """``records`` of one study, read as a search goes: a finished trial's attributes never change
-    (the study refuses to), so each is read once, and each suggestion reads only the trials still
-    running or waiting, not every trial again."""
+    (the study refuses to), nor a queued one's while it waits, so each is read once and kept, and
+    each suggestion reads only the trials running or changed since, not every trial again."""
 
     study: optuna.Study
-    _finished: dict[int, TrialRecord] = field(default_factory=dict)
+    _kept: dict[int, TrialRecord] = field(default_factory=dict)
 
     def read(self, states: tuple[TrialState, ...] | None = None) -> list[TrialRecord]:
         """Every trial of the study (in ``states``) with our attributes, in trial order."""
         found: list[TrialRecord] = []
         for trial in self.study.get_trials(deepcopy=False, states=states):
-            record = self._finished.get(trial._trial_id)
-            if record is None:
+            record = self._kept.get(trial._trial_id)
+            if record is None or record.state != trial.state.name:
                 record = _record(self.study, trial)
             if record is None:
                 continue
-            if trial.state.is_finished():
-                self._finished[trial._trial_id] = record
+            if trial.state.is_finished() or trial.state == TrialState.WAITING:
+                self._kept[trial._trial_id] = record
             found.append(record)
         return found

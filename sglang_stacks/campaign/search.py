@@ -26,7 +26,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from sglang_stacks.campaign.attributes import TrialAttributes, write_attributes
+from sglang_stacks.campaign.attributes import TrialAttributes, TrialRecord, write_attributes
 from sglang_stacks.campaign.axes import Candidate
 from sglang_stacks.campaign.evaluation import (
     LAUNCH,
@@ -208,13 +208,13 @@ class Search:
         return _Outcome(state, evaluation.values, constraints, fields, intermediate), evaluation
 
     def tell_duplicate(
-        self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial, attributes: Mapping[str, Any]
+        self, trial: optuna.Trial, earlier: TrialRecord, attributes: Mapping[str, Any]
     ) -> None:
         """A suggestion of a candidate an earlier trial ran: that trial's outcome again, nothing
         launched (the sampler learns nothing new from it, and is not stuck on it)."""
         fields = dict(attributes) | {"status": "duplicate", "duplicate_of": earlier.number}
         constraints = dict(earlier.constraints) or constraint_values(self.campaign)
-        if earlier.state == TrialState.COMPLETE and earlier.values is not None:
+        if earlier.state == "COMPLETE" and earlier.values is not None:
             self._tell(trial, _Outcome(TrialState.COMPLETE, tuple(earlier.values), constraints, fields))
         else:
             self._tell(trial, _Outcome(TrialState.FAIL, (), constraints, fields))

@@ -26,8 +26,8 @@ from sglang_stacks.campaign.attributes import (
     Driver,
     TrialAttributes,
     TrialRecord,
+    TrialRecords,
     ran,
-    records,
     write_attributes,
 )
 from sglang_stacks.campaign.axes import trial_stack_name
@@ -80,9 +80,11 @@ class Sweep:
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _repeats: int = 0
     _rows: dict[str, PlanRow] = field(default_factory=dict)
+    _records: TrialRecords = field(init=False)
 
     def __post_init__(self) -> None:
         self.resumption = Resumption(self.plan, self.search, self.trials, self.db_path, self.say)
+        self._records = TrialRecords(self.search.study)
 
     @property
     def study(self) -> optuna.Study:
@@ -92,7 +94,9 @@ class Sweep:
         self.events.append(line)
 
     def records(self) -> list[TrialRecord]:
-        return records(self.study)
+        """Every trial's record; those of finished trials, and queued ones while they wait, are
+        read once and kept."""
+        return self._records.read()
 
     @property
     def elapsed_before(self) -> float:
@@ -145,7 +149,7 @@ class Sweep:
                 # Read again: a driver on another machine may have begun the same candidate meanwhile.
                 earlier = earlier_trial(self.records(), stack, trial.number)
                 if earlier is not None:
-                    self.search.tell_duplicate(trial, self.study.trials[earlier.number], written)
+                    self.search.tell_duplicate(trial, earlier, written)
                     self._repeats += 1
                     if self._repeats >= MAX_REPEATS:
                         self.ended = (
