@@ -1,16 +1,22 @@
 """The sweep's trial loop on an in-memory study, its trial stacks stood in for: a suggestion does not
 read again what the study says of the trials already finished or queued (a long search's CPU grew
-with the square of its trials)."""
+with the square of its trials), and a trial whose update Ctrl-C ended is queued to run again, not
+recorded failed, however late Python runs the Ctrl-C handler in the main thread."""
 
 from __future__ import annotations
 
+import signal
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
+from pulumi import automation as auto
 
 from sglang_stacks.campaign import attributes
-from sglang_stacks.campaign.attributes import TrialRecord
+from sglang_stacks.campaign.attributes import TrialRecord, records
+from sglang_stacks.campaign.interrupt import CtrlC
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.campaign.plan import Plan, PlanRow, make_plan
 from sglang_stacks.campaign.search import Search
@@ -98,3 +104,56 @@ def test_a_suggestion_reads_no_finished_or_queued_trial_again(
 
     assert picked is not None and before[picked.trial.number] == "WAITING"
     assert set(read) == {picked.trial.number}  # the queued trial it took, now running; no other
+
+
+class _CtrlCEndsTheUpdate(_Measured):
+    """The update's Pulumi process ends on Ctrl-C, which this worker thread takes; ``decided`` is
+    set once the worker has judged the trial (settled it as interrupted, or classed its failure)."""
+
+    def __init__(self) -> None:
+        self.decided = threading.Event()
+
+    def deploy(
+        self, row: PlanRow, host: object, overrides: object = None, **_: object
+    ) -> list[dict[str, Any]]:
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        raise auto.CommandError(auto.CommandResult(stdout="", stderr="update canceled", code=255))
+
+    def settle(self, stack: str) -> list[str]:
+        self.decided.set()
+        return []
+
+    def failure(self, stack: str, error: Exception) -> TrialFailure:
+        self.decided.set()
+        return super().failure(stack, error)
+
+
+def test_a_trial_whose_update_ctrl_c_ended_runs_again_though_the_handler_has_not_run_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trials = _CtrlCEndsTheUpdate()
+    sweep = _sweep(tmp_path, trials)
+    handler = signal.getsignal(signal.SIGINT)
+    handle = CtrlC._handle
+
+    def late(ctrl_c: CtrlC, signum: int, frame: FrameType | None) -> None:
+        trials.decided.wait(60)  # the main thread is busy: Python runs the handler after the worker judged
+        handle(ctrl_c, signum, frame)
+
+    monkeypatch.setattr(CtrlC, "_handle", late)
+    host = sweep.plan.campaign.pool[0]
+    picked = sweep.next_trial(host)
+    assert picked is not None
+    worker = threading.Thread(target=sweep.run_trial, args=(picked, host))
+
+    with sweep.ctrl_c:
+        with pytest.raises(KeyboardInterrupt):
+            worker.start()
+            sweep.stop.wait(60)
+        worker.join()
+
+    of_stack = [r for r in records(sweep.study) if r.stack == picked.attributes.stack]
+    assert [(r.state, r.status) for r in of_stack] == [("FAIL", "interrupted"), ("WAITING", "queued")]
+    assert of_stack[1].replaces == picked.trial.number
+    assert not any("failed" in line for line in sweep.events), sweep.events
+    assert signal.getsignal(signal.SIGINT) is handler  # given back

@@ -8,12 +8,12 @@ outcome), on the axes as the study's parameters (``space``), the strategy's samp
 keeps the campaign's state, an Optuna study in ``reports/<name>/study.db`` or a database, with each
 trial's attributes (``attributes``); ``runner`` is ``sweep run``, whose ``sweep`` runs the
 suggested candidates as trial stacks through the Automation API (``sglang_stacks.drive``) until the
-search is over (``limits``) and settles the trials of a killed run (``resume``); ``legacy`` imports
-the previous release's ``sweep.json``; ``objective`` reads a metric at a load level; ``rank`` orders
-trials with their 95 % intervals and significance; ``report`` writes the Markdown report and its
-matplotlib figures (``figures``, drawing what ``frontier`` computes: the serving plane with its
-Pareto frontier, the search history); ``dashboard`` serves the study in optuna-dashboard;
-``promote`` writes a trial into a stack file.
+search is over (``limits``), stops on Ctrl-C (``interrupt``) and settles the trials of a killed run
+(``resume``); ``legacy`` imports the previous release's ``sweep.json``; ``objective`` reads a metric
+at a load level; ``rank`` orders trials with their 95 % intervals and significance; ``report``
+writes the Markdown report and its matplotlib figures (``figures``, drawing what ``frontier``
+computes: the serving plane with its Pareto frontier, the search history); ``dashboard`` serves the
+study in optuna-dashboard; ``promote`` writes a trial into a stack file.
 """
 
 from __future__ import annotations

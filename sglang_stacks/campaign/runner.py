@@ -7,11 +7,10 @@ destroyed, and the same command resumes it.
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from sglang_stacks.campaign import progress
 from sglang_stacks.campaign.keys import check_pool_keys
@@ -24,22 +23,6 @@ from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 
 __all__ = ["run_sweep"]
-
-
-def _stop_on_ctrl_c(stop: threading.Event) -> Any:
-    """Set ``stop`` the moment Ctrl-C arrives, before the main thread unwinds, so a worker whose
-    Pulumi process the same Ctrl-C ended knows why; the previous handler, or None when none was
-    set (off the main thread, or with Ctrl-C ignored)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        return None  # started with Ctrl-C ignored (a background job): it stays so
-
-    def interrupted(signum: int, frame: object) -> None:
-        stop.set()
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGINT, interrupted)
 
 
 def run_sweep(plan: Plan, *, project: Path, reports: Path, db_path: Path, out: TextIO) -> int:
@@ -56,28 +39,26 @@ def run_sweep(plan: Plan, *, project: Path, reports: Path, db_path: Path, out: T
         threading.Thread(target=sweep.work, args=(h,), name=h.name, daemon=True) for h in plan.campaign.pool
     ]
     interrupted = False
-    previous = _stop_on_ctrl_c(sweep.stop)
-    try:
-        with progress.display(sweep, out) as refresh:
-            for worker in workers:
-                worker.start()
-            while any(w.is_alive() for w in workers):
+    with sweep.ctrl_c:  # until the workers are done
+        try:
+            with progress.display(sweep, out) as refresh:
+                for worker in workers:
+                    worker.start()
+                while any(w.is_alive() for w in workers):
+                    refresh()
+                    time.sleep(0.5)
                 refresh()
-                time.sleep(0.5)
-            refresh()
-    except KeyboardInterrupt:
-        interrupted = True
-        sweep.stop.set()
-        print(
-            "sweep: interrupted; finishing the steps in flight and destroying their stacks",
-            file=out,
-            flush=True,
-        )
-        for worker in workers:
-            worker.join()
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-        sweep.keep_elapsed()
+        except KeyboardInterrupt:
+            interrupted = True
+            sweep.stop.set()
+            print(
+                "sweep: interrupted; finishing the steps in flight and destroying their stacks",
+                file=out,
+                flush=True,
+            )
+            for worker in workers:
+                worker.join()
+        finally:
+            sweep.keep_elapsed()
     print(progress.summary(sweep), file=out, flush=True)
     return ExitCode.INTERRUPTED if interrupted else ExitCode.OK

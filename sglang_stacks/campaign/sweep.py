@@ -4,7 +4,7 @@ nothing launched; one already run gets its result again), then runs it as a tria
 through the Automation API (deploy, benchmark, destroy) and tells the study the outcome, until the
 strategy's candidates, the budget or the sampler's new suggestions run out (``limits``).
 
-Ctrl-C lets Pulumi finish the step in flight; each host's trial stack is destroyed
+Ctrl-C (``interrupt``) lets Pulumi finish the step in flight; each host's trial stack is destroyed
 and the study told the trial was interrupted: its result is kept when its benchmark reached the
 results history, else its candidate is queued to run again. The trials of a ``sweep run`` killed
 outright are settled by the next one (``resume``).
@@ -32,6 +32,7 @@ from sglang_stacks.campaign.attributes import (
 )
 from sglang_stacks.campaign.axes import trial_stack_name
 from sglang_stacks.campaign.early_stop import IntervalPruner, merge_levels
+from sglang_stacks.campaign.interrupt import CtrlC
 from sglang_stacks.campaign.legacy import import_sweep_file
 from sglang_stacks.campaign.limits import MAX_REPEATS, earlier_trial, exhausted, over_budget
 from sglang_stacks.campaign.model_pool import PoolHost
@@ -48,7 +49,6 @@ __all__ = ["Sweep"]
 
 _ELAPSED = "elapsed_s"
 """The study's attribute that keeps the campaign's time sweeping over its runs."""
-_SIGNAL_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class Sweep:
     events: list[str] = field(default_factory=list)
     ended: str | None = None
     """Why the search stopped before its candidates ran out (budget, convergence)."""
+    ctrl_c: CtrlC = field(init=False)
+    """Ctrl-C sets ``stop``, while ``run_sweep`` has it installed; it says at once that it came."""
     resumption: Resumption = field(init=False)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _repeats: int = 0
@@ -83,6 +85,7 @@ class Sweep:
     _records: TrialRecords = field(init=False)
 
     def __post_init__(self) -> None:
+        self.ctrl_c = CtrlC(self.stop)
         self.resumption = Resumption(self.plan, self.search, self.trials, self.db_path, self.say)
         self._records = TrialRecords(self.search.study)
 
@@ -211,8 +214,8 @@ class Sweep:
                 outcome = {"status": "measured", "levels": levels, "stopped_early": stopped}
             except Exception as error:  # one trial's failure, whatever it is, must not end the sweep
                 # Ctrl-C reaches every Pulumi process of the sweep, whichever step it was in, and
-                # this process at the same moment: its handler may need a moment to say so.
-                if self.stop.wait(_SIGNAL_GRACE_S):
+                # this process at the same moment: noted at once, however late its handler runs.
+                if self.ctrl_c.arrived():
                     self._interrupted(picked)
                     return
                 failure = self.trials.failure(stack, error)
@@ -266,7 +269,7 @@ class Sweep:
             except SpecError:
                 return True  # the backend has no such stack: nothing was deployed
             except (auto.CommandError, StacksError):
-                if not self.stop.is_set():
+                if not self.ctrl_c.arrived():
                     return False
                 interrupted = True
         return False
