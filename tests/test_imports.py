@@ -148,3 +148,30 @@ def test_the_circle_orchestrate_had_would_be_found() -> None:
         "sglang_stacks.drive.rollout",
         "sglang_stacks.drive.recover",
     ]
+
+
+MODULE_LINES_MAX = 300
+"""A module reads in one sitting: past this, it holds more than one concern and is split by them."""
+
+
+def oversized_modules(root: Path, limit: int = MODULE_LINES_MAX) -> list[str]:
+    """Each module under ``root`` longer than ``limit`` lines, as ``path (N lines)``, longest first."""
+    lengths = {path: len(path.read_text().splitlines()) for path in root.rglob("*.py")}
+    return [
+        f"{path.relative_to(root.parent)} ({lines} lines)"
+        for path, lines in sorted(lengths.items(), key=lambda item: -item[1])
+        if lines > limit
+    ]
+
+
+def test_no_module_of_the_package_is_longer_than_a_sitting() -> None:
+    assert oversized_modules(ROOT / PACKAGE) == []
+
+
+def test_a_long_module_is_named_with_its_length(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "room").mkdir(parents=True)
+    (package / "room" / "short.py").write_text("x = 1\n" * MODULE_LINES_MAX)
+    (package / "room" / "long.py").write_text("x = 1\n" * (MODULE_LINES_MAX + 1))
+
+    assert oversized_modules(package) == [f"pkg/room/long.py ({MODULE_LINES_MAX + 1} lines)"]
