@@ -8,6 +8,7 @@ version, as ``import sglang; print(sglang.__version__)`` would. No SGLang releas
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -64,6 +65,21 @@ def _time_scale() -> float:
     return scale
 
 
+def _health_check_timeout_s() -> float:
+    # SGLang reads it as an int of seconds, 20 unless set.
+    raw = os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20")
+    try:
+        seconds = int(raw)
+    except ValueError:
+        seconds = -1
+    if seconds < 0:
+        raise ValueError(
+            f"SGLANG_HEALTH_CHECK_TIMEOUT is {raw!r}; it must be a whole number of seconds >= 0 "
+            "(SGLang's default is 20). Fix the variable."
+        )
+    return float(seconds)
+
+
 def _gpu_indices(config: LaunchConfig, profile: Profile) -> list[int]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     indices = list(range(profile.host.gpu_count))
@@ -101,6 +117,7 @@ def main(argv: list[str]) -> int:
         profile = load_profile()
         release = _release(profile)
         scale = _time_scale()
+        health_check_timeout_s = _health_check_timeout_s()
         faults = load_faults(profile.faults)
     except (ProfileError, FaultError, ValueError) as exc:
         return _fatal(str(exc))
@@ -140,7 +157,10 @@ def main(argv: list[str]) -> int:
         threading.Event().wait()
     model = PerformanceModel(config, profile)
     engine = Engine(model, plan.max_running_requests, plan.max_total_num_tokens, config.random_seed, tp0)
-    context = ServerContext(config, profile, plan, engine, faults, note, _counting_finished(faults, state))
+    finished = _counting_finished(faults, state, engine, log)
+    context = ServerContext(
+        config, profile, plan, engine, faults, note, finished, log, health_check_timeout_s
+    )
     boot.start_http()
     server = _bind(context, state)
     if server is None:
@@ -197,8 +217,11 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _counting_finished(faults: Faults, state: StateDir) -> Callable[[], None]:
-    """What the server calls after each generation: counts them for ``crash_after_requests``."""
+def _counting_finished(
+    faults: Faults, state: StateDir, engine: Engine, log: logging.Logger
+) -> Callable[[], None]:
+    """What the server calls after each generation: counts them for ``crash_after_requests`` and
+    ``hang_after_requests``."""
     finished = [0]
     finished_lock = threading.Lock()
 
@@ -213,6 +236,14 @@ def _counting_finished(faults: Faults, state: StateDir) -> Callable[[], None]:
                 f"[TP0] Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access "
                 f"was encountered (sglang-emulator injected fault: crash_after_requests={limit})",
             )
+        if count == faults.hang_after_requests:
+            # A stuck collective prints nothing in SGLang; the line says the silence is injected.
+            log.info(
+                "sglang-emulator injected fault: hang_after_requests=%d: the scheduler makes no more "
+                "progress; the process stays alive",
+                count,
+            )
+            engine.stall()
 
     return on_generation_finished
 

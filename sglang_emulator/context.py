@@ -3,6 +3,7 @@ readiness, and the counts of generation requests."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,10 @@ class ServerContext:
     faults: Faults
     emulator_note: str
     on_generation_finished: Callable[[], None]
+    log: logging.Logger
+    """The server's log, where SGLang's HTTP server reports a failed health check."""
+    health_check_timeout_s: float = 20.0
+    """How long a health check waits for the scheduler's answer (``SGLANG_HEALTH_CHECK_TIMEOUT``)."""
     ready: threading.Event = field(default_factory=threading.Event)
     started_s: float = field(default_factory=time.time)
     _lock: threading.Lock = field(default_factory=threading.Lock)

@@ -3,7 +3,8 @@
 One thread runs SGLang's loop: admit waiting requests up to the running limit (a prefill step
 that yields each new request's first token), then decode steps (or draft+verify cycles) for
 the whole running batch. Steps are timed against absolute deadlines, so sleeping jitter does
-not accumulate into the emitted rate. Handlers read a request's chunks from its queue.
+not accumulate into the emitted rate. Handlers read a request's chunks from its queue. A stalled
+scheduler (``stall``) never finishes a step again, as one stuck in a collective that never returns.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ class Engine:
         self._ordinal = itertools.count()
         self._prefixes: deque[tuple[int, ...]] = deque(maxlen=_PREFIX_CACHE_ENTRIES)
         self._stopped = False
+        self._stalled = False
+        self.last_output_unix_s = 0.0
+        """When a step last produced tokens (wall clock): SGLang's last heartbeat from its scheduler."""
         self.stats = EngineStats()
         self._interval_tokens = 0
         self._interval_start = time.monotonic()
@@ -122,6 +126,24 @@ class Engine:
         with self._wake:
             self._stopped = True
             self._wake.notify()
+
+    def stall(self) -> None:
+        """Stops making progress for good: the step under way never ends, no request is admitted or
+        answered again; the thread stays alive, as a scheduler stuck in a collective is."""
+        with self._wake:
+            self._stalled = True
+
+    @property
+    def stalled(self) -> bool:
+        """Whether ``stall`` stopped the scheduler."""
+        return self._stalled
+
+    def _hold_while_stalled(self) -> None:
+        if not self._stalled:
+            return
+        with self._wake:
+            while self._stalled and not self._stopped:
+                self._wake.wait()
 
     def submit(self, request: Request) -> None:
         """Queue ``request``; its chunks arrive on ``request.chunks``."""
@@ -168,7 +190,7 @@ class Engine:
         deadline = time.monotonic()
         while True:
             with self._wake:
-                while not self._stopped and not self._running and not self._waiting:
+                while not self._stopped and (self._stalled or not (self._running or self._waiting)):
                     self._wake.wait()
                     deadline = time.monotonic()
                 if self._stopped:
@@ -201,6 +223,7 @@ class Engine:
             new_tokens += len(request.prompt_ids) - request.cached_tokens
             cached += request.cached_tokens
         deadline = self._sleep_until(deadline + self._model.prefill_ms(new_tokens) / 1000)
+        self._hold_while_stalled()
         self._log.info(
             "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
             "#running-req: %d, #queue-req: %d,",
@@ -226,6 +249,7 @@ class Engine:
         spec = self._model.config.speculative is not None
         step_ms = self._model.speculative_cycle_ms(batch) if spec else self._model.decode_step_ms(batch)
         deadline = self._sleep_until(deadline + step_ms / 1000)
+        self._hold_while_stalled()
         for request in self._running:
             if request.aborted:
                 continue
@@ -264,6 +288,7 @@ class Engine:
         ids = [(GENERATED_WORDS.index(w) * 7919 + 13) % vocab for w in words]
         text = "".join(" " + w for w in words)
         now = time.monotonic()
+        self.last_output_unix_s = time.time()
         request.output_ids.extend(ids)
         request.output_text += text
         if request.first_token_s is None:

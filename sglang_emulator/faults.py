@@ -4,6 +4,10 @@ The environment's keys override the profile's. Keys:
 
 - ``crash_after_s``: once ready, crash (SGLang's child-failure exit) after this many seconds;
 - ``crash_after_requests``: crash when this many generation requests have finished;
+- ``hang_after_requests``: when this many generation requests have finished, the scheduler stops
+  making progress for good (as one stuck in a collective that never returns): the process stays
+  alive and its port accepts connections, but no generation finishes again, in flight or new,
+  and ``/health`` waits SGLang's ``SGLANG_HEALTH_CHECK_TIMEOUT`` seconds (20) before its 503;
 - ``hang_at_phase``: stop making progress forever at a startup phase (``init``, ``weights``,
   ``kv_cache``, ``cuda_graph``, ``warmup``); the process stays alive and silent;
 - ``slow_readiness_s``: extra seconds between "Uvicorn running" and ready (``/health`` 503);
@@ -33,6 +37,7 @@ class Faults:
 
     crash_after_s: float | None = None
     crash_after_requests: int | None = None
+    hang_after_requests: int | None = None
     hang_at_phase: str | None = None
     slow_readiness_s: float = 0.0
     error_burst_after_requests: int = 0
@@ -88,6 +93,7 @@ def parse_faults(spec: dict[str, Any]) -> Faults:
     allowed = {
         "crash_after_s",
         "crash_after_requests",
+        "hang_after_requests",
         "hang_at_phase",
         "slow_readiness_s",
         "error_burst",
@@ -117,6 +123,7 @@ def parse_faults(spec: dict[str, Any]) -> Faults:
     return Faults(
         crash_after_s=_number(spec, "crash_after_s", float, 0),
         crash_after_requests=_number(spec, "crash_after_requests", int, 1),
+        hang_after_requests=_number(spec, "hang_after_requests", int, 1),
         hang_at_phase=hang,
         slow_readiness_s=_number(spec, "slow_readiness_s", float, 0) or 0.0,
         error_burst_after_requests=_number(burst, "after_requests", int, 0) or 0,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
@@ -165,7 +166,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _health(self) -> None:
         self._body()
-        if not self.server.context.ready.is_set():
+        context = self.server.context
+        if not context.ready.is_set():
+            self._send(503, b"", "text/plain")
+            return
+        if context.engine.stalled:
+            # SGLang's check sends a one-token generation and waits for the scheduler to answer
+            # anything; a stuck scheduler never does, so it gives up after its timeout.
+            started = time.time()
+            time.sleep(context.health_check_timeout_s)
+            context.log.error(
+                "Health check failed. Server couldn't get a response from detokenizer for last %d "
+                "seconds. tic start time: %s. last_heartbeat time: %s",
+                context.health_check_timeout_s,
+                time.strftime("%H:%M:%S", time.localtime(started)),
+                time.strftime("%H:%M:%S", time.localtime(context.engine.last_output_unix_s)),
+            )
             self._send(503, b"", "text/plain")
             return
         self._send(200, b"", "text/plain")

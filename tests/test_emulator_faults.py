@@ -54,6 +54,37 @@ def test_hang_during_startup_stays_alive_and_silent(tmp_path: Path) -> None:
             httpx.get(server.base_url + "/health")
 
 
+def test_hang_after_requests_stops_every_generation_with_the_process_alive(tmp_path: Path) -> None:
+    env = {**faults_env(hang_after_requests=2), "SGLANG_HEALTH_CHECK_TIMEOUT": "1"}
+    long = {"text": "x", "stream": True, "sampling_params": {"max_new_tokens": 2000}}
+    with (
+        start_emulator(BASE, state_dir=str(tmp_path), env=env) as server,
+        httpx.Client(base_url=server.base_url, timeout=httpx.Timeout(10, read=1)) as client,
+    ):
+        assert server.wait_ready(30), server.log()
+        assert client.post("/generate", json=GENERATE).status_code == 200
+        with client.stream("POST", "/generate", json=long) as streaming:
+            lines = streaming.iter_lines()
+            assert next(lines).startswith("data: ")
+            # The second request to finish stops the scheduler: the one in flight streams no more.
+            assert client.post("/generate", json=GENERATE).status_code == 200
+            with pytest.raises(httpx.ReadTimeout):
+                for line in lines:
+                    assert line != "data: [DONE]"
+        with pytest.raises(httpx.ReadTimeout):
+            client.post("/generate", json=GENERATE)
+
+        # Alive, listening, and failing its health check the way SGLang does: after its timeout.
+        assert server.process.poll() is None
+        started = time.monotonic()
+        assert client.get("/health_generate", timeout=10).status_code == 503
+        assert time.monotonic() - started >= 1
+        assert client.get("/health", timeout=10).status_code == 503
+        log = server.log()
+        assert "sglang-emulator injected fault: hang_after_requests=2" in log
+        assert "couldn't get a response from detokenizer for last 1 seconds" in log
+
+
 def test_error_burst_fails_a_run_of_requests_then_recovers(tmp_path: Path) -> None:
     env = faults_env(error_burst={"after_requests": 1, "count": 2, "status": 503})
     with start_emulator(BASE, state_dir=str(tmp_path), env=env) as server:
@@ -89,6 +120,9 @@ def test_fault_spec_errors_name_the_key(monkeypatch: pytest.MonkeyPatch) -> None
         load_faults({})
     monkeypatch.setenv("SGLANG_EMULATOR_FAULTS", '{"hang_at_phase": "later"}')
     with pytest.raises(FaultError, match="allowed: init, weights"):
+        load_faults({})
+    monkeypatch.setenv("SGLANG_EMULATOR_FAULTS", '{"hang_after_requests": 0}')
+    with pytest.raises(FaultError, match="Fault 'hang_after_requests' must be >= 1, got 0"):
         load_faults({})
     monkeypatch.setenv("SGLANG_EMULATOR_FAULTS", '{"crash_after_requests": 2}')
     assert load_faults({"crash_after_requests": 9, "slow_readiness_s": 1}).crash_after_requests == 2
