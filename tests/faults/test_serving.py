@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_stacks.errors import BenchmarkError, ServingError, failure_from_output
-from tests.faults.drill import Drill
+from tests.faults.drill import Drill, servers
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +33,32 @@ def test_a_server_that_crashes_during_the_benchmark_is_named_with_its_log(drill:
     assert "Scheduler hit an exception" in output
     assert "Received sigquit from a child process" in output
     assert "`pulumi up -s crashes` then relaunches it" in output
+
+
+def test_a_server_that_hangs_during_the_benchmark_is_named_and_destroy_stops_it(drill: Drill) -> None:
+    # Two requests finish (the warmup and the first measured one), then the server's scheduler
+    # stops; the load generator gives up on the next request after 2 s.
+    benchmark = (
+        "  sglang-stacks:benchmark:\n    input_len: 32\n    output_len: 16\n    warmup_requests: 1\n"
+        "    repetitions: 2\n    requests_per_repetition: 1\n    request_timeout_s: 2\n"
+    )
+    port = drill.add_stack("hangs", benchmark=benchmark, faults="        hang_after_requests: 2\n")
+
+    output, error = failed_up(drill, "hangs")
+
+    assert error.cause == "hang"
+    assert (
+        "SGLang on the local host still runs but stopped answering during the benchmark (its health "
+        "check got no answer) (hang)." in output
+    )
+    assert f"Last log lines of {drill.host_state}/logs/hangs-" in output
+    assert "sglang-emulator injected fault: hang_after_requests=2" in output
+    assert "`pulumi destroy -s hangs` stops it" in output
+    assert servers(port), "the hung server is still running until it is destroyed"
+
+    drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", "hangs")
+
+    assert servers(port) == []
 
 
 def test_a_burst_of_errors_during_the_benchmark_is_the_servers_failure(drill: Drill) -> None:
