@@ -84,8 +84,21 @@ class Workspace:
     ) -> subprocess.CompletedProcess[str]:
         """Runs `pulumi <args>` in the workspace, with `stdin` as its input (a secret's value, say);
         on failure the assertion shows its output."""
+        argv = [pulumi_binary(), *args, "--non-interactive"]
+        return self._command(argv, f"pulumi {' '.join(args)}", check, timeout_s, stdin)
+
+    def cli(
+        self, *args: str, check: bool = False, timeout_s: float = 900
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs `sglang-stacks <args>` (``python -m sglang_stacks.cli``) in the workspace folder, as a
+        user runs it there; with ``check``, a non-zero exit fails showing its output."""
+        return self._command(self.cli_command(*args), f"sglang-stacks {' '.join(args)}", check, timeout_s)
+
+    def _command(
+        self, argv: list[str], said: str, check: bool, timeout_s: float, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [pulumi_binary(), *args, "--non-interactive"],
+            argv,
             cwd=self.path,
             env=self.env(),
             input=stdin,
@@ -96,29 +109,7 @@ class Workspace:
         )
         if check and result.returncode != 0:
             raise AssertionError(
-                f"pulumi {' '.join(args)} exited {result.returncode}\n"
-                f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
-            )
-        return result
-
-    def cli(
-        self, *args: str, check: bool = False, timeout_s: float = 900
-    ) -> subprocess.CompletedProcess[str]:
-        """Runs `sglang-stacks <args>` (``python -m sglang_stacks.cli``) in the workspace folder, as a
-        user runs it there; with ``check``, a non-zero exit fails showing its output."""
-        result = subprocess.run(
-            self.cli_command(*args),
-            cwd=self.path,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(
-                f"sglang-stacks {' '.join(args)} exited {result.returncode}\n"
-                f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+                f"{said} exited {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
             )
         return result
 
