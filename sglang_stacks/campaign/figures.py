@@ -44,6 +44,15 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(plt: Any, figure: Any, path: Path) -> Path:
+    """Lays ``figure`` out, writes it to ``path`` (its folder made if missing) and frees it."""
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def _objective(plt: Any, ranking: Ranking, path: Path) -> None:
     trials = list(reversed(ranking.trials))
     figure, axes = plt.subplots(figsize=(9, 0.32 * len(trials) + 1.6))
@@ -59,9 +68,7 @@ def _objective(plt: Any, ranking: Ranking, path: Path) -> None:
     axes.set_xlabel(f"{describe(ranking.objective)} (mean, 95 % interval)")
     axes.set_title("Trials ranked: green best, blue within noise of it, grey significantly worse", fontsize=9)
     axes.grid(axis="x", alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _save(plt, figure, path)
 
 
 def _axes(plt: Any, ranking: Ranking, path: Path) -> None:
@@ -78,9 +85,7 @@ def _axes(plt: Any, ranking: Ranking, path: Path) -> None:
         axes.set_xticks(range(len(names)), names, rotation=30, fontsize=7, ha="right")
         axes.set_title(title.split(".")[-1], fontsize=9)
     grid[0][0].set_ylabel(f"mean {describe(ranking.objective)}", fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _save(plt, figure, path)
 
 
 def draw_all(ranking: Ranking, records: Sequence[TrialRecord], folder: Path) -> dict[str, Path]:
@@ -150,11 +155,7 @@ def draw_serving(curves: Sequence[ServingCurve], path: Path) -> Path:
     )
     axes.grid(alpha=0.3)
     axes.legend(fontsize=6.5, loc="best")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return _save(plt, figure, path)
 
 
 _HISTORY_STYLE = {
@@ -208,8 +209,4 @@ def draw_history(points: Sequence[HistoryPoint], *, objective: str, maximize: bo
     axes.xaxis.get_major_locator().set_params(integer=True)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, loc="best")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return _save(plt, figure, path)
