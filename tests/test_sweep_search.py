@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import load_profile
-from sglang_stacks.campaign.attributes import TrialRecord, records
+from sglang_stacks.campaign.attributes import TrialRecord, read_study_attributes, records
 from sglang_stacks.campaign.study import STUDY_FILE
 from sglang_stacks.results import history
 from tests._pulumi import Workspace, emulator_stack, free_port
@@ -303,6 +303,9 @@ def test_a_campaign_of_the_previous_release_keeps_its_finished_trials(tmp_path: 
     assert found["bs128-nccl-tree"].cause == "nccl" and not found["bs128-nccl-tree"].feasible
     assert history.rows(project.history_path) == []  # nothing was benchmarked
     assert not (folder / "sweep.json").exists() and (folder / "sweep.imported.json").exists()
+    kept = read_study_attributes(optuna.load_study(study_name="legacy", storage=_reader(folder / STUDY_FILE)))
+    assert kept.imported_sweep_file == 3
+    assert kept.elapsed_s >= old["elapsed_s"]  # a budget in hours counts the old release's time too
     reported = project.sweep("report", "legacy")
     ranking = (folder / "report.md").read_text().split("## Ranking", 1)[1].split("##", 1)[0]
     assert {line.split("|")[3].strip() for line in ranking.splitlines() if "`legacy-" in line} == {

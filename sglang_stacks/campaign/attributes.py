@@ -29,14 +29,18 @@ from sglang_stacks.errors import SpecError
 
 __all__ = [
     "Driver",
+    "StudyAttributes",
     "TrialAttributes",
     "TrialRecord",
     "TrialRecords",
     "TrialStatus",
     "ran",
     "read_attributes",
+    "read_study_attributes",
     "records",
+    "suggested",
     "write_attributes",
+    "write_study_attributes",
 ]
 
 TrialStatus = Literal[
@@ -185,6 +189,30 @@ def ran(attributes: TrialAttributes, **outcome: Any) -> dict[str, Any]:
     return told.model_dump(include=_RAN | set(outcome))
 
 
+class StudyAttributes(BaseModel):
+    """What the study's own user attributes hold of the whole campaign, one attribute per field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    elapsed_s: float = 0.0
+    """The campaign's time sweeping, over all its runs: what the budget's ``max_hours`` counts."""
+    imported_sweep_file: int | None = None
+    """How many finished trials of the previous release's ``sweep.json`` were imported; None
+    before the import (it happens once)."""
+
+
+def read_study_attributes(study: optuna.Study) -> StudyAttributes:
+    """The campaign's attributes, read back into the model."""
+    return StudyAttributes.model_validate(study.user_attrs)
+
+
+def write_study_attributes(study: optuna.Study, **fields: Any) -> None:
+    """Set some of the campaign's attributes, each checked by the model."""
+    checked = StudyAttributes.model_validate(fields)
+    for key, value in checked.model_dump(mode="json", include=set(fields)).items():
+        study.set_user_attr(key, value)
+
+
 def write_attributes(study: optuna.Study, trial_id: int, **fields: Any) -> None:
     """Set some fields of a running (or waiting) trial's attributes, each checked by the model."""
     # The required fields only stand in for the validation of the ones given.
@@ -197,6 +225,15 @@ def write_attributes(study: optuna.Study, trial_id: int, **fields: Any) -> None:
 def read_attributes(trial: FrozenTrial) -> TrialAttributes:
     """A trial's attributes, read back into the model."""
     return TrialAttributes.model_validate(trial.user_attrs)
+
+
+def suggested(trial: FrozenTrial) -> TrialAttributes | None:
+    """A trial's attributes; None while they are not written whole (a driver killed as it wrote
+    them leaves some)."""
+    try:
+        return read_attributes(trial)
+    except ValidationError:
+        return None
 
 
 def _record(study: optuna.Study, trial: FrozenTrial) -> TrialRecord | None:

@@ -20,6 +20,7 @@ from optuna.pruners import BasePruner
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from sglang_stacks.campaign.attributes import suggested
 from sglang_stacks.results.stats import BenchmarkResult, ci95, mean, stdev
 
 __all__ = ["IntervalPruner", "clearly_worse", "merge_levels"]
@@ -61,7 +62,7 @@ class IntervalPruner(BasePruner):
     def _best(self, study: optuna.Study) -> tuple[str, list[float]] | None:
         minimize = study.direction == StudyDirection.MINIMIZE
         full = [
-            (str(t.user_attrs.get("stack", f"trial {t.number}")), _values(t))
+            (attributes.stack if (attributes := suggested(t)) else f"trial {t.number}", _values(t))
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if len(t.intermediate_values) >= 2 and all(v <= 0 for v in t.constraints.values())
         ]

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sglang_stacks.campaign.attributes import TrialAttributes
+from sglang_stacks.campaign.attributes import TrialAttributes, read_study_attributes, write_study_attributes
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.errors import BenchmarkError, SpecError
 
@@ -26,8 +26,6 @@ __all__ = ["IMPORTED_FILE", "STATE_FILE", "import_sweep_file"]
 
 STATE_FILE = "sweep.json"
 IMPORTED_FILE = "sweep.imported.json"
-_IMPORTED = "imported_sweep_file"
-_ELAPSED = "elapsed_s"
 
 
 class _Trial(BaseModel):
@@ -70,7 +68,7 @@ def import_sweep_file(search: Search, folder: Path, settle: Callable[[str], obje
     ``settle`` brings a trial stack the old sweep left deployed back to nothing; without it
     (``sweep report``), a file with such trials is left for ``sweep run`` (SpecError)."""
     path = folder / STATE_FILE
-    if not path.exists() or search.study.user_attrs.get(_IMPORTED):
+    if not path.exists() or read_study_attributes(search.study).imported_sweep_file is not None:
         return []
     document = _read(path)
     unsettled = [t.stack for t in document.trials.values() if t.status in ("running", "measured")]
@@ -119,9 +117,8 @@ def import_sweep_file(search: Search, folder: Path, settle: Callable[[str], obje
             said.append(f"{trial.stack}: not imported: {error}")
             continue
         imported += 1
-    search.study.set_user_attr(_IMPORTED, imported)
-    elapsed = float(search.study.user_attrs.get(_ELAPSED, 0.0)) + document.elapsed_s
-    search.study.set_user_attr(_ELAPSED, elapsed)
+    elapsed = read_study_attributes(search.study).elapsed_s + document.elapsed_s
+    write_study_attributes(search.study, imported_sweep_file=imported, elapsed_s=elapsed)
     path.rename(folder / IMPORTED_FILE)
     said.append(
         f"imported {imported} finished trial(s) of {STATE_FILE} (the previous release's state) into the "

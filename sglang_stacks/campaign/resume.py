@@ -21,7 +21,14 @@ import optuna
 from optuna.trial import TrialState
 from pulumi import automation as auto
 
-from sglang_stacks.campaign.attributes import TrialAttributes, TrialRecord, ran, records, write_attributes
+from sglang_stacks.campaign.attributes import (
+    TrialAttributes,
+    TrialRecord,
+    ran,
+    records,
+    suggested,
+    write_attributes,
+)
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.trial import TrialRunner
@@ -65,7 +72,7 @@ class Resumption:
     def settle_dead(self) -> None:
         """Settle every running trial whose driver ran on this machine and is gone."""
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if "driver" not in trial.user_attrs:
+            if (attributes := suggested(trial)) is None or attributes.driver is None:
                 self._orphan(trial)
         for record in records(self.study, (TrialState.RUNNING,)):
             if record.driver is not None and record.driver.alive_here() is False:
@@ -78,9 +85,8 @@ class Resumption:
         if time.time() - started < ORPHAN_S:
             return
         self.study.tell(trial.number, state=TrialState.FAIL)
-        labels = trial.user_attrs.get("labels")
-        if "stack" in trial.user_attrs and isinstance(labels, dict):
-            self.search.enqueue(labels, {"stack": trial.user_attrs["stack"]})
+        if attributes := suggested(trial):
+            self.search.enqueue(attributes.labels, {"stack": attributes.stack})
 
     def _settle(self, record: TrialRecord) -> None:
         driver = record.driver

@@ -28,7 +28,9 @@ from sglang_stacks.campaign.attributes import (
     TrialRecord,
     TrialRecords,
     ran,
+    read_study_attributes,
     write_attributes,
+    write_study_attributes,
 )
 from sglang_stacks.campaign.axes import trial_stack_name
 from sglang_stacks.campaign.early_stop import IntervalPruner, merge_levels
@@ -46,9 +48,6 @@ from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.errors import BenchmarkError, SpecError, StacksError
 
 __all__ = ["Sweep"]
-
-_ELAPSED = "elapsed_s"
-"""The study's attribute that keeps the campaign's time sweeping over its runs."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ class Sweep:
 
     @property
     def elapsed_before(self) -> float:
-        return float(self.study.user_attrs.get(_ELAPSED, 0.0))
+        return read_study_attributes(self.study).elapsed_s
 
     def elapsed_s(self) -> float:
         """The campaign's time sweeping, this run's and the earlier runs'."""
@@ -111,7 +110,7 @@ class Sweep:
 
     def keep_elapsed(self) -> None:
         """Keep the campaign's time sweeping in its study, for the next run's budget."""
-        self.study.set_user_attr(_ELAPSED, self.elapsed_s())
+        write_study_attributes(self.study, elapsed_s=self.elapsed_s())
 
     # -- before the workers start -------------------------------------------------------------
 
