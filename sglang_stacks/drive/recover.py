@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import pulumi.automation as auto
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sglang_stacks.drive.automation import pulumi_command, select_stack
 from sglang_stacks.errors import ClaimError, HostError, RouterError, SpecError
@@ -56,6 +56,53 @@ _SAFE_CREATES = frozenset(
 _SERVER, _ROUTER = _DYNAMIC + "Server", _DYNAMIC + "Router"
 # How `pulumi stack export --show-secrets` marks a secret value (Pulumi's well-known signature).
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
+
+
+class _Read(BaseModel):
+    """What this module reads of Pulumi's exported state (its format, not ours: other fields pass)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class _Process(_Read):
+    """Of a server's or router's outputs: the process it runs (``ServerOutputs``, ``RouterOutputs``)."""
+
+    pid: int | None = None
+
+
+class _Resource(_Read):
+    urn: str = ""
+    type: str = ""
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Operation(_Read):
+    resource: _Resource
+    type: str
+    """What was interrupted: ``creating``, ``updating``, ``deleting``, ``reading`` or ``importing``."""
+
+
+class _Deployment(_Read):
+    resources: list[_Resource] | None = None
+    pending_operations: list[_Operation] | None = None
+
+
+class _Exported(_Read):
+    """``pulumi stack export``'s document."""
+
+    version: int
+    deployment: _Deployment = Field(default_factory=_Deployment)
+
+    @property
+    def operations(self) -> list[_Operation]:
+        return self.deployment.pending_operations or []
+
+    def tracked(self, kind: str) -> set[int]:
+        """The pids of the processes of resource type ``kind`` (servers, routers) the state tracks."""
+        resources = [r for r in self.deployment.resources or [] if r.type == kind]
+        found = (_Process.model_validate(r.outputs).pid for r in resources)
+        return {pid for pid in found if pid is not None}
 
 
 @dataclass(frozen=True)
@@ -103,8 +150,8 @@ def _plain(value: Any) -> Any:
 
 
 def _export(target: auto.Stack, *, secrets: bool) -> dict[str, Any]:
-    """The stack's state, read into memory (the Automation API's ``export_stack`` has no
-    ``--show-secrets``, and the decrypted copy must not reach a file)."""
+    """The stack's state, read into memory as exported (the Automation API's ``export_stack`` has
+    no ``--show-secrets``, and the decrypted copy must not reach a file)."""
     shown = ["--show-secrets"] if secrets else []
     try:
         done = pulumi_command(target, "stack", "export", "--stack", target.name, *shown)
@@ -114,8 +161,8 @@ def _export(target: auto.Stack, *, secrets: bool) -> dict[str, Any]:
     return document
 
 
-def _operations(document: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return list(document.get("deployment", {}).get("pending_operations") or [])
+def _operations(document: Mapping[str, Any]) -> list[_Operation]:
+    return _Exported.model_validate(document).operations
 
 
 def pending_operations(stack: str, project_dir: Path | None = None) -> list[Pending]:
@@ -124,14 +171,9 @@ def pending_operations(stack: str, project_dir: Path | None = None) -> list[Pend
     return [_pending(op) for op in _operations(_export(target, secrets=False))]
 
 
-def _pending(op: Mapping[str, Any]) -> Pending:
-    resource = op.get("resource", {})
-    return Pending(
-        urn=str(resource.get("urn", "")),
-        kind=str(op.get("type", "")),
-        type=str(resource.get("type", "")),
-        inputs=_plain(resource.get("inputs") or {}),
-    )
+def _pending(op: _Operation) -> Pending:
+    resource = op.resource
+    return Pending(urn=resource.urn, kind=op.type, type=resource.type, inputs=_plain(resource.inputs))
 
 
 def warning(stack: str, pending: Sequence[Pending]) -> str:
@@ -142,15 +184,6 @@ def warning(stack: str, pending: Sequence[Pending]) -> str:
         f"`sglang-stacks recover {stack}` clears those this tool knows are stale (stopping a server "
         "they left running) and says what to run for the rest."
     )
-
-
-def _tracked(document: Mapping[str, Any], kind: str) -> set[int]:
-    """The pids of the processes of resource type ``kind`` (servers, routers) the state tracks."""
-    return {
-        int(res["outputs"]["pid"])
-        for res in document.get("deployment", {}).get("resources") or []
-        if res.get("type") == kind and isinstance(res.get("outputs", {}).get("pid"), int | float)
-    }
 
 
 def _settle_server(pending: Pending, tracked: set[int]) -> str:
@@ -217,18 +250,16 @@ def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.st
     if not _operations(encrypted):
         print(f"recover: stack {stack} has no pending operations; nothing to do.", file=out)
         return ExitCode.OK
-    decrypted = _export(target, secrets=True)
-    if [op["resource"]["urn"] for op in _operations(decrypted)] != [
-        op["resource"]["urn"] for op in _operations(encrypted)
-    ]:
+    decrypted = _Exported.model_validate(_plain(_export(target, secrets=True)))
+    if [op.resource.urn for op in decrypted.operations] != [op.resource.urn for op in _operations(encrypted)]:
         raise SpecError(
             f"The state of stack {stack!r} changed while it was read: an update runs. Let it finish, "
             f"then run `sglang-stacks recover {stack}` again."
         )
-    tracked = {kind: _tracked(decrypted, kind) for kind in (_SERVER, _ROUTER)}
+    tracked = {kind: decrypted.tracked(kind) for kind in (_SERVER, _ROUTER)}
     stale, remaining = 0, 0
     print(f"recover: stack {stack} has pending operations an interrupted update left:", file=out)
-    for op in _operations(decrypted):
+    for op in decrypted.operations:
         pending = _pending(op)
         if pending.kind == "creating" and pending.type in _SAFE_CREATES:
             try:
