@@ -21,6 +21,7 @@ from sglang_stacks.campaign.keys import give_secrets
 from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.campaign.plan import PlanRow
 from sglang_stacks.drive import automation, recover
+from sglang_stacks.drive.state import resources_of
 from sglang_stacks.errors import SpecError, failure_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
@@ -116,8 +117,7 @@ class TrialRunner:
 
     @staticmethod
     def _benchmark_urn(stack: auto.Stack) -> str:
-        resources = (stack.export_stack().deployment or {}).get("resources") or []
-        return next(str(r["urn"]) for r in resources if str(r["urn"]).endswith(f"::{stack.name}-benchmark"))
+        return next(r.urn for r in resources_of(stack) if r.urn.endswith(f"::{stack.name}-benchmark"))
 
     def failure(self, stack: str, error: Exception) -> TrialFailure:
         """The classified cause of the last failed update, from the trial's log (or the error, when
@@ -165,7 +165,7 @@ class TrialRunner:
                 selected.destroy(on_output=write, on_error=write, color="never")
             finally:
                 handle.close()
-            if not (selected.export_stack().deployment or {}).get("resources"):
+            if not resources_of(selected):
                 return
         raise auto.CommandError(
             auto.CommandResult(stdout="", stderr=f"resources of {stack} survived three destroys", code=1)

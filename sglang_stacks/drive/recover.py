@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import pulumi.automation as auto
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from sglang_stacks.drive.automation import pulumi_command, select_stack
+from sglang_stacks.drive.state import ExportedState, Operation
 from sglang_stacks.errors import ClaimError, HostError, RouterError, SpecError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir
@@ -56,53 +57,6 @@ _SAFE_CREATES = frozenset(
 _SERVER, _ROUTER = _DYNAMIC + "Server", _DYNAMIC + "Router"
 # How `pulumi stack export --show-secrets` marks a secret value (Pulumi's well-known signature).
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
-
-
-class _Read(BaseModel):
-    """What this module reads of Pulumi's exported state (its format, not ours: other fields pass)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-
-class _Process(_Read):
-    """Of a server's or router's outputs: the process it runs (``ServerOutputs``, ``RouterOutputs``)."""
-
-    pid: int | None = None
-
-
-class _Resource(_Read):
-    urn: str = ""
-    type: str = ""
-    inputs: dict[str, Any] = Field(default_factory=dict)
-    outputs: dict[str, Any] = Field(default_factory=dict)
-
-
-class _Operation(_Read):
-    resource: _Resource
-    type: str
-    """What was interrupted: ``creating``, ``updating``, ``deleting``, ``reading`` or ``importing``."""
-
-
-class _Deployment(_Read):
-    resources: list[_Resource] | None = None
-    pending_operations: list[_Operation] | None = None
-
-
-class _Exported(_Read):
-    """``pulumi stack export``'s document."""
-
-    version: int
-    deployment: _Deployment = Field(default_factory=_Deployment)
-
-    @property
-    def operations(self) -> list[_Operation]:
-        return self.deployment.pending_operations or []
-
-    def tracked(self, kind: str) -> set[int]:
-        """The pids of the processes of resource type ``kind`` (servers, routers) the state tracks."""
-        resources = [r for r in self.deployment.resources or [] if r.type == kind]
-        found = (_Process.model_validate(r.outputs).pid for r in resources)
-        return {pid for pid in found if pid is not None}
 
 
 @dataclass(frozen=True)
@@ -161,8 +115,8 @@ def _export(target: auto.Stack, *, secrets: bool) -> dict[str, Any]:
     return document
 
 
-def _operations(document: Mapping[str, Any]) -> list[_Operation]:
-    return _Exported.model_validate(document).operations
+def _operations(document: Mapping[str, Any]) -> list[Operation]:
+    return ExportedState.model_validate(document).operations
 
 
 def pending_operations(stack: str, project_dir: Path | None = None) -> list[Pending]:
@@ -171,7 +125,7 @@ def pending_operations(stack: str, project_dir: Path | None = None) -> list[Pend
     return [_pending(op) for op in _operations(_export(target, secrets=False))]
 
 
-def _pending(op: _Operation) -> Pending:
+def _pending(op: Operation) -> Pending:
     resource = op.resource
     return Pending(urn=resource.urn, kind=op.type, type=resource.type, inputs=_plain(resource.inputs))
 
@@ -250,7 +204,7 @@ def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.st
     if not _operations(encrypted):
         print(f"recover: stack {stack} has no pending operations; nothing to do.", file=out)
         return ExitCode.OK
-    decrypted = _Exported.model_validate(_plain(_export(target, secrets=True)))
+    decrypted = ExportedState.model_validate(_plain(_export(target, secrets=True)))
     if [op.resource.urn for op in decrypted.operations] != [op.resource.urn for op in _operations(encrypted)]:
         raise SpecError(
             f"The state of stack {stack!r} changed while it was read: an update runs. Let it finish, "
