@@ -16,6 +16,7 @@ from sglang_stacks.campaign.early_stop import IntervalPruner
 from sglang_stacks.campaign.evaluation import LAUNCH, PREFLIGHT, evaluate
 from sglang_stacks.campaign.model import CampaignSpec, load_campaign
 from sglang_stacks.campaign.plan import judge, make_plan
+from sglang_stacks.campaign.report import write_report
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.space import SearchSpace
 from sglang_stacks.campaign.study import open_study
@@ -206,3 +207,39 @@ def test_the_default_strategy_is_grid_until_the_kept_candidates_outnumber_the_bu
     real = "base: baseline\naxes:\n  - {key: server.mem_fraction_static, low: 0.7, high: 0.9}\n"
     plan = make_plan("s", _campaign(tmp_path, real), STACKS)
     assert plan.strategy == "tpe" and plan.size is None and not plan.rows
+
+
+def test_the_report_lists_the_pareto_front_of_several_objectives_without_a_trial_that_missed_an_slo(
+    tmp_path: Path,
+) -> None:
+    campaign = _campaign(
+        tmp_path,
+        "base: baseline\naxes:\n  - {key: server.cuda_graph_max_bs, values: [8, 64, 128, 256]}\n"
+        "workload: {concurrency: [1, 16], requests_per_repetition: 16}\n"
+        "objectives:\n  - {metric: tok_s_per_gpu, at: {concurrency: 16}}\n"
+        "  - {metric: tok_s_per_user, at: {concurrency: 1}}\n"
+        "subject_to:\n  - {metric: ttft_p99_ms, at: {concurrency: 16}, max: 500}\n"
+        "search: {strategy: nsga2}\n",
+    )
+    plan = make_plan("search", campaign, STACKS)
+    search = Search.open(plan, tmp_path / "reports" / "search")
+    # bs -> (single-stream tok/s, tok/s at 16 streams, TTFT p99 at 16 streams)
+    measured = {"8": (90.0, 600.0, 300.0), "64": (80.0, 800.0, 300.0), "128": (70.0, 500.0, 300.0)}
+    measured["256"] = (100.0, 900.0, 612.0)  # beats every other on both, but misses the SLO
+    for bs, (single, loaded, ttft) in measured.items():
+        search.enqueue({"server.cuda_graph_max_bs": bs}, {"stack": f"search-{bs}", "labels": {}})
+        trial, candidate = search.ask()
+        attributes = {"stack": f"search-{bs}", "labels": candidate.labels, "host": "a", "gpu_hours": 0.1}
+        levels = [_level(1, [single, single]), _level(16, [loaded, loaded], ttft)]
+        search.tell_measured(trial, levels, attributes)
+
+    report = write_report(plan, tmp_path / "reports").read_text()
+
+    ranked_by = "By the first objective (tok/s per GPU at concurrency 16); the Pareto front of all follows."
+    assert ranked_by in report
+    front = report.split("## Pareto front", 1)[1].split("##", 1)[0]
+    assert "2 trial(s) no feasible trial beats on every objective at once" in front
+    rows = [line for line in front.splitlines() if line.startswith("| `")]
+    # Best first on the first objective; bs 128 is beaten on both, bs 256 missed its SLO.
+    assert rows == ["| `search-64` | 64 | 800.0 | 80.0 |", "| `search-8` | 8 | 600.0 | 90.0 |"]
+    assert "sweep promote search --trial <stack>" in front

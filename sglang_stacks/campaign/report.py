@@ -1,11 +1,14 @@
 """``sweep report``: the Markdown report of a campaign (``reports/<campaign>/report.md``), read from
-its study: what the search spent and the launches it avoided, the ranking table, trials that
-missed an SLO, failed trials, the plan's discards, and the figures beside it."""
+its study: what the search spent and the launches it avoided, the ranking table (by the first
+objective), the Pareto front of several objectives, trials that missed an SLO, failed trials, the
+plan's discards, and the figures beside it."""
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+
+import optuna
 
 from sglang_stacks.campaign.attributes import TrialRecord, records
 from sglang_stacks.campaign.figures import draw_all
@@ -20,12 +23,17 @@ __all__ = ["REPORT_FILE", "load_ranking", "load_records", "search_summary", "wri
 REPORT_FILE = "report.md"
 
 
-def load_records(plan: Plan, reports: Path) -> list[TrialRecord]:
-    """Every trial of the campaign's study (``reports/<campaign>/`` or its ``storage``), the
-    previous release's sweep file imported first."""
+def _study(plan: Plan, reports: Path) -> optuna.Study:
+    """The campaign's study (``reports/<campaign>/`` or its ``storage``), the previous release's
+    sweep file imported first."""
     search = Search.open(plan, reports / plan.name)
     import_sweep_file(search, reports / plan.name, settle=None)
-    return records(search.study)
+    return search.study
+
+
+def load_records(plan: Plan, reports: Path) -> list[TrialRecord]:
+    """Every trial of the campaign's study."""
+    return records(_study(plan, reports))
 
 
 def load_ranking(plan: Plan, reports: Path) -> Ranking:
@@ -83,6 +91,34 @@ def _table(ranking: Ranking) -> list[str]:
     return lines
 
 
+def _pareto(plan: Plan, study: optuna.Study, found: list[TrialRecord]) -> list[str]:
+    """With several objectives: the trials on their Pareto front (Optuna's ``best_trials``: every
+    SLO met, and no such trial better on one objective without being worse on another)."""
+    goals = plan.campaign.goals
+    if len(goals) < 2:
+        return []
+    on_front = {trial.number for trial in study.best_trials}
+    front = [r for r in found if r.number in on_front and r.status != "duplicate" and r.values]
+    first = goals[0]
+    front.sort(key=lambda r: (r.values or (0.0,))[0], reverse=first.goal == "maximize")
+    titles = list(front[0].labels) if front else []
+    head = ["stack", *(t.split(".")[-1] for t in titles), *(describe(goal) for goal in goals)]
+    lines = [
+        "## Pareto front",
+        "",
+        f"{len(front)} trial(s) no feasible trial beats on every objective at once: each is the best "
+        "choice for some trade-off between them; `sglang-stacks sweep promote "
+        f"{plan.name} --trial <stack> --to <stack>` promotes one.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r in front:
+        cells = [f"`{r.stack}`", *r.labels.values(), *(f"{value:.1f}" for value in r.values or ())]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def _candidates(plan: Plan, discarded: int) -> str:
     """How many candidates the plan listed and kept, or why it listed none."""
     if not plan.listed:
@@ -95,7 +131,8 @@ def _candidates(plan: Plan, discarded: int) -> str:
 def write_report(plan: Plan, reports: Path) -> Path:
     """Write the report and its figures into ``reports/<campaign>/``; the report's path."""
     folder = reports / plan.name
-    found = load_records(plan, reports)
+    study = _study(plan, reports)
+    found = records(study)
     ranking = rank(plan.campaign.goals[0], found)
     figures = draw_all(ranking, found, folder) if ranking.trials else {}
     discarded = [row for row in plan.rows if row.verdict == "discarded"]
@@ -121,8 +158,14 @@ def write_report(plan: Plan, reports: Path) -> Path:
         "",
         "## Ranking",
         "",
+        *(
+            [f"By the first objective ({describe(ranking.objective)}); the Pareto front of all follows.", ""]
+            if len(plan.campaign.goals) > 1
+            else []
+        ),
         *_table(ranking),
         "",
+        *_pareto(plan, study, found),
     ]
     for name, title in (
         ("objective", "Objective per trial"),
