@@ -93,7 +93,9 @@ def test_sshd_stopped_mid_benchmark_names_the_drop_and_stops_the_load_generator(
         assert len(servers(port)) == 1 and healthy(port)
         holder = drill.claim()
         assert holder is not None and (holder.stack, holder.updating) == ("remote", False)
-        assert drill.tool_processes() == [] and loadgens(port) == []
+        assert loadgens(port) == []
+        # The update's SSH reaper ends its master connections once the CLI has exited: seconds later.
+        wait_for(lambda: not drill.tool_processes(), 15, "no process of the update left")
     finally:
         drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", "remote", check=False)
         if restarted is not None:
