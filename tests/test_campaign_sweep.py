@@ -27,13 +27,14 @@ from tests._pulumi import emulator_stack
 SIZES = list(range(8, 488, 8))  # 60 candidates
 
 
-def _plan(tmp_path: Path) -> Plan:
+def _plan(tmp_path: Path, extra: str = "") -> Plan:
     (tmp_path / "Pulumi.base.yaml").write_text(emulator_stack(port=30000, state_dir=tmp_path))
     campaign = tmp_path / "c.yaml"
     campaign.write_text(
         f"base: base\naxes:\n  - {{key: server.cuda_graph_max_bs, values: {SIZES}}}\n"
         "workload: {repetitions: 2}\nsearch: {strategy: grid}\n"
-        "pool:\n  - {name: a, host: {kind: emulator, state_dir: /tmp/a}}\n"
+        + extra
+        + "pool:\n  - {name: a, host: {kind: emulator, state_dir: /tmp/a}}\n"
     )
     return make_plan("c", load_campaign(campaign), tmp_path)
 
@@ -72,9 +73,11 @@ class _Measured:
         return TrialFailure("other", str(error))
 
 
-def _sweep(tmp_path: Path, trials: object) -> Sweep:
-    plan = _plan(tmp_path)
+def _sweep(tmp_path: Path, trials: object, extra: str = "", earlier_s: float = 0.0) -> Sweep:
+    """A sweep prepared on a new study; ``earlier_s``: the time its earlier runs swept."""
+    plan = _plan(tmp_path, extra)
     search = Search.in_memory(plan.campaign, plan.base, len(plan.kept()), 2)
+    attributes.write_study_attributes(search.study, elapsed_s=earlier_s)
     sweep = Sweep(plan, tmp_path, tmp_path / "reports", tmp_path / "history.sqlite", search, trials)  # type: ignore[arg-type]
     sweep.prepare()
     return sweep
@@ -157,3 +160,16 @@ def test_a_trial_whose_update_ctrl_c_ended_runs_again_though_the_handler_has_not
     assert of_stack[1].replaces == picked.trial.number
     assert not any("failed" in line for line in sweep.events), sweep.events
     assert signal.getsignal(signal.SIGINT) is handler  # given back
+
+
+def test_the_hours_budget_counts_the_earlier_runs_time_once(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, _Measured(), "budget: {max_hours: 1}\n", earlier_s=3500.0)  # 58 min before
+    plan, search = sweep.plan, sweep.search
+
+    assert sweep.next_trial(plan.campaign.pool[0]) is not None
+    sweep.started -= 100  # this run has swept 100 s since
+    assert sweep.next_trial(plan.campaign.pool[0]) is None
+    assert sweep.ended == "budget.max_hours 1 reached"
+    sweep.keep_elapsed()
+    sweep.keep_elapsed()  # kept again: this run's time counts once, however often it is kept
+    assert 3600 <= attributes.read_study_attributes(search.study).elapsed_s < 3610

@@ -82,6 +82,8 @@ class Sweep:
     _repeats: int = 0
     _rows: dict[str, PlanRow] = field(default_factory=dict)
     _records: TrialRecords = field(init=False)
+    _elapsed_before: float = 0.0
+    """The campaign's time sweeping in its earlier runs, read from the study once, in ``prepare``."""
 
     def __post_init__(self) -> None:
         self.ctrl_c = CtrlC(self.stop)
@@ -100,13 +102,9 @@ class Sweep:
         read once and kept."""
         return self._records.read()
 
-    @property
-    def elapsed_before(self) -> float:
-        return read_study_attributes(self.study).elapsed_s
-
     def elapsed_s(self) -> float:
         """The campaign's time sweeping, this run's and the earlier runs'."""
-        return self.elapsed_before + time.monotonic() - self.started
+        return self._elapsed_before + time.monotonic() - self.started
 
     def keep_elapsed(self) -> None:
         """Keep the campaign's time sweeping in its study, for the next run's budget."""
@@ -122,6 +120,7 @@ class Sweep:
             for line in import_sweep_file(self.search, self.folder, self.trials.settle):
                 self.say(line)
             self.resumption.settle_dead()
+        self._elapsed_before = read_study_attributes(self.study).elapsed_s  # the old release's time too
         if self.search.strategy == "grid":
             taken = {r.stack for r in self.records() if r.state != "FAIL"}
             for row in self.plan.kept():
