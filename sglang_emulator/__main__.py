@@ -51,33 +51,36 @@ def _release(profile: Profile) -> str:
     return release
 
 
-def _time_scale() -> float:
-    raw = os.environ.get("SGLANG_EMULATOR_TIME_SCALE", "1.0")
+def _env_number(name: str, default: str, kind: type[int] | type[float], meaning: str) -> float:
+    """The variable ``name`` (``default`` unless set) as a number >= 0 of ``kind``; ValueError
+    naming it, what it means and the fix otherwise."""
+    raw = os.environ.get(name, default)
     try:
-        scale = float(raw)
+        value = float(kind(raw))
     except ValueError:
-        scale = -1.0
-    if scale < 0:
-        raise ValueError(
-            f"SGLANG_EMULATOR_TIME_SCALE is {raw!r}; it must be a number >= 0 (1.0 = realistic startup, "
-            "0.01 = a hundred times faster). Fix the variable."
-        )
-    return scale
+        value = -1.0
+    if value < 0:
+        raise ValueError(f"{name} is {raw!r}; it must be {meaning}. Fix the variable.")
+    return value
+
+
+def _time_scale() -> float:
+    return _env_number(
+        "SGLANG_EMULATOR_TIME_SCALE",
+        "1.0",
+        float,
+        "a number >= 0 (1.0 = realistic startup, 0.01 = a hundred times faster)",
+    )
 
 
 def _health_check_timeout_s() -> float:
     # SGLang reads it as an int of seconds, 20 unless set.
-    raw = os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20")
-    try:
-        seconds = int(raw)
-    except ValueError:
-        seconds = -1
-    if seconds < 0:
-        raise ValueError(
-            f"SGLANG_HEALTH_CHECK_TIMEOUT is {raw!r}; it must be a whole number of seconds >= 0 "
-            "(SGLang's default is 20). Fix the variable."
-        )
-    return float(seconds)
+    return _env_number(
+        "SGLANG_HEALTH_CHECK_TIMEOUT",
+        "20",
+        int,
+        "a whole number of seconds >= 0 (SGLang's default is 20)",
+    )
 
 
 def _gpu_indices(config: LaunchConfig, profile: Profile) -> list[int]:
