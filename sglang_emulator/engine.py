@@ -111,8 +111,8 @@ class Engine:
         self._prefixes: deque[tuple[int, ...]] = deque(maxlen=_PREFIX_CACHE_ENTRIES)
         self._stopped = False
         self._stalled = False
-        self.last_output_unix_s = 0.0
-        """When a step last produced tokens (wall clock): SGLang's last heartbeat from its scheduler."""
+        self.stalled_unix_s = 0.0
+        """When ``stall`` stopped the scheduler (wall clock): its last step, SGLang's last heartbeat."""
         self.stats = EngineStats()
         self._interval_tokens = 0
         self._interval_start = time.monotonic()
@@ -132,6 +132,7 @@ class Engine:
         answered again; the thread stays alive, as a scheduler stuck in a collective is."""
         with self._wake:
             self._stalled = True
+            self.stalled_unix_s = time.time()
 
     @property
     def stalled(self) -> bool:
@@ -288,7 +289,6 @@ class Engine:
         ids = [(GENERATED_WORDS.index(w) * 7919 + 13) % vocab for w in words]
         text = "".join(" " + w for w in words)
         now = time.monotonic()
-        self.last_output_unix_s = time.time()
         request.output_ids.extend(ids)
         request.output_text += text
         if request.first_token_s is None:

@@ -180,7 +180,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "seconds. tic start time: %s. last_heartbeat time: %s",
                 context.health_check_timeout_s,
                 time.strftime("%H:%M:%S", time.localtime(started)),
-                time.strftime("%H:%M:%S", time.localtime(context.engine.last_output_unix_s)),
+                time.strftime("%H:%M:%S", time.localtime(context.engine.stalled_unix_s)),
             )
             self._send(503, b"", "text/plain")
             return
