@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import optuna
 import pytest
 from pulumi import automation as auto
 
@@ -22,6 +23,7 @@ from sglang_stacks.campaign.plan import Plan, PlanRow, make_plan
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.campaign.trial import TrialFailure
+from sglang_stacks.errors import SpecError
 from tests._pulumi import emulator_stack
 
 SIZES = list(range(8, 488, 8))  # 60 candidates
@@ -173,3 +175,17 @@ def test_the_hours_budget_counts_the_earlier_runs_time_once(tmp_path: Path) -> N
     sweep.keep_elapsed()
     sweep.keep_elapsed()  # kept again: this run's time counts once, however often it is kept
     assert 3600 <= attributes.read_study_attributes(search.study).elapsed_s < 3610
+
+
+def test_a_suggestion_written_in_part_is_not_read_yet_and_one_this_version_cannot_read_is_refused() -> None:
+    # A driver killed between writing a suggestion's stack and its labels leaves the stack alone.
+    study = optuna.create_study()
+    partial = study.ask()
+    study._storage.set_trial_user_attr(partial._trial_id, "stack", "c-partial")
+    frozen = study.get_trials(deepcopy=False)[0]
+
+    assert records(study) == [] and attributes.suggested(study, frozen) is None
+
+    study._storage.set_trial_user_attr(partial._trial_id, "labels", "not a mapping")
+    with pytest.raises(SpecError, match=r"Trial 0 of study .* has attributes this version cannot read"):
+        records(study)

@@ -19,7 +19,7 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -227,37 +227,46 @@ def read_attributes(trial: FrozenTrial) -> TrialAttributes:
     return TrialAttributes.model_validate(trial.user_attrs)
 
 
-def suggested(trial: FrozenTrial) -> TrialAttributes | None:
-    """A trial's attributes; None while they are not written whole (a driver killed as it wrote
-    them leaves some)."""
-    try:
-        return read_attributes(trial)
-    except ValidationError:
-        return None
+_Model = TypeVar("_Model", bound=TrialAttributes)
+
+_WRITTEN_FIRST = frozenset(name for name, info in TrialAttributes.model_fields.items() if info.is_required())
+"""What a suggestion's attributes must hold (``stack``, ``labels``): a driver killed as it wrote
+them, one by one, leaves a trial without some."""
 
 
-def _record(study: optuna.Study, trial: FrozenTrial) -> TrialRecord | None:
-    """The trial's record; None for a trial asked whose suggestion was never written (its driver
-    died right then). SpecError when its attributes are not what this version reads."""
-    if "stack" not in trial.user_attrs:
+def _read(study: optuna.Study, trial: FrozenTrial, model: type[_Model], **fields: Any) -> _Model | None:
+    """The trial's attributes (and ``fields``) read into ``model``; None while its suggestion is not
+    written whole. SpecError when they are not what this version reads."""
+    if not trial.user_attrs.keys() >= _WRITTEN_FIRST:
         return None
     try:
-        return TrialRecord.model_validate(
-            trial.user_attrs
-            | {
-                "number": trial.number,
-                "trial_id": trial._trial_id,
-                "state": trial.state.name,
-                "datetime_start": trial.datetime_start,
-                "values": trial.values,
-                "constraints": trial.constraints,
-            }
-        )
+        return model.model_validate(trial.user_attrs | fields)
     except ValidationError as error:
         raise SpecError(
             f"Trial {trial.number} of study {study.study_name!r} has attributes this version cannot "
             f"read ({error.error_count()} problem(s), first: {error.errors()[0]['msg']})."
         ) from None
+
+
+def suggested(study: optuna.Study, trial: FrozenTrial) -> TrialAttributes | None:
+    """A trial's attributes; None while its suggestion is not written whole."""
+    return _read(study, trial, TrialAttributes)
+
+
+def _record(study: optuna.Study, trial: FrozenTrial) -> TrialRecord | None:
+    """The trial's record; None while its suggestion is not written whole (its driver died right
+    then)."""
+    return _read(
+        study,
+        trial,
+        TrialRecord,
+        number=trial.number,
+        trial_id=trial._trial_id,
+        state=trial.state.name,
+        datetime_start=trial.datetime_start,
+        values=trial.values,
+        constraints=trial.constraints,
+    )
 
 
 def records(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[TrialRecord]:

@@ -62,7 +62,7 @@ class IntervalPruner(BasePruner):
     def _best(self, study: optuna.Study) -> tuple[str, list[float]] | None:
         minimize = study.direction == StudyDirection.MINIMIZE
         full = [
-            (attributes.stack if (attributes := suggested(t)) else f"trial {t.number}", _values(t))
+            (attributes.stack if (attributes := suggested(study, t)) else f"trial {t.number}", _values(t))
             for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if len(t.intermediate_values) >= 2 and all(v <= 0 for v in t.constraints.values())
         ]

@@ -72,7 +72,7 @@ class Resumption:
     def settle_dead(self) -> None:
         """Settle every running trial whose driver ran on this machine and is gone."""
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if (attributes := suggested(trial)) is None or attributes.driver is None:
+            if (attributes := suggested(self.study, trial)) is None or attributes.driver is None:
                 self._orphan(trial)
         for record in records(self.study, (TrialState.RUNNING,)):
             if record.driver is not None and record.driver.alive_here() is False:
@@ -85,7 +85,7 @@ class Resumption:
         if time.time() - started < ORPHAN_S:
             return
         self.study.tell(trial.number, state=TrialState.FAIL)
-        if attributes := suggested(trial):
+        if attributes := suggested(self.study, trial):
             self.search.enqueue(attributes.labels, {"stack": attributes.stack})
 
     def _settle(self, record: TrialRecord) -> None:
