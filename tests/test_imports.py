@@ -1,6 +1,8 @@
 """The package's modules import each other without a circle: each room depends on the rooms below
-it, read from the source (module-level imports; those under ``TYPE_CHECKING`` and inside functions
-do not run when a module is imported)."""
+it, read from the source. Every import counts: those that run when a module is imported, those a
+type checker reads under ``TYPE_CHECKING`` and those inside functions (a circle hidden there is a
+circle all the same). A package face's ``TYPE_CHECKING`` imports are the one exception: they name
+what the face offers from its own submodules, which import their package anyway."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ PACKAGE = "sglang_stacks"
 HOST_PROGRAMS = ("sglang_stacks.hostops.programs.", "sglang_stacks.hostops.loadgen.")
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -27,36 +29,33 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """The imports that run when the module is imported: at its top level, or inside a top-level
-    ``if``/``try``/``with`` (never under ``if TYPE_CHECKING:``, never in a function or class)."""
-    found: list[ast.Import | ast.ImportFrom] = []
-    pending: list[ast.stmt] = list(tree.body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            found.append(node)
-        elif isinstance(node, ast.If):
-            pending += node.orelse if _is_type_checking(node.test) else [*node.body, *node.orelse]
-        elif isinstance(node, ast.Try):
-            pending += [*node.body, *node.orelse, *node.finalbody]
-            pending += [stmt for handler in node.handlers for stmt in handler.body]
-        elif isinstance(node, ast.With):
-            pending += node.body
-    return found
+def _imports(tree: ast.Module, *, face: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module, wherever it is; a face's (``face``) ``TYPE_CHECKING``
+    imports left out."""
+    skipped: set[int] = set()
+    if face:
+        for node in tree.body:
+            if isinstance(node, ast.If) and _is_type_checking(node.test):
+                skipped |= {id(inner) for statement in node.body for inner in ast.walk(statement)}
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skipped
+    ]
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Each module of the package and the modules of the package it imports when imported (a
-    module imports its parent packages too)."""
-    sources = {_module_name(path): path for path in (ROOT / PACKAGE).rglob("*.py")}
+def import_graph(root: Path = ROOT, package_name: str = PACKAGE) -> dict[str, set[str]]:
+    """Each module of the package and the modules of the package it imports (a module imports its
+    parent packages too)."""
+    sources = {_module_name(path, root): path for path in (root / package_name).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for module, path in sources.items():
         if module.startswith(HOST_PROGRAMS):
             continue
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         targets: set[str] = set()
-        for node in _module_level_imports(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in _imports(tree, face=path.name == "__init__.py"):
             if isinstance(node, ast.Import):
                 targets |= {alias.name for alias in node.names}
                 continue
@@ -116,8 +115,8 @@ def test_a_circle_is_found_and_named(graph: dict[str, set[str]], circle: list[st
     assert find_cycle(graph) == circle
 
 
-def test_an_import_under_type_checking_or_in_a_function_is_no_edge_and_a_top_level_one_is() -> None:
-    tree = ast.parse(
+def test_an_import_anywhere_is_an_edge_but_a_faces_type_checking_names() -> None:
+    source = (
         "from typing import TYPE_CHECKING\n"
         "import a.b\n"
         "if TYPE_CHECKING:\n    import c\nelse:\n    import d\n"
@@ -125,14 +124,25 @@ def test_an_import_under_type_checking_or_in_a_function_is_no_edge_and_a_top_lev
         "def g():\n    import h\n"
     )
 
-    names = sorted(
-        alias.name
-        for node in _module_level_imports(tree)
-        for alias in node.names
-        if alias.name != "TYPE_CHECKING"
+    def names(face: bool) -> list[str]:
+        found = _imports(ast.parse(source), face=face)
+        return sorted(a.name for node in found for a in node.names if a.name != "TYPE_CHECKING")
+
+    assert names(face=False) == ["a.b", "c", "d", "e", "f", "h"]
+    assert names(face=True) == ["a.b", "d", "e", "f", "h"]
+
+
+def test_a_circle_through_a_type_checking_import_is_found(tmp_path: Path) -> None:
+    # What hostops had: connection imported _ssh, which imported connection for its annotations.
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "connection.py").write_text("from pkg._ssh import key_lines\n")
+    (package / "_ssh.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.connection import Connection\n"
     )
 
-    assert names == ["a.b", "d", "e", "f"]
+    assert find_cycle(import_graph(tmp_path, "pkg")) == ["pkg._ssh", "pkg.connection", "pkg._ssh"]
 
 
 def test_the_circle_orchestrate_had_would_be_found() -> None:

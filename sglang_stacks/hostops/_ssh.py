@@ -19,49 +19,22 @@ import fcntl
 import hashlib
 import math
 import os
-import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from sglang_stacks.errors import HostError, SpecError
+from sglang_stacks.errors import HostError
 from sglang_stacks.hostops._ssh_errors import ssh_failure
 from sglang_stacks.hostops._ssh_folders import answers, update_folder
+from sglang_stacks.hostops.connection import Connection
 
-if TYPE_CHECKING:
-    from sglang_stacks.hostops.connection import Connection
-
-__all__ = ["client_argv", "host_key_lines"]
+__all__ = ["client_argv"]
 
 # Seconds an unused master stays up after its last session: a safety net behind the reaper.
 _IDLE_S = 300
 # Name the pinned host key is filed under in the update's known_hosts file; it keeps the
 # `[host]:port` spelling of known_hosts out of the way.
 _HOST_KEY_ALIAS = "sglang-stacks-pinned-host"
-_KEY_TYPES = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+)$")
-
-
-def host_key_lines(host_key: str) -> list[str]:
-    """The pinned key as ``type base64`` lines; a leading host field from ssh-keyscan is dropped."""
-    lines = []
-    for raw in host_key.strip().splitlines():
-        words = raw.split()
-        if not words or words[0].startswith("#"):
-            continue
-        if len(words) >= 3 and not _KEY_TYPES.match(words[0]):
-            words = words[1:]
-        if len(words) < 2 or not _KEY_TYPES.match(words[0]):
-            raise SpecError(
-                f"Host key line {raw[:60]!r} is not an SSH public key; expected 'ssh-ed25519 AAAA...'. "
-                "Copy a line printed by `ssh-keyscan -p PORT HOST` into host.host_key."
-            )
-        lines.append(f"{words[0]} {words[1]}")
-    if not lines:
-        raise SpecError(
-            "Host key is empty. Copy a line printed by `ssh-keyscan -p PORT HOST` into host.host_key."
-        )
-    return lines
 
 
 def client_argv(conn: Connection, remote_command: str) -> list[str]:
@@ -125,7 +98,7 @@ def _ensure_master(conn: Connection) -> tuple[Path, Path]:
         with contextlib.suppress(FileNotFoundError):
             control_path.unlink()  # a master that died leaves its socket behind
         if conn.host_key is not None:
-            lines = "".join(f"{_HOST_KEY_ALIAS} {line}\n" for line in host_key_lines(conn.host_key))
+            lines = "".join(f"{_HOST_KEY_ALIAS} {line}\n" for line in conn.host_key_lines())
             known_hosts.write_text(lines)
         _start_master(conn, control_path, known_hosts)
     return control_path, known_hosts

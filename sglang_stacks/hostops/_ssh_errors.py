@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops._output import last_lines, said_last
-
-if TYPE_CHECKING:
-    from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.connection import Connection
 
 __all__ = ["ssh_failure"]
 

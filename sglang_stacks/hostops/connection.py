@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from sglang_stacks.errors import SpecError
-from sglang_stacks.hostops._ssh import host_key_lines
 
 if TYPE_CHECKING:
     from sglang_stacks.config.sections import HostSpec
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
 __all__ = ["Connection"]
 
 _HOST_OR_USER = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
+_KEY_TYPES = re.compile(r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp\d+|sk-\S+)$")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Connection:
         if not 1 <= self.port <= 65535:
             raise SpecError(f"SSH port {self.port} is outside 1..65535. Set host.port to sshd's port.")
         if self.host_key is not None:
-            host_key_lines(self.host_key)
+            self.host_key_lines()
 
     @classmethod
     def local(cls) -> Connection:
@@ -91,6 +91,27 @@ class Connection:
             host_key=host.host_key,
             connect_timeout_s=host.connect_timeout_s,
         )
+
+    def host_key_lines(self) -> list[str]:
+        """The pinned key as ``type base64`` lines; a leading host field from ssh-keyscan is dropped."""
+        lines = []
+        for raw in (self.host_key or "").strip().splitlines():
+            words = raw.split()
+            if not words or words[0].startswith("#"):
+                continue
+            if len(words) >= 3 and not _KEY_TYPES.match(words[0]):
+                words = words[1:]
+            if len(words) < 2 or not _KEY_TYPES.match(words[0]):
+                raise SpecError(
+                    f"Host key line {raw[:60]!r} is not an SSH public key; expected 'ssh-ed25519 AAAA...'. "
+                    "Copy a line printed by `ssh-keyscan -p PORT HOST` into host.host_key."
+                )
+            lines.append(f"{words[0]} {words[1]}")
+        if not lines:
+            raise SpecError(
+                "Host key is empty. Copy a line printed by `ssh-keyscan -p PORT HOST` into host.host_key."
+            )
+        return lines
 
     @property
     def label(self) -> str:
