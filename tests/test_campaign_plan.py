@@ -15,9 +15,11 @@ from sglang_stacks.campaign.axes import apply
 from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.model import campaign_json_schema, load_campaign
 from sglang_stacks.campaign.model_goals import ObjectiveSpec
+from sglang_stacks.campaign.plan import Plan, make_plan
 from sglang_stacks.campaign.rank import rank
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
 from sglang_stacks.errors import SpecError
+from tests._pulumi import Workspace, emulator_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL = """
@@ -143,6 +145,100 @@ def test_an_ssh_pool_host_takes_its_key_from_the_stack_it_names(tmp_path: Path) 
     check_pool_keys(load_campaign(_ssh_campaign(tmp_path, key_stack="gpu-box")), tmp_path)
     with pytest.raises(SpecError, match=r"pool\.0\.ssh_key_stack names stack 'nowhere', which cannot"):
         check_pool_keys(load_campaign(_ssh_campaign(tmp_path, key_stack="nowhere")), tmp_path)
+
+
+def _axes_plan(tmp_path: Path, axes: str) -> Plan:
+    (tmp_path / "Pulumi.base.yaml").write_text(emulator_stack(port=30000, state_dir=tmp_path))
+    path = tmp_path / "keys.yaml"
+    path.write_text("base: base\naxes:\n" + axes + POOL)
+    return make_plan("keys", load_campaign(path), tmp_path)
+
+
+def test_an_axis_key_no_stack_has_is_refused_with_the_nearest_valid_name(tmp_path: Path) -> None:
+    # It was accepted: every candidate was discarded by preflight as an invalid stack, a study was
+    # made and the sweep exited 0.
+    with pytest.raises(SpecError) as error:
+        _axes_plan(
+            tmp_path,
+            "  - {key: server.cuda_graf_max_bs, values: [128, 256]}\n"
+            "  - name: spec\n"
+            "    zip: {server.speculative_num_steps: [1, 2], environment.emulatr.time_scale: [1, 2]}\n",
+        )
+
+    message = str(error.value)
+    assert (
+        "axes.0.key server.cuda_graf_max_bs: the server section has no key 'cuda_graf_max_bs'; did you mean "
+        "server.cuda_graph_max_bs?" in message
+    )
+    assert (
+        "axes.1.zip environment.emulatr.time_scale: the environment section has no key 'emulatr'" in message
+    )
+    assert "did you mean environment.emulator?" in message
+    assert "nothing was created" in message
+
+
+def test_an_extra_flag_the_release_lacks_is_refused_and_an_untyped_flag_is_sent_to_extra_flags(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(SpecError) as error:
+        _axes_plan(
+            tmp_path,
+            "  - {key: server.extra_flags.schedule_polcy, values: [lpm, fcfs]}\n"
+            "  - {key: server.enable_torch_compile, values: [true, false]}\n",
+        )
+
+    message = str(error.value)
+    assert (
+        "axes.0.key server.extra_flags.schedule_polcy: SGLang 0.5.8 has no launch flag 'schedule_polcy'"
+        in (message)
+    )
+    assert "schedule_policy" in message
+    assert "axes.1.key server.enable_torch_compile: the server section has no typed field" in message
+    assert "is set as server.extra_flags.enable_torch_compile" in message
+
+
+@pytest.mark.parametrize(
+    ("axis", "said"),
+    [
+        (
+            "{key: server.cuda_graf_max_bs, values: [128, 256]}",
+            "axes.0.key server.cuda_graf_max_bs: the server section has no key 'cuda_graf_max_bs'; "
+            "did you mean server.cuda_graph_max_bs?",
+        ),
+        (
+            "{key: server.tp_size, values: [16, 32]}",
+            "Preflight discards all 2 candidates of campaign typo (tp-exceeds-gpus), so nothing would run.",
+        ),
+    ],
+)
+def test_sweep_run_of_a_campaign_that_cannot_run_exits_2_and_creates_nothing(
+    tmp_path: Path, axis: str, said: str
+) -> None:
+    workspace = Workspace.create(tmp_path)
+    base = emulator_stack(port=30000, state_dir=tmp_path)
+    (workspace.path / "stacks" / "Pulumi.base.yaml").write_text(base)
+    (workspace.path / "campaigns").mkdir()
+    (workspace.path / "campaigns" / "typo.yaml").write_text(f"base: base\naxes:\n  - {axis}\n" + POOL)
+
+    result = workspace.cli("sweep", "run", "typo")
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert said in result.stderr.replace("\n", " ")
+    assert not (workspace.path / "reports" / "typo").exists()  # no study, no logs
+    assert [p.name for p in (workspace.path / "stacks").iterdir()] == ["Pulumi.base.yaml"]
+    assert list(workspace.backend.rglob("*.json")) == []  # no trial stack in the backend
+
+
+def test_axis_keys_of_the_stack_sections_and_the_release_flags_are_accepted(tmp_path: Path) -> None:
+    plan = _axes_plan(
+        tmp_path,
+        "  - {key: server.extra_flags.schedule_policy, values: [lpm, fcfs]}\n"
+        "  - {key: environment.env.NCCL_ALGO, values: [Ring, auto]}\n"
+        "  - {key: environment.emulator.time_scale, values: [0.002]}\n"
+        "  - {key: draftModel, values: [null]}\n",
+    )
+
+    assert len(plan.kept()) == 4
 
 
 def test_auto_removes_a_key_and_values_set_nested_keys() -> None:

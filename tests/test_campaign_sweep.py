@@ -15,11 +15,11 @@ import optuna
 import pytest
 from pulumi import automation as auto
 
-from sglang_stacks.campaign import attributes
+from sglang_stacks.campaign import attributes, progress
 from sglang_stacks.campaign.attributes import TrialRecord, records
 from sglang_stacks.campaign.interrupt import CtrlC
 from sglang_stacks.campaign.model import load_campaign
-from sglang_stacks.campaign.plan import Plan, PlanRow, make_plan
+from sglang_stacks.campaign.plan import Plan, PlanRow, format_plan, make_plan
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.campaign.trial import TrialFailure
@@ -189,3 +189,28 @@ def test_a_suggestion_written_in_part_is_not_read_yet_and_one_this_version_canno
     study._storage.set_trial_user_attr(partial._trial_id, "labels", "not a mapping")
     with pytest.raises(SpecError, match=r"Trial 0 of study .* has attributes this version cannot read"):
         records(study)
+
+
+def test_the_summary_counts_the_candidates_the_plan_discarded_as_the_plan_did(tmp_path: Path) -> None:
+    # A grid never suggests what the plan discarded: the summary said "0 suggestions discarded by
+    # preflight" right under the plan's "2 discarded by preflight".
+    (tmp_path / "Pulumi.base.yaml").write_text(emulator_stack(port=30000, state_dir=tmp_path))
+    campaign = tmp_path / "c.yaml"
+    campaign.write_text(
+        "base: base\naxes:\n  - {key: server.cuda_graph_max_bs, values: [128, 256]}\n"
+        "  - {key: server.tp_size, values: [8, 16]}\nworkload: {repetitions: 2}\nsearch: {strategy: grid}\n"
+        "pool:\n  - {name: a, host: {kind: emulator, state_dir: /tmp/a}}\n"
+    )
+    plan = make_plan("c", load_campaign(campaign), tmp_path)
+    search = Search.in_memory(plan.campaign, plan.base, len(plan.kept()), 2)
+    sweep = Sweep(plan, tmp_path, tmp_path / "reports", tmp_path / "history.sqlite", search, _Measured())  # type: ignore[arg-type]
+    sweep.prepare()
+
+    sweep.work(plan.campaign.pool[0])
+
+    said = progress.summary(sweep)
+    assert "4 candidates: 2 kept, 2 discarded by preflight" in format_plan(plan)
+    assert (
+        "c: 2 done, 0 failed, 0 running; 2 of the 4 candidates discarded by preflight before any launch"
+        in said
+    )

@@ -13,7 +13,7 @@ from sglang_stacks.campaign.model_search import BudgetSpec, Strategy
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.errors import SpecError
 
-__all__ = ["MAX_REPEATS", "check_bounded", "earlier_trial", "exhausted", "over_budget"]
+__all__ = ["MAX_REPEATS", "check_bounded", "check_runnable", "earlier_trial", "exhausted", "over_budget"]
 
 MAX_REPEATS = 50
 """Suggestions in a row of candidates already run after which the search has converged."""
@@ -28,6 +28,19 @@ def check_bounded(plan: Plan) -> None:
     raise SpecError(
         f"Campaign {plan.name}'s axes make too many candidates to run them all; set budget.max_trials "
         "(or max_gpu_hours, or max_hours) in the campaign file."
+    )
+
+
+def check_runnable(plan: Plan) -> None:
+    """SpecError when preflight discards every candidate of a listed plan: nothing would run, and a
+    study of nothing but discards would only be left behind."""
+    if not plan.listed or plan.kept():
+        return
+    reasons = sorted({row.reasons[0].split(":", 1)[0] for row in plan.rows if row.reasons})
+    raise SpecError(
+        f"Preflight discards all {len(plan.rows)} candidates of campaign {plan.name} ({', '.join(reasons)}), "
+        f"so nothing would run. `sglang-stacks sweep plan {plan.name}` gives each reason; change the axes "
+        "or the base stack."
     )
 
 

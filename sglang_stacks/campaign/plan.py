@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sglang_stacks.campaign.axes import Candidate, bind_host, expand, trial_stack_name
+from sglang_stacks.campaign.axis_keys import check_axis_keys
 from sglang_stacks.campaign.model import CampaignSpec, load_campaign
 from sglang_stacks.campaign.model_search import Strategy
 from sglang_stacks.config.preflight import run_preflight
@@ -106,8 +107,9 @@ def judge(name: str, campaign: CampaignSpec, candidate: Candidate) -> PlanRow:
 
 def make_plan(name: str, campaign: CampaignSpec, stacks_dir: Path) -> Plan:
     """Expand ``campaign`` over its base stack (read from ``stacks_dir``) and judge each candidate
-    (when there are at most ``PLAN_LIMIT``)."""
+    (when there are at most ``PLAN_LIMIT``). SpecError when an axis varies a key no stack has."""
     base = read_stack_file(campaign.base, stacks_dir).sections
+    check_axis_keys(campaign, base)
     counts = [axis.count() for axis in campaign.axes]
     size = None if None in counts else math.prod(c for c in counts if c is not None)
     if size is None or size > PLAN_LIMIT:

@@ -40,9 +40,18 @@ def summary(sweep: Sweep) -> str:
         else ""
     )
     ended = f" The search stopped: {sweep.ended}." if sweep.ended else ""
+    avoided = f"{discarded} suggestions discarded by preflight and {repeated} repeated ones, none launched"
+    if sweep.plan.listed:
+        # The plan judged every candidate before the search: its count is the one `sweep plan`
+        # printed, whichever of them the search happened to suggest.
+        planned = sum(row.verdict == "discarded" for row in sweep.plan.rows)
+        avoided = (
+            f"{planned} of the {len(sweep.plan.rows)} candidates discarded by preflight before any launch "
+            f"({discarded} of them suggested and told infeasible) and {repeated} repeated suggestions, "
+            "none launched"
+        )
     return (
-        f"sweep {sweep.plan.name}: {done} done, {failed} failed, {running} running; "
-        f"{discarded} suggestions discarded by preflight and {repeated} repeated ones, none launched"
+        f"sweep {sweep.plan.name}: {done} done, {failed} failed, {running} running; {avoided}"
         f"{lead}.{ended} `sglang-stacks sweep report` ranks them."
     )
 

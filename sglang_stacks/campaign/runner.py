@@ -14,7 +14,7 @@ from typing import TextIO
 
 from sglang_stacks.campaign import progress
 from sglang_stacks.campaign.keys import check_pool_keys
-from sglang_stacks.campaign.limits import check_bounded
+from sglang_stacks.campaign.limits import check_bounded, check_runnable
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.sweep import Sweep
@@ -31,6 +31,7 @@ def run_sweep(plan: Plan, *, project: Path, reports: Path, db_path: Path, out: T
     folder = reports / plan.name
     check_pool_keys(plan.campaign, stacks_dir(project))  # before anything is launched
     check_bounded(plan)
+    check_runnable(plan)
     search = Search.open(plan, folder)
     trials = TrialRunner(project, folder / "logs", plan.name, plan.campaign.base)
     sweep = Sweep(plan, project, folder, db_path, search, trials)
