@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from sglang_stacks.hostops.programs import FOLDER
+from sglang_stacks.hostops.programs.contract import FOLDER
 
 
 def run_sh(name: str, stdin: str = "", **params: str) -> subprocess.CompletedProcess[str]:

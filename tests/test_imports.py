@@ -14,8 +14,15 @@ import pytest
 from tests._pulumi import ROOT
 
 PACKAGE = "sglang_stacks"
-# Programs shipped to hosts and run there on their own: they never import the package.
+# Programs shipped to hosts and run there on their own: they never import the package. Beside
+# the programs of hostops/programs are modules of the package: each program's contract
+# (``*_contract``), their base (``contract``) and their runner.
 HOST_PROGRAMS = ("sglang_stacks.hostops.programs.", "sglang_stacks.hostops.loadgen.")
+
+
+def _is_host_program(module: str) -> bool:
+    name = module.rsplit(".", 1)[-1]
+    return module.startswith(HOST_PROGRAMS) and not name.endswith("contract") and name != "runner"
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -50,7 +57,7 @@ def import_graph(root: Path = ROOT, package_name: str = PACKAGE) -> dict[str, se
     sources = {_module_name(path, root): path for path in (root / package_name).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for module, path in sources.items():
-        if module.startswith(HOST_PROGRAMS):
+        if _is_host_program(module):
             continue
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         targets: set[str] = set()

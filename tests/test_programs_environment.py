@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sglang_stacks.hostops import environment as hostenv
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.programs import source
+from sglang_stacks.hostops.programs.contract import source
 from tests._programs import run_sh
 
 STAND_IN_PYTHON = """#!/bin/bash

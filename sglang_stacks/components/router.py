@@ -19,7 +19,7 @@ from sglang_stacks.components import _router_api
 from sglang_stacks.components._provider import LABEL, REPLACES, HostInputs, Props, TypedProvider
 from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.errors import RouterError
-from sglang_stacks.hostops import programs
+from sglang_stacks.hostops.programs.runner import Param, run_bash
 from sglang_stacks.hostops.transport import HostPath
 
 
@@ -48,8 +48,8 @@ class RouterOutputs(Props):
     """The router's base URL: where clients send requests."""
 
 
-def _run(inputs: RouterInputs, mode: str, limit_s: float, **params: programs.Param) -> str:
-    result = programs.run_bash(inputs.connection, "router.sh", {"mode": mode, **params}, timeout_s=limit_s)
+def _run(inputs: RouterInputs, mode: str, limit_s: float, **params: Param) -> str:
+    result = run_bash(inputs.connection, "router.sh", {"mode": mode, **params}, timeout_s=limit_s)
     if mode != "alive" and not result.ok:
         raise RouterError(
             f"The router program on {inputs.connection.label} failed ({mode}): "

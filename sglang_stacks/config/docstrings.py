@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict
 
 @cache
 def attribute_docstrings(cls: type) -> dict[str, str]:
-    """``{field: docstring}`` of the fields ``cls`` declares itself, each docstring cleaned as
-    Python cleans a function's."""
+    """``{field: docstring}`` of the fields (or enum members) ``cls`` declares itself, each
+    docstring cleaned as Python cleans a function's."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):  # no source (an interactive class): no descriptions
@@ -30,14 +30,17 @@ def attribute_docstrings(cls: type) -> dict[str, str]:
     assert isinstance(body, ast.ClassDef)
     found: dict[str, str] = {}
     for statement, following in zip(body.body, body.body[1:], strict=False):
-        if (
-            isinstance(statement, ast.AnnAssign)
-            and isinstance(statement.target, ast.Name)
-            and isinstance(following, ast.Expr)
+        if not (
+            isinstance(following, ast.Expr)
             and isinstance(following.value, ast.Constant)
             and isinstance(following.value.value, str)
         ):
-            found[statement.target.id] = inspect.cleandoc(following.value.value)
+            continue
+        # A field (``name: type = ...``), or an enum's member (``NAME = value``).
+        targets: list[ast.expr] = [statement.target] if isinstance(statement, ast.AnnAssign) else []
+        targets += statement.targets if isinstance(statement, ast.Assign) else []
+        if len(targets) == 1 and isinstance(targets[0], ast.Name):
+            found[targets[0].id] = inspect.cleandoc(following.value.value)
     return found
 
 

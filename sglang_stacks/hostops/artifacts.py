@@ -21,15 +21,17 @@ from pathlib import Path
 
 from sglang_stacks.errors import ArtifactError, HostError
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.programs import run_bash
-from sglang_stacks.hostops.transport import HostPath, run, tail, upload
+from sglang_stacks.hostops.programs.runner import call
+from sglang_stacks.hostops.programs.swap_folder_contract import SwapFolder
+from sglang_stacks.hostops.programs.tree_digest_contract import ListTree
+from sglang_stacks.hostops.transport import HostPath, run, upload
 
 __all__ = ["TreeDigest", "check_before_upload", "local_tree_digest", "measure", "put", "verify"]
 
 _CHUNK = 1 << 20
 # sha256sum escapes these in the names it prints; a local listing could not match the host's.
 _UNLISTABLE = ("\\", "\n", "\r")
-_SWAP_TIMEOUT_S = 120.0
+_REMOVE_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -95,19 +97,12 @@ def local_tree_digest(folder: str | os.PathLike[str]) -> TreeDigest:
 
 def measure(conn: Connection, path: str, timeout_s: float) -> TreeDigest | None:
     """The tree digest of ``path`` on the host, or None when there is no such folder."""
-    result = run_bash(conn, "tree_digest.sh", {"folder": HostPath(path)}, timeout_s=timeout_s)
-    first, _, listing = result.stdout.partition("\n")
-    if not result.ok or not first.startswith(("absent", "present")):
-        raise ArtifactError(
-            f"Hashing the draft model at {path} on {conn.label} failed (exit {result.exit_code}): "
-            f"{tail(result.stderr or result.stdout)}. Fix the unreadable files or broken links it names, "
-            "then run the update again."
-        )
-    if first == "absent":
+    listing = call(conn, ListTree(folder=path, limit_s=timeout_s))
+    if listing is None:
         return None
-    size_bytes = int(first.split()[1])
-    files = sum(1 for line in listing.splitlines() if line)
-    return TreeDigest(hashlib.sha256(listing.encode()).hexdigest(), files, size_bytes, listing)
+    files = sum(1 for line in listing.text.splitlines() if line)
+    digest = hashlib.sha256(listing.text.encode()).hexdigest()
+    return TreeDigest(digest, files, listing.size_bytes, listing.text)
 
 
 def put(conn: Connection, local_path: str, path: str, expected_digest: str, timeout_s: float) -> TreeDigest:
@@ -130,18 +125,7 @@ def put(conn: Connection, local_path: str, path: str, expected_digest: str, time
     except Exception:
         _remove(conn, staging)
         raise
-    swapped = run_bash(
-        conn,
-        "swap_folder.sh",
-        {"staging": HostPath(staging), "folder": HostPath(path)},
-        timeout_s=_SWAP_TIMEOUT_S,
-    )
-    if not swapped.ok:
-        raise HostError(
-            f"Moving the uploaded draft model into {path} on {conn.label} failed: "
-            f"{tail(swapped.stderr)}. Check that the user may write to {path} and its parent, "
-            "then run the update again."
-        )
+    call(conn, SwapFolder(staging=staging, folder=path))
     return arrived
 
 
@@ -149,7 +133,7 @@ def _remove(conn: Connection, staging: str) -> None:
     """Removes an upload that will not be used; a host that cannot be reached keeps it until the
     next upload of the same content writes over it."""
     with contextlib.suppress(HostError):
-        run(conn, 'rm -rf -- "$STAGING"\n', timeout_s=_SWAP_TIMEOUT_S, env={"STAGING": HostPath(staging)})
+        run(conn, 'rm -rf -- "$STAGING"\n', timeout_s=_REMOVE_TIMEOUT_S, env={"STAGING": HostPath(staging)})
 
 
 def check_before_upload(

@@ -11,15 +11,15 @@ before it launches anything.
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass
-from typing import Any
 
-from sglang_stacks.errors import ClaimError, HostError
+from sglang_stacks.errors import ClaimError
 from sglang_stacks.hostops import lifetime
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.programs import open_python, run_python
+from sglang_stacks.hostops.programs import claim_contract as program
+from sglang_stacks.hostops.programs.claim_contract import ClaimAnswer, ClaimRecord, Outcome
+from sglang_stacks.hostops.programs.runner import call
 from sglang_stacks.hostops.session import Session
 
 __all__ = [
@@ -36,15 +36,13 @@ __all__ = [
 
 DEFAULT_STATE_DIR = "~/.sglang-stacks"
 """Folder on the host that holds ``claim.json`` and the lock files."""
-_LOCK_WAIT_S = 15.0
-# The update's process says it is alive this often; the host lets the update lock go after
-# _SILENCE_S without a word (a dead network does not close the session by itself).
+# How long the claim program waits for the claim lock when server.sh runs it at a launch.
+_NOTED_LOCK_WAIT_S = program.RecordServer.model_fields["lock_wait_s"].default
+# The update's process says it is alive this often, well within the claim program's silence_s.
 _HEARTBEAT_S = 10.0
-_SILENCE_S = 60.0
 
 # The host program (programs/claim.py) runs with the host's system python3: the read, the decision
 # and the write happen there under one flock.
-_PROGRAM = "claim.py"
 
 
 @dataclass(frozen=True)
@@ -66,18 +64,9 @@ class Claim:
     """That process's start time (clock ticks since boot): a reused pid is not the server."""
 
     @classmethod
-    def from_record(cls, record: dict[str, Any], *, updating: bool = False) -> Claim:
-        """Reads the claim file's JSON object."""
-        return cls(
-            stack=str(record["stack"]),
-            project=str(record.get("project", "")),
-            claimed_at=str(record.get("claimed_at", "")),
-            update_id=str(record.get("update_id", "")),
-            updating_since=record.get("updating_since"),
-            updating=updating,
-            server_pid=record.get("server_pid"),
-            server_start_ticks=record.get("server_start_ticks"),
-        )
+    def from_record(cls, record: ClaimRecord, *, updating: bool = False) -> Claim:
+        """The claim the host's claim file records."""
+        return cls(**record.model_dump(), updating=updating)
 
 
 class _Lease:
@@ -131,27 +120,26 @@ def acquire(
     with _LEASES_LOCK:
         lease = _LEASES.get(key)
         if lease is not None and lease.session.alive:
-            _owner_call(conn, "check", stack, state_dir)
+            _owner_answer(conn, stack, call(conn, program.Check(stack=stack, folder=state_dir)))
             return None
-        args = _args("acquire", stack, state_dir)
-        args += ["--project", project, "--update-id", update_id] + (["--takeover"] if takeover else [])
-        session = open_python(conn, _PROGRAM, args)
-        answer = _parse(
-            conn, session.read_line(timeout_s=_LOCK_WAIT_S + conn.connect_timeout_s + 30), state_dir
+        held = call(
+            conn,
+            program.Acquire(
+                stack=stack, folder=state_dir, takeover=takeover, project=project, update_id=update_id
+            ),
         )
-        if answer["outcome"] != "acquired":
-            session.close()
+        answer = held.answer
+        if answer.outcome is not Outcome.ACQUIRED:
+            held.session.close()
             raise _refusal(conn, stack, answer)
-        _LEASES[key] = _Lease(session)
-    previous = answer["previous"]
-    return None if previous is None else Claim.from_record(previous)
+        _LEASES[key] = _Lease(held.session)
+    return None if answer.previous is None else Claim.from_record(answer.previous)
 
 
 def read(conn: Connection, *, state_dir: str = DEFAULT_STATE_DIR) -> Claim | None:
     """The host's current claim, or None when no stack owns its GPUs."""
-    answer = _call(conn, "read", "", state_dir)
-    claim = answer["claim"]
-    return None if claim is None else Claim.from_record(claim, updating=bool(answer["updating"]))
+    answer = call(conn, program.Read(stack="", folder=state_dir))
+    return None if answer.claim is None else Claim.from_record(answer.claim, updating=answer.updating)
 
 
 def finish(conn: Connection, stack: str, *, state_dir: str = DEFAULT_STATE_DIR) -> None:
@@ -179,16 +167,10 @@ def record_server(
 ) -> None:
     """Notes ``stack``'s SGLang server (pid and start time) in its claim; ClaimError if it lost
     the claim."""
-    _owner_call(
-        conn,
-        "record-server",
-        stack,
-        state_dir,
-        "--server-pid",
-        str(int(pid)),
-        "--server-start-ticks",
-        str(int(start_ticks)),
+    noted = program.RecordServer(
+        stack=stack, folder=state_dir, server_pid=pid, server_start_ticks=start_ticks
     )
+    _owner_answer(conn, stack, call(conn, noted))
 
 
 def check_noted(conn: Connection, stack: str, answer: str, *, state_dir: str = DEFAULT_STATE_DIR) -> None:
@@ -196,14 +178,16 @@ def check_noted(conn: Connection, stack: str, answer: str, *, state_dir: str = D
     server's launch notes its server in the claim in the same run); ClaimError if ``stack`` lost
     the claim or the note failed."""
     lines = answer.strip().splitlines()
-    _owner_answer(conn, stack, _parse(conn, lines[-1] if lines else "", state_dir))
+    _owner_answer(
+        conn, stack, ClaimAnswer.from_line(conn, lines[-1] if lines else "", state_dir, _NOTED_LOCK_WAIT_S)
+    )
 
 
 def release(conn: Connection, stack: str, *, state_dir: str = DEFAULT_STATE_DIR) -> bool:
     """Removes the claim if ``stack`` still owns it; False (and nothing changed) otherwise."""
     _check_stack(stack)
     finish(conn, stack, state_dir=state_dir)
-    return bool(_call(conn, "release", stack, state_dir)["outcome"] == "released")
+    return call(conn, program.Release(stack=stack, folder=state_dir)).outcome is Outcome.RELEASED
 
 
 def _check_stack(stack: str) -> None:
@@ -211,75 +195,32 @@ def _check_stack(stack: str) -> None:
         raise ValueError("a claim needs the stack's name")
 
 
-def _args(op: str, stack: str, state_dir: str) -> list[str]:
-    return [op, stack, state_dir, "--lock-wait-s", repr(_LOCK_WAIT_S), "--silence-s", repr(_SILENCE_S)]
-
-
-def _refusal(conn: Connection, stack: str, answer: dict[str, Any]) -> ClaimError:
-    claim = answer["claim"]
-    if answer["outcome"] == "held":
+def _refusal(conn: Connection, stack: str, answer: ClaimAnswer) -> ClaimError:
+    claim = answer.claim
+    if answer.outcome is Outcome.HELD and claim is not None:
         return ClaimError(
-            f"The GPUs of {conn.label} belong to stack {claim['stack']!r} (claimed {claim['claimed_at']}) "
+            f"The GPUs of {conn.label} belong to stack {claim.stack!r} (claimed {claim.claimed_at}) "
             f"and this update of {stack!r} may not take them over. Allow the takeover for this stack "
             f"(the other stack's server is stopped first), or free the host with "
-            f"`pulumi destroy -s {claim['stack']}`."
+            f"`pulumi destroy -s {claim.stack}`."
         )
     if claim is None:
         holder = "Another update is running on"
     else:
-        since = claim.get("updating_since") or claim.get("claimed_at")
-        update = claim.get("update_id") or "unnamed"
-        holder = f"Stack {claim['stack']!r} (update {update}, since {since}) is updating"
+        since = claim.updating_since or claim.claimed_at
+        update = claim.update_id or "unnamed"
+        holder = f"Stack {claim.stack!r} (update {update}, since {since}) is updating"
     return ClaimError(
         f"{holder} {conn.label}, so this update of {stack!r} stops here and launches nothing. "
         f"Wait for that update to finish, then run `pulumi up -s {stack}` again."
     )
 
 
-def _owner_call(conn: Connection, op: str, stack: str, state_dir: str, *more: str) -> None:
-    _owner_answer(conn, stack, _call(conn, op, stack, state_dir, *more))
-
-
-def _owner_answer(conn: Connection, stack: str, answer: dict[str, Any]) -> None:
-    if answer["outcome"] == "lost":
-        claim = answer["claim"]
-        now_owned_by = f"stack {claim['stack']!r} does now" if claim else "no stack does now"
+def _owner_answer(conn: Connection, stack: str, answer: ClaimAnswer) -> None:
+    if answer.outcome is Outcome.LOST:
+        claim = answer.claim
+        now_owned_by = f"stack {claim.stack!r} does now" if claim else "no stack does now"
         raise ClaimError(
             f"Stack {stack!r} no longer owns the GPUs of {conn.label}; {now_owned_by}. "
             f"Run `pulumi up -s {stack}` to claim the host again."
         )
-
-
-def _call(conn: Connection, op: str, stack: str, state_dir: str, *more: str) -> dict[str, Any]:
-    result = run_python(
-        conn, _PROGRAM, [*_args(op, stack, state_dir), *more], python=None, timeout_s=_LOCK_WAIT_S + 30
-    )
-    if not result.ok:
-        raise HostError(
-            f"The GPU claim step {op!r} failed on {conn.label} (exit {result.exit_code}): "
-            f"{result.stderr.strip()[-400:] or 'no output'}. "
-            f"Check that {state_dir} on the host is writable by this user and python3 runs."
-        )
-    lines = result.stdout.strip().splitlines()
-    return _parse(conn, lines[-1] if lines else "", state_dir)
-
-
-def _parse(conn: Connection, line: str, state_dir: str) -> dict[str, Any]:
-    try:
-        answer: dict[str, Any] = json.loads(line)
-    except ValueError:
-        raise HostError(
-            f"The GPU claim on {conn.label} answered {line[-200:]!r} instead of JSON. "
-            "Check that the user's login prints nothing on non-interactive shells."
-        ) from None
-    if answer["outcome"] == "lock-timeout":
-        raise ClaimError(
-            f"The claim lock on {conn.label} stayed taken for {_LOCK_WAIT_S:g} s. A claim operation "
-            f"is stuck there: find it with `fuser {state_dir}/claim.lock` on the host and stop it."
-        )
-    if answer["outcome"] == "corrupt":
-        raise ClaimError(
-            f"The claim file {state_dir}/claim.json on {conn.label} is not a claim. Check that no stack "
-            "is deploying to the host, remove the file, and run the update again."
-        )
-    return answer

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.programs import Param, run_bash, source
+from sglang_stacks.hostops.programs.contract import source
+from sglang_stacks.hostops.programs.runner import Param, run_bash
 from sglang_stacks.hostops.transport import HostPath, tail, upload
 
 __all__ = [

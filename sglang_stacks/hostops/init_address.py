@@ -5,8 +5,8 @@ be an address of rank 0's host, and every other node must reach it. The host sid
 from __future__ import annotations
 
 from sglang_stacks.errors import HostError
-from sglang_stacks.hostops import programs
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.programs.runner import run_python
 
 __all__ = ["check_init_address"]
 
@@ -22,7 +22,7 @@ def check_init_address(conn: Connection, address: str, node_rank: int) -> str:
     naming the keys to fix, when rank 0 cannot listen there or another node cannot reach it."""
     host, _, port = address.rpartition(":")
     mode = "host" if node_rank == 0 else "join"
-    result = programs.run_python(conn, "init_address_probe.py", [mode, host, port], python=None, timeout_s=60)
+    result = run_python(conn, "init_address_probe.py", [mode, host, port], python=None, timeout_s=60)
     verdict = result.stdout.strip()
     word, _, reason = verdict.partition(" ")
     if not result.ok or not word:

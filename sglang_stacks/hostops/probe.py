@@ -21,7 +21,7 @@ from sglang_stacks.hostops.nvidia_smi import (
     parse_query_gpu,
     parse_topology,
 )
-from sglang_stacks.hostops.programs import run_bash
+from sglang_stacks.hostops.programs.runner import run_bash
 
 __all__ = [
     "QUERY_GPU_FIELDS",

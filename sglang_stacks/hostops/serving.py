@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sglang_stacks.config.flags import LaunchFlags, ServerFlags
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.programs import run_bash
+from sglang_stacks.hostops.programs.runner import run_bash
 from sglang_stacks.hostops.transport import HostPath
 
 __all__ = ["NOTE", "ServingNote", "describe", "flag_changes", "forget", "read", "record", "serves"]

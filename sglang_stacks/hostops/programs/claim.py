@@ -20,6 +20,8 @@ import sys
 import time
 from typing import IO, NoReturn
 
+MODES = ("read", "release", "check", "record-server", "acquire")
+
 # A claim is the claim file's JSON object: stack, project, claimed_at, update_id, updating_since,
 # server_pid, server_start_ticks. Annotations stay unevaluated, so older python3s run this.
 
@@ -106,7 +108,7 @@ class Folder:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="claim.py")
-    parser.add_argument("op", choices=("read", "release", "check", "record-server", "acquire"))
+    parser.add_argument("op", choices=MODES)
     parser.add_argument("stack")
     parser.add_argument("folder")
     parser.add_argument("--takeover", action="store_true")

@@ -12,6 +12,8 @@ import errno
 import socket
 import sys
 
+MODES = ("join", "host")
+
 
 def join(host: str, port: int) -> str:
     """Whether this host reaches HOST:PORT."""
@@ -44,8 +46,12 @@ def host(address: str, port: int) -> str:
 
 def main(argv: list[str]) -> int:
     """Print the verdict; exit 2 for a bad command line."""
-    if len(argv) != 3 or argv[0] not in ("join", "host") or not argv[2].isdigit():
-        print("usage: init_address_probe.py join|host HOST PORT", file=sys.stderr)
+    if len(argv) != 3 or argv[0] not in MODES or not argv[2].isdigit():
+        print(
+            f"init_address_probe.py: unknown mode or port in {argv}; "
+            "usage: init_address_probe.py join|host HOST PORT",
+            file=sys.stderr,
+        )
         return 2
     check = join if argv[0] == "join" else host
     print(check(argv[1], int(argv[2])))

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 
 HEALTH_WAIT_S = 10
+MODES = ("listening", "healthy", "health")
 
 
 def listening(port: int) -> bool:
@@ -45,8 +46,12 @@ def healthy(port: int) -> bool:
 
 def main(argv: list[str]) -> int:
     """Exit 0 for yes, 1 for no, 2 for a bad command line; ``health`` prints its answer."""
-    if len(argv) != 2 or argv[0] not in ("listening", "healthy", "health") or not argv[1].isdigit():
-        print("usage: port_probe.py listening|healthy|health PORT", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in MODES or not argv[1].isdigit():
+        print(
+            f"port_probe.py: unknown mode or port in {argv}; "
+            "usage: port_probe.py listening|healthy|health PORT",
+            file=sys.stderr,
+        )
         return 2
     if argv[0] == "health":
         print(health(int(argv[1])))

@@ -1,6 +1,7 @@
-# The SGLang server process on the GPU host. MODE selects what to do:
+# The SGLang server process on the GPU host. MODE selects what to do (server_contract.py beside
+# this file declares each mode's parameters, its answer and every exit code):
 #   launch  start COMMAND detached (its own session, so stopping its group stops its workers),
-#           logging to LOG; prints "PID START_TICKS", or "port-taken" when PORT already answers.
+#           logging to LOG; prints "PID START_TICKS"; exits 10 when PORT already answers.
 #           With CLAIM_STACK set, the claim (CLAIM_PROGRAM, claim.py, run by SYSTEM_PYTHON,
 #           system_python.sh) notes the server in this same run and its answer is the next line:
 #           an update killed at any moment leaves no server that the claim does not know
@@ -8,11 +9,13 @@
 #           its log shows that line: a node of a multi-node server other than rank 0 serves no
 #           HTTP): prints ready, exited or timeout, then ---log--- and the log's last TAIL_LINES lines
 #   stop    TERM the group of PID, KILL it after TIMEOUT_S, then wait until none of the group's
-#           processes holds GPU memory (NVIDIA_SMI lists them): prints "freed running" (or
-#           "freed gone" when PID was not running) or still-held PIDS
-#   alive   exit 0 while PID runs (and is the process started at START_TICKS)
+#           processes holds GPU memory (NVIDIA_SMI, its argv one word a line, lists them): prints
+#           "freed running" (or "freed gone" when PID was not running); exits 11 printing the
+#           PIDs that still hold it after TIMEOUT_S
+#   alive   prints running while PID runs (and is the process started at START_TICKS), else gone
 #   state   how the server PID is now: exited, or its health check's answer (healthy, unhealthy,
 #           unresponsive); then ---log--- and the log's last TAIL_LINES lines
+#   log-tail  the log's last TAIL_LINES lines
 # PYTHON runs PORT_PROBE (port_probe.py). Secret variables are exported above this text by the
 # caller, so the server inherits them without any command line showing them.
 set -u
@@ -40,8 +43,7 @@ launch() {
     # claim's note of it: the note is how the next update finds the server.
     trap '' HUP PIPE
     if "$PYTHON" -c "$PORT_PROBE" listening "$PORT"; then
-        echo port-taken
-        return 0
+        exit 10
     fi
     mkdir -p "$(dirname "$LOG")"
     # The redirections release the SSH session at once; COMMAND is shell-quoted by the caller.
@@ -75,7 +77,8 @@ ready() {
 }
 
 stop() {
-    local deadline=$((SECONDS + ${TIMEOUT_S%.*})) group listed held p was=gone
+    local deadline=$((SECONDS + ${TIMEOUT_S%.*})) group listed held p was=gone smi
+    readarray -t smi <<<"$NVIDIA_SMI"
     group=$(ps -eo pid=,pgid= | awk -v g="$PID" '$2 == g {print $1}' | tr '\n' ' ')
     if alive; then
         was=running
@@ -84,11 +87,11 @@ stop() {
         if alive; then kill -KILL -- "-$PID" 2>/dev/null || true; fi
     fi
     while true; do
-        listed=$(eval "$NVIDIA_SMI" --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
+        listed=$("${smi[@]}" --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
         held=""
         for p in $group $PID; do printf '%s\n' "$listed" | grep -qx "$p" && held="$held $p"; done
         [ -z "$held" ] && { echo "freed $was"; break; }
-        [ "$SECONDS" -ge "$deadline" ] && { echo "still-held$held"; break; }
+        [ "$SECONDS" -ge "$deadline" ] && { echo "$held"; exit 11; }
         sleep 0.5
     done
 }
@@ -114,7 +117,7 @@ case "$MODE" in
     launch) launch ;;
     ready) ready ;;
     stop) stop ;;
-    alive) alive ;;
+    alive) if alive; then echo running; else echo gone; fi ;;
     state) state ;;
     log-tail) log_tail ;;
     *) echo "server.sh: unknown MODE $MODE" >&2; exit 2 ;;
