@@ -294,3 +294,10 @@ def test_a_clear_winner_is_called_clear() -> None:
     ranking = rank(ObjectiveSpec(), [_trial("a", [89.0, 90.0, 88.0]), _trial("c", [82.0, 81.5, 82.5])])
 
     assert "significantly ahead of the runner-up c" in ranking.verdict()
+
+
+def test_a_tiny_p_value_reads_as_below_a_thousandth() -> None:
+    ranking = rank(ObjectiveSpec(), [_trial("a", [89.0, 89.1, 89.0]), _trial("c", [54.0, 54.1, 54.0])])
+
+    assert "(-39.3 %, p<0.001)" in ranking.verdict()
+    assert "p=<" not in ranking.verdict()

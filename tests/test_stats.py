@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -93,6 +94,27 @@ def test_welch_matches_a_hand_computed_example() -> None:
     assert test.df == pytest.approx((var_a + var_b) ** 2 / (var_a**2 / 3 + var_b**2 / 3))
     assert test.p_value == pytest.approx(0.2986, abs=1e-3)
     assert not test.significant()
+
+
+def test_a_constant_sample_is_tested_without_a_library_warning() -> None:
+    # Steady tok/s runs, rounded to 0.01, are often all equal: scipy's ttest_ind warned of
+    # "precision loss" in the middle of `sweep run` and `sweep report` output.
+    steady, varied = [81.23] * 5, [81.23, 81.25, 81.21, 81.24, 81.22]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        test = stats.welch_t_test(steady, varied)
+
+    assert test.p_value == pytest.approx(1.0)
+    assert test.df == pytest.approx(4.0)  # all the spread is the varied sample's: n - 1
+
+
+def test_p_values_read_as_people_write_them() -> None:
+    assert [stats.p_text(p) for p in (0.0004, 0.001, 0.0421, None)] == [
+        "p<0.001",
+        "p=0.001",
+        "p=0.042",
+        "p n/a",
+    ]
 
 
 def test_welch_with_too_few_or_constant_runs() -> None:

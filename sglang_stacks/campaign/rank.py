@@ -13,7 +13,7 @@ from typing import Any
 from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.model_goals import ObjectiveSpec
 from sglang_stacks.campaign.objective import describe, level_for, samples
-from sglang_stacks.results.stats import ALPHA, ci95, mean, welch_t_test
+from sglang_stacks.results.stats import ALPHA, ci95, mean, p_text, welch_t_test
 from sglang_stacks.results.verdict import change_pct
 
 __all__ = ["RankedTrial", "Ranking", "rank"]
@@ -87,17 +87,15 @@ class Ranking:
         if not tied:
             return (
                 f"{head}, significantly ahead of the runner-up {second.stack} "
-                f"({second.change_pct:+.1f} %, p={_p(second.p_value)}): a clear winner."
+                f"({second.change_pct:+.1f} %, {p_text(second.p_value)}): a clear winner."
             )
-        names = ", ".join(f"{t.stack} ({_labels(t)}, {t.change_pct:+.1f} %, p={_p(t.p_value)})" for t in tied)
+        names = ", ".join(
+            f"{t.stack} ({_labels(t)}, {t.change_pct:+.1f} %, {p_text(t.p_value)})" for t in tied
+        )
         return (
             f"{head}, but it is within noise of {names}: the data do not separate them. "
             "Promote any of them, or measure them with more repetitions to tell them apart."
         )
-
-
-def _p(p_value: float | None) -> str:
-    return "n/a" if p_value is None else ("<0.001" if p_value < 0.001 else f"{p_value:.3f}")
 
 
 def _labels(trial: RankedTrial) -> str:

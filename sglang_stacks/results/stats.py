@@ -25,6 +25,7 @@ __all__ = [
     "WelchTest",
     "ci95",
     "mean",
+    "p_text",
     "percentile",
     "stdev",
     "tok_s_figure",
@@ -112,15 +113,28 @@ def welch_t_test(a: Sequence[float], b: Sequence[float]) -> WelchTest:
         t = math.copysign(math.inf, difference)
         return WelchTest(t=t, df=df, p_value=0.0, difference=difference, difference_ci95=point)
     scipy_stats = _scipy_stats()
-    test = scipy_stats.ttest_ind(a, b, equal_var=False)
-    half = float(scipy_stats.t.ppf(0.975, float(test.df))) * math.sqrt(var_a + var_b)
+    # From the samples' mean and spread as computed above (exact sums): scipy's ttest_ind computes
+    # them again and warns of precision loss whenever a sample is constant, as a steady server's
+    # tok/s runs, rounded to 0.01, can be.
+    test = scipy_stats.ttest_ind_from_stats(
+        mean(a), stdev(a), len(a), mean(b), stdev(b), len(b), equal_var=False
+    )
+    df = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))  # Welch-Satterthwaite
+    half = float(scipy_stats.t.ppf(0.975, df)) * math.sqrt(var_a + var_b)
     return WelchTest(
         t=float(test.statistic),
-        df=float(test.df),
+        df=df,
         p_value=float(test.pvalue),
         difference=difference,
         difference_ci95=(difference - half, difference + half),
     )
+
+
+def p_text(p_value: float | None) -> str:
+    """A p-value as a reader sees it: ``p<0.001``, ``p=0.042``, or ``p n/a`` when nothing was tested."""
+    if p_value is None:
+        return "p n/a"
+    return "p<0.001" if p_value < 0.001 else f"p={p_value:.3f}"
 
 
 TOK_S_DECIMALS = 2

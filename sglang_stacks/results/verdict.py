@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from sglang_stacks.errors import GateError, SpecError
-from sglang_stacks.results.stats import ALPHA, BenchmarkResult, welch_t_test
+from sglang_stacks.results.stats import ALPHA, BenchmarkResult, p_text, welch_t_test
 
 __all__ = [
     "CanaryVerdict",
@@ -35,7 +35,7 @@ def _significance(p_value: float | None) -> str:
     if p_value is None:
         return "significance unknown: fewer than two runs"
     word = "significant" if p_value < ALPHA else "not significant"
-    return f"{word}, p<0.001" if p_value < 0.001 else f"{word}, p={p_value:.3f}"
+    return f"{word}, {p_text(p_value)}"
 
 
 class StackVerdict(BaseModel):
