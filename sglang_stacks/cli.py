@@ -1,4 +1,5 @@
-"""The companion CLI, for what Pulumi has no verb for: ``python -m sglang_stacks.cli <command>``.
+"""The companion CLI, for what Pulumi has no verb for: ``sglang-stacks <command>`` (the same as
+``python -m sglang_stacks.cli <command>``).
 
 Each subcommand is a ``Command`` in ``COMMANDS``: a name, a one-line help, a function that adds
 its arguments and a function that runs it and returns the exit code, one of `ExitCode`
@@ -128,29 +129,32 @@ def _run_recover(args: argparse.Namespace) -> int:
 
 
 def _configure_logs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("stack", help="a deployed stack: its host and log paths come from its state")
-    parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C stops)")
+    parser.add_argument("stack", help="a stack: its host comes from its file, and its key from its state")
+    parser.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing new lines, also of a server launched after this started (Ctrl-C stops)",
+    )
     parser.add_argument("-n", "--lines", type=int, default=40, help="lines of each file to show first")
 
 
 def _run_logs(args: argparse.Namespace) -> int:
     from sglang_stacks.components._benchmark_run import progress_path
+    from sglang_stacks.components._host_parts import server_log_dir
     from sglang_stacks.drive import automation  # the Automation API, only for the commands that drive Pulumi
     from sglang_stacks.hostops import logs
     from sglang_stacks.hostops.connection import Connection
-    from sglang_stacks.results.outputs import DeploymentOutputs
 
-    outputs = automation.read_outputs(args.stack, DeploymentOutputs)
     config = automation.stack_config(args.stack)
     spec = load_spec(config, args.stack)
     host = spec.host
     conn = Connection.for_host(host, config.get("sglang-stacks:sshPrivateKey"))
-    paths = [outputs.server_log] if outputs and outputs.server_log else []
-    paths.append(progress_path(host.state_dir, args.stack))
+    found = logs.StackLogs(args.stack, server_log_dir(spec), progress_path(host.state_dir, args.stack))
     if args.follow:
-        logs.follow(conn, paths, lambda line: print(line, flush=True), args.lines)
+        logs.follow(conn, found, lambda line: print(line, flush=True), args.lines)
     else:
-        print("\n".join(logs.show(conn, paths, args.lines)))
+        print("\n".join(logs.show(conn, found, args.lines)))
     return ExitCode.OK
 
 
@@ -181,7 +185,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "logs": Command(
         name="logs",
-        help="show (-f: follow) a deployed stack's server log and benchmark progress on its host",
+        help="show (-f: follow) a stack's server log and benchmark progress on its host",
         configure=_configure_logs,
         run=_run_logs,
     ),
@@ -234,7 +238,7 @@ COMMANDS: dict[str, Command] = {
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m sglang_stacks.cli",
+        prog="sglang-stacks",
         description="sglang-stacks companion: what Pulumi has no verb for.",
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="<command>")

@@ -88,13 +88,12 @@ def _render_text(
     lines = [f"Stack {stack}, SGLang {release}", "", "Launch command:"]
     lines.append(f"  {command}" if command else "  (not renderable for this release: see the errors below)")
     lines += ["", "Memory plan (per GPU):", *(f"  {line}" for line in plan), ""]
-    counts = {s: sum(f.severity == s for f in findings) for s in ("error", "warning", "info")}
+    listed = [f for f in findings if f.code != "memory-plan"]  # the memory plan is printed above
+    counts = {s: sum(f.severity == s for f in listed) for s in ("error", "warning", "info")}
     lines.append(
         f"Preflight: {counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info"
     )
-    for finding in findings:
-        if finding.code == "memory-plan":
-            continue  # printed above
+    for finding in listed:
         lines.append(f"  [{finding.severity}] {finding.code} at {finding.key}: {finding.message}")
         if finding.fix:
             lines.append(f"      fix: {finding.fix}")

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -74,6 +75,23 @@ def test_render_prints_the_command_the_plan_and_the_findings():
     assert "--cuda-graph-max-bs" in words
     assert "Verdict: fits at mem_fraction_static 0.88" in out
     assert "Preflight: 0 error(s)" in out
+
+
+@pytest.mark.parametrize("stack", ["baseline", "eagle3-bs128", "eagle3-auto-mem", "custom-allreduce"])
+def test_render_counts_exactly_the_findings_it_lists(stack):
+    out = _cli("render", stack).stdout
+    counted = re.search(r"^Preflight: (\d+) error\(s\), (\d+) warning\(s\), (\d+) info$", out, re.MULTILINE)
+    assert counted, out
+    listed = re.findall(r"^  \[(error|warning|info)\] ", out, re.MULTILINE)
+
+    assert [int(n) for n in counted.groups()] == [listed.count(kind) for kind in ("error", "warning", "info")]
+
+
+def test_help_names_the_command_a_user_types():
+    result = _cli("--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: sglang-stacks ")
+    assert "python -m" not in result.stdout
 
 
 def test_render_for_another_release_maps_the_renamed_flag():

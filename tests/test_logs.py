@@ -4,6 +4,7 @@ followed as they grow (on the local host, through the same transport an SSH host
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -24,22 +25,42 @@ class _Enough(Exception):
     pass
 
 
-def test_show_prints_the_log_and_progress_as_sentences(tmp_path: Path) -> None:
-    server_log = tmp_path / "server.log"
-    server_log.write_text("Load weight begin\nThe server is fired up and ready to roll!\n")
-    progress = tmp_path / "bench.progress.jsonl"
-    progress.write_text(json.dumps(STEP) + "\n")
-    lines = logs.show(Connection.local(), [str(server_log), str(progress), str(tmp_path / "absent")])
+OLD, NEW = "0123456789ab", "ba9876543210"  # two launches' instances
+
+
+def _stack_logs(tmp_path: Path) -> logs.StackLogs:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    return logs.StackLogs("demo", str(tmp_path / "logs"), str(tmp_path / "bench.progress.jsonl"))
+
+
+def test_show_prints_the_newest_log_and_progress_as_sentences(tmp_path: Path) -> None:
+    found = _stack_logs(tmp_path)
+    old = Path(logs.server_log_path(found.log_dir, "demo", OLD))
+    old.write_text("an earlier launch\n")
+    os.utime(old, (time.time() - 60, time.time() - 60))
+    Path(logs.server_log_path(found.log_dir, "demo", NEW)).write_text(
+        "Load weight begin\nThe server is fired up and ready to roll!\n"
+    )
+    # Another stack whose name starts alike has logs of its own there.
+    Path(logs.server_log_path(found.log_dir, "demo-two", "aaaaaaaaaaaa")).write_text("not demo's\n")
+    Path(found.progress).write_text(json.dumps(STEP) + "\n")
+
+    lines = logs.show(Connection.local(), found)
+
     assert "The server is fired up and ready to roll!" in lines
     assert (
         "benchmark: concurrency 16, measure 2/5: 12 requests, 812.5 tok/s so far, 1 errors, "
         "last: HTTP 500: boom"
     ) in lines
-    assert not any("absent" in line for line in lines)
+    assert "an earlier launch" not in lines and "not demo's" not in lines
+
+
+def test_show_of_a_stack_never_launched_prints_nothing(tmp_path: Path) -> None:
+    assert logs.show(Connection.local(), _stack_logs(tmp_path)) == []
 
 
 def test_follow_prints_lines_written_after_it_started(tmp_path: Path) -> None:
-    progress = tmp_path / "bench.progress.jsonl"  # not there yet: tail -F waits for it
+    found = _stack_logs(tmp_path)  # no progress file yet: it is followed once it appears
     seen: list[str] = []
 
     def emit(line: str) -> None:
@@ -49,16 +70,47 @@ def test_follow_prints_lines_written_after_it_started(tmp_path: Path) -> None:
 
     def write_later() -> None:
         time.sleep(0.5)
-        with progress.open("a") as handle:
+        with open(found.progress, "a") as handle:
             handle.write(json.dumps({**STEP, "repetition": 1}) + "\n")
             handle.write(json.dumps({**STEP, "repetition": 2}) + "\n")
 
     threading.Thread(target=write_later, daemon=True).start()
     with pytest.raises(_Enough):
-        logs.follow(Connection.local(), [str(progress)], emit)
+        logs.follow(Connection.local(), found, emit)
     assert [line.split(":")[1] for line in seen] == [
         " concurrency 16, measure 1/5",
         " concurrency 16, measure 2/5",
+    ]
+
+
+def test_follow_started_before_a_launch_shows_the_new_server_from_its_first_line(tmp_path: Path) -> None:
+    # `logs -f` started before `pulumi up`: the previous server's log is there, and the new launch
+    # writes a new file, which is followed from its first line as soon as it appears.
+    found = _stack_logs(tmp_path)
+    old = Path(logs.server_log_path(found.log_dir, "demo", OLD))
+    old.write_text("the previous server stopped\n")
+    seen: list[str] = []
+
+    def emit(line: str) -> None:
+        seen.append(line)
+        if line == "The server is fired up and ready to roll!":
+            raise _Enough
+
+    def launch_later() -> None:
+        time.sleep(1.5)
+        new = Path(logs.server_log_path(found.log_dir, "demo", NEW))
+        new.write_text("server_args=ServerArgs(...)\n")
+        time.sleep(1.5)
+        with new.open("a") as handle:
+            handle.write("The server is fired up and ready to roll!\n")
+
+    threading.Thread(target=launch_later, daemon=True).start()
+    with pytest.raises(_Enough):
+        logs.follow(Connection.local(), found, emit)
+    assert seen == [
+        "the previous server stopped",
+        "server_args=ServerArgs(...)",
+        "The server is fired up and ready to roll!",
     ]
 
 

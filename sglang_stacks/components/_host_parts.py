@@ -77,6 +77,12 @@ class NodeRole:
     """Rank 0: the launches of the other nodes."""
 
 
+def server_log_dir(spec: StackSpec) -> str:
+    """The host's folder of the server's logs, one file per launch: ``launch.log_dir``, by default
+    ``<host.state_dir>/logs`` (``sglang-stacks logs`` reads them there)."""
+    return spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs"
+
+
 def build_host_parts(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -> HostParts:
     """Creates one host's resources, children of ``parent``."""
     child = pulumi.ResourceOptions(parent=parent)
@@ -140,7 +146,7 @@ def build_host_parts(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -
             draft_digest=draft.output(lambda o: o.digest) if draft else "",
             state_dir=spec.host.state_dir,
             update_id=plan.update_id,
-            log_dir=spec.launch.log_dir or f"{spec.host.state_dir.rstrip('/')}/logs",
+            log_dir=server_log_dir(spec),
             ready_timeout_s=spec.launch.ready_timeout_s,
             stop_timeout_s=spec.launch.stop_timeout_s,
             taken_from=claim.output(lambda o: o.taken_from),

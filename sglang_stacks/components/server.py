@@ -30,7 +30,7 @@ from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.components.host import check_installed_release
 from sglang_stacks.config.flags import LaunchFlags
 from sglang_stacks.errors import StacksError
-from sglang_stacks.hostops import claim, process, serving
+from sglang_stacks.hostops import claim, logs, process, serving
 from sglang_stacks.hostops.connection import Connection
 
 
@@ -157,7 +157,7 @@ def _start(inputs: ServerInputs) -> ServerOutputs:
     claim.acquire(conn, inputs.stack, takeover=False, update_id=inputs.update_id, state_dir=inputs.state_dir)
     _stop_untracked(conn, inputs)
     instance = uuid.uuid4().hex[:12]
-    log_path = f"{inputs.log_dir.rstrip('/')}/{inputs.stack}-{instance}.log"
+    log_path = logs.server_log_path(inputs.log_dir, inputs.stack, instance)
     launch = _launch(inputs, log_path)
     running = process.launch(conn, launch)  # noted in the claim by the launch itself
     process.wait_ready(conn, launch, running)

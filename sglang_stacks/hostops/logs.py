@@ -1,31 +1,41 @@
 """What ``sglang-stacks logs`` shows: the server's log and the benchmark's progress on the stack's
-host, once or followed as they grow (``tail -F``, which also waits for a file not written yet).
+host, once or followed as they grow (``programs/logs.sh``).
 
-Progress lines are JSON as the load generator writes them; they are shown as one sentence each.
+Each launch of a stack's server writes a log of its own (`server_log_path`): the newest is the one
+shown, and a follower switches to a newer one as soon as it appears, so ``logs -f`` started
+before ``pulumi up`` shows the new server from its first line. Progress lines are JSON as the load
+generator writes them; they are shown as one sentence each.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from sglang_stacks.errors import HostError
-from sglang_stacks.hostops import session as session_module
-from sglang_stacks.hostops import transport
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.transport import quote_path
+from sglang_stacks.hostops.programs.logs_contract import FollowLogs, ShowLogs
+from sglang_stacks.hostops.programs.runner import call
 
-__all__ = ["describe_progress", "follow", "show"]
+__all__ = ["StackLogs", "describe_progress", "follow", "server_log_path", "show"]
 
 _SILENT_S = 24 * 3600.0
 
 
-def _script(paths: Iterable[str], lines: int, follow: bool) -> str:
-    quoted = " ".join(quote_path(path) for path in paths)
-    if follow:
-        return f"exec tail -n {lines} -F {quoted} 2>/dev/null\n"
-    # Only the files that exist: a stack that never benchmarked has no progress file.
-    return f'for f in {quoted}; do [ -f "$f" ] || continue; echo "==> $f <=="; tail -n {lines} "$f"; done\n'
+def server_log_path(log_dir: str, stack: str, instance: str) -> str:
+    """The log of the server launch ``instance`` (12 hex digits) of ``stack``, in ``log_dir``."""
+    return f"{log_dir.rstrip('/')}/{stack}-{instance}.log"
+
+
+@dataclass(frozen=True)
+class StackLogs:
+    """Where a stack's logs are on its host."""
+
+    stack: str
+    log_dir: str
+    """The folder of its server's logs, one per launch (`server_log_path`)."""
+    progress: str
+    """Its benchmark's progress file."""
 
 
 def describe_progress(line: str) -> str:
@@ -45,20 +55,18 @@ def describe_progress(line: str) -> str:
     )
 
 
-def show(conn: Connection, paths: list[str], lines: int = 40) -> list[str]:
-    """The last ``lines`` of each file that exists, progress lines as sentences."""
-    result = transport.run(conn, _script(paths, lines, follow=False), timeout_s=60)
-    if not result.ok:
-        raise HostError(
-            f"Reading the logs on {conn.label} failed (exit {result.exit_code}): "
-            f"{result.stderr.strip()[-500:]}"
-        )
-    return [describe_progress(line) for line in result.stdout.splitlines()]
+def show(conn: Connection, logs: StackLogs, lines: int = 40) -> list[str]:
+    """The last ``lines`` of the newest server log and of the progress file (those that exist),
+    progress lines as sentences."""
+    shown = call(conn, ShowLogs(log_dir=logs.log_dir, stack=logs.stack, progress=logs.progress, lines=lines))
+    return [describe_progress(line) for line in shown]
 
 
-def follow(conn: Connection, paths: list[str], emit: Callable[[str], None], lines: int = 40) -> None:
-    """Print new lines of the files as they come, until interrupted (Ctrl-C) or the host goes away."""
-    session = session_module.open_session(conn, _script(paths, lines, follow=True), max_lifetime_s=_SILENT_S)
+def follow(conn: Connection, logs: StackLogs, emit: Callable[[str], None], lines: int = 40) -> None:
+    """Print new lines of the server's log and the progress as they come, following each new launch
+    of the server, until interrupted (Ctrl-C) or the host goes away."""
+    request = FollowLogs(log_dir=logs.log_dir, stack=logs.stack, progress=logs.progress, lines=lines)
+    session = call(conn, request)
     try:
         while True:
             emit(describe_progress(session.read_line(timeout_s=_SILENT_S)))
