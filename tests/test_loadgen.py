@@ -23,6 +23,7 @@ from sglang_stacks.config.spec import BenchmarkSpec
 from sglang_stacks.hostops import loadgen
 from sglang_stacks.hostops.loadgen import client, contract
 from sglang_stacks.hostops.loadgen.document import SCHEMA, Document
+from sglang_stacks.hostops.loadgen.progress import Progress
 from sglang_stacks.results import summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -364,3 +365,24 @@ def test_a_duration_bounded_run_stops_sending_when_the_time_is_up(server: FakeSG
     # Each request takes about 60 ms: two streams send about 16 in half a second.
     assert 10 <= level.requests <= 18
     assert max(row.sent_s for row in level.records) < 0.5
+
+
+def test_tok_s_so_far_does_not_fall_when_a_request_ends(tmp_path: Path) -> None:
+    # A server steady at 50 tok/s, one stream, requests of 100 tokens (2 s each), a line a second.
+    now = [0.0]
+    path = tmp_path / "progress.jsonl"
+    progress = Progress(str(path), clock=lambda: now[0])
+    progress.phase("concurrency 1", "measure", 1, 1)
+    for second in range(1, 7):
+        now[0] = float(second)
+        progress.streamed(50)
+        if second % 2 == 0:
+            progress.count(None)  # a request of 100 tokens ends
+        progress.write()
+
+    rates = [json.loads(line)["tok_s_so_far"] for line in path.read_text().splitlines()[1:]]
+    done = [json.loads(line)["requests_done"] for line in path.read_text().splitlines()[1:]]
+    # Counted at each request's end, this read 0, 50, 33.3, 50, 40, 50: a rate that seems to fall
+    # between two completions while the server streams steadily.
+    assert rates == [50.0] * 6
+    assert done == [0, 1, 1, 2, 2, 3]

@@ -85,6 +85,25 @@ def test_progress_lines_say_the_level_the_repetition_and_tok_s(
     assert sentence.endswith("tok/s so far, 0 errors")
 
 
+def test_tok_s_so_far_counts_the_tokens_of_a_request_still_streaming(
+    emulator: RunningEmulator, tmp_path: Path
+) -> None:
+    # One request of 300 tokens (over 3 s at this server's speed) per repetition: a progress line
+    # comes every 2 s, so one is written while the request is still streaming.
+    progress = tmp_path / "progress.jsonl"
+    workload = _workload(
+        emulator, concurrency=(1,), output_len=300, requests_per_repetition=1, progress_file=str(progress)
+    )
+    client.run(workload)
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    # The first line of a phase is its start; the ticks after it come while the request streams.
+    measure = [line for line in lines if line["phase"] == "measure"]
+    in_flight = [line for line in measure[1:] if line["requests_done"] == 0]
+    assert in_flight, lines
+    # Counting finished requests only, these read 0 tok/s while the server streamed at full speed.
+    assert all(line["tok_s_so_far"] > 0 for line in in_flight), lines
+
+
 def test_incremental_streaming_sends_only_new_text(tmp_path: Path) -> None:
     with start_emulator([*FLAGS, "--stream-output"], state_dir=str(tmp_path)) as server:
         assert server.wait_ready(30), server.log()

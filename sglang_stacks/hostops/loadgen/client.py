@@ -44,8 +44,8 @@ class _Run:
     async def send(self) -> RequestRecord:
         prompt = self.prompts.prompt(self.number)
         self.number += 1
-        record = await stream_one(self.client, self.workload, prompt, self.model)
-        self.progress.count(record.completion_tokens if record.error is None else 0, record.error)
+        record = await stream_one(self.client, self.workload, prompt, self.model, self.progress.streamed)
+        self.progress.count(record.error)
         return record
 
     async def batch(self, level: float, total: int, rep: int) -> list[RequestRecord]:

@@ -1,6 +1,11 @@
-"""The progress file a person can follow while a benchmark runs (``sglang-stacks logs -f``): one
-JSON line when a phase starts and every few seconds, with the level, the repetition, tok/s so far
-and the errors.
+"""The progress file a person can follow while a benchmark runs (``sglang-stacks logs -f``, and
+``pulumi up`` itself): one JSON line when a phase starts and every few seconds, with the level,
+the repetition, tok/s so far and the errors.
+
+tok/s so far is the output tokens streamed since the phase began, those of requests still in
+flight included, over the time since it began: the rate of the work done so far. Counting only
+finished requests would make it fall between two completions (a request of 512 tokens counts
+nothing until its last one), and read like a collapse while the server decodes steadily.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 __all__ = ["TICK_S", "Progress"]
@@ -19,20 +24,26 @@ TICK_S = 2.0
 
 
 class Progress:
-    """Counts finished requests and appends progress lines to ``path`` (nothing when it is empty)."""
+    """Counts streamed tokens and finished requests, and appends progress lines to ``path``
+    (nothing when it is empty)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, clock: Callable[[], float] = time.perf_counter) -> None:
+        """``clock`` gives the seconds elapsed since any fixed moment."""
         self._path = path
+        self._clock = clock
         self._state: dict[str, Any] = {"level": "", "phase": "prepare", "repetition": 0, "of": 0}
-        self._since_s = time.perf_counter()
+        self._since_s = self._clock()
         self._tokens = 0
         self._requests = 0
         self._errors = 0
         self._last_error: str | None = None
 
-    def count(self, tokens: int, error: str | None) -> None:
-        """One request finished with ``tokens`` output tokens, or with ``error``."""
+    def streamed(self, tokens: int) -> None:
+        """``tokens`` output tokens arrived (of any request, finished or not)."""
         self._tokens += tokens
+
+    def count(self, error: str | None) -> None:
+        """One request finished, with ``error`` when it failed."""
         self._requests += 1
         if error is not None:
             self._errors += 1
@@ -43,7 +54,7 @@ class Progress:
         if phase == "done":
             self.write()
         self._state = {"level": level, "phase": phase, "repetition": repetition, "of": of}
-        self._since_s = time.perf_counter()
+        self._since_s = self._clock()
         self._tokens = self._requests = self._errors = 0
         self._last_error = None
         self.write()
@@ -52,7 +63,7 @@ class Progress:
         """Append the current state as one line."""
         if not self._path:
             return
-        elapsed_s = time.perf_counter() - self._since_s
+        elapsed_s = self._clock() - self._since_s
         line = {
             "time_unix_s": round(time.time(), 3),
             **self._state,

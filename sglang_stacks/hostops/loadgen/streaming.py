@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,11 +96,13 @@ def _count_after(payload: bytes, previous: int) -> int:
 
 
 class _Reader:
-    """Turns a stream's events into the record's counts and times."""
+    """Turns a stream's events into the record's counts and times; ``on_tokens`` hears of each
+    token as it arrives."""
 
-    def __init__(self, record: RequestRecord, native: bool) -> None:
+    def __init__(self, record: RequestRecord, native: bool, on_tokens: Callable[[int], None]) -> None:
         self.record = record
         self.native = native
+        self.on_tokens = on_tokens
         self.last_token_s = record.sent_s
         self.last_event = b""
         self.done = False
@@ -131,6 +134,7 @@ class _Reader:
             record.itl_s.extend([gap] * arrived) if arrived > 1 else record.itl_s.append(gap)
         self.last_token_s = now
         record.completion_tokens = tokens
+        self.on_tokens(arrived)
 
     def finish(self) -> None:
         """Read the totals of the last event: prompt tokens, verify steps, an abort."""
@@ -149,7 +153,10 @@ class _Reader:
         usage = last.get("usage") or {}
         self.record.prompt_tokens = int(usage.get("prompt_tokens") or 0)
         # Usage counts the tokens; a delta may carry several (speculative decoding).
-        self.record.completion_tokens = int(usage.get("completion_tokens") or self.record.completion_tokens)
+        counted = int(usage.get("completion_tokens") or self.record.completion_tokens)
+        if counted != self.record.completion_tokens:
+            self.on_tokens(counted - self.record.completion_tokens)
+        self.record.completion_tokens = counted
 
 
 async def _read_events(content: aiohttp.StreamReader, reader: _Reader) -> None:
@@ -179,14 +186,23 @@ def _kind_of(exc: Exception) -> str:
     return "protocol" if isinstance(exc, ValueError) else "connection"
 
 
+def _ignore(tokens: int) -> None:
+    pass
+
+
 async def stream_one(
-    session: aiohttp.ClientSession, workload: Workload, prompt: Prompt, model: str = ""
+    session: aiohttp.ClientSession,
+    workload: Workload,
+    prompt: Prompt,
+    model: str = "",
+    on_tokens: Callable[[int], None] = _ignore,
 ) -> RequestRecord:
-    """Send one streaming request and time every chunk it returns."""
+    """Send one streaming request and time every chunk it returns; ``on_tokens`` hears of the
+    output tokens as they arrive."""
     body = json.dumps(request_body(workload, prompt, model), separators=(",", ":")).encode()
     url = workload.url.rstrip("/") + _PATHS[workload.endpoint]
     record = RequestRecord(sent_s=time.perf_counter())
-    reader = _Reader(record, native=workload.endpoint == "generate")
+    reader = _Reader(record, native=workload.endpoint == "generate", on_tokens=on_tokens)
     try:
         async with session.post(url, data=body, headers=_HEADERS) as response:
             if response.status != 200:
