@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +155,17 @@ class Workspace:
             for operation, kind, name, *inputs in operations
         ]
         path.write_text(json.dumps(document))
+
+    def leave_lock(self, stack: str, pid: int, hostname: str | None = None) -> Path:
+        """A lock file of ``stack`` as `pulumi up` writes it on a local backend, taken by process
+        ``pid`` of ``hostname`` (this machine by default)."""
+        folder = self.backend / ".pulumi" / "locks" / "organization" / "sglang-stacks" / stack
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "0d3c1b5e-7a2f-4c1e-9c7b-2f6a8e4d1b00.json"
+        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        machine = hostname or socket.gethostname()
+        path.write_text(json.dumps({"pid": pid, "username": "u", "hostname": machine, "timestamp": stamp}))
+        return path
 
     def outputs(self, stack: str) -> dict[str, Any]:
         result: dict[str, Any] = self.json("stack", "output", "--json", "-s", stack)

@@ -8,6 +8,8 @@ tests/faults/test_kills.py.
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -15,6 +17,7 @@ import pytest
 
 from sglang_stacks.components.router import RouterInputs, leftover_router, start_router, stop_router
 from sglang_stacks.drive import recover
+from sglang_stacks.errors import StacksError
 from sglang_stacks.exits import ExitCode
 from tests._pulumi import Workspace
 from tests._router import local_router_props
@@ -22,6 +25,8 @@ from tests._router import local_router_props
 pytestmark = pytest.mark.integration
 
 BENCHMARK = "pulumi-python:dynamic/sglang:Benchmark"
+DRAFT = "pulumi-python:dynamic/sglang:DraftModel"
+COMMAND = "command:remote:Command"
 ROUTER = "pulumi-python:dynamic/sglang:Router"
 WORKER = "pulumi-python:dynamic/sglang:RouterWorker"
 SERVER = "pulumi-python:dynamic/sglang:Server"
@@ -57,7 +62,30 @@ def test_a_stale_create_of_the_tools_own_resource_is_cleared(project: Workspace)
     assert code == ExitCode.OK, out.getvalue()
     assert "creating tuned-benchmark (sglang:Benchmark): safe to run again" in out.getvalue()
     assert "creating tuned-r0-worker (sglang:RouterWorker): safe to run again" in out.getvalue()
-    assert "cleared 2; nothing remains. `pulumi up -s tuned` converges." in out.getvalue()
+    assert "cleared 2 pending operation(s)" in out.getvalue()
+    assert "nothing remains; `pulumi up -s tuned` converges." in out.getvalue()
+    assert pending(project) == []
+
+
+def test_an_interrupted_update_or_delete_of_the_tools_own_resource_is_cleared(project: Workspace) -> None:
+    # What an update killed while it updated or deleted leaves: the state still holds the resource
+    # as it was, and each of this tool's updates and deletes runs again safely.
+    project.leave_pending(
+        "tuned",
+        ("updating", DRAFT, "tuned-draft-model"),
+        ("deleting", BENCHMARK, "tuned-old-benchmark"),
+    )
+    out = io.StringIO()
+
+    code = recover.recover("tuned", project_dir=project.path, out=out)
+
+    said = out.getvalue()
+    assert code == ExitCode.OK, said
+    assert (
+        "updating tuned-draft-model (sglang:DraftModel): the state keeps it as it was, and the next "
+        "`pulumi up` updates it again" in said
+    )
+    assert "deleting tuned-old-benchmark (sglang:Benchmark): the state keeps it, and the next" in said
     assert pending(project) == []
 
 
@@ -65,7 +93,7 @@ def test_what_the_tool_cannot_settle_is_left_in_place_with_its_command(project: 
     project.leave_pending(
         "tuned",
         ("creating", BENCHMARK, "tuned-benchmark"),
-        ("deleting", BENCHMARK, "tuned-old-benchmark"),
+        ("updating", COMMAND, "tuned-old-command"),  # another provider's: this tool cannot tell
         ("creating", ROUTER, "tuned-router"),
         ("creating", SERVER, "tuned-server"),  # recorded without the inputs that name its host
     )
@@ -75,17 +103,41 @@ def test_what_the_tool_cannot_settle_is_left_in_place_with_its_command(project: 
 
     said = out.getvalue()
     assert code == ExitCode.LEFT_FOR_YOU, said
-    assert "deleting tuned-old-benchmark (sglang:Benchmark): left for you: `pulumi refresh -s tuned`" in said
+    assert "updating tuned-old-command (command:remote:Command): left for you: `pulumi refresh -s" in said
     assert "creating tuned-router (sglang:Router): left for you: its host could not be checked" in said
     assert "creating tuned-server (sglang:Server): left for you: its host could not be checked" in said
     assert "`pulumi refresh --clear-pending-creates -s tuned` clears every pending operation" in said
     # Clearing only some is impossible (an import drops them all): nothing was cleared.
     assert pending(project) == [
         "creating tuned-benchmark",
-        "deleting tuned-old-benchmark",
+        "updating tuned-old-command",
         "creating tuned-router",
         "creating tuned-server",
     ]
+
+
+def test_the_lock_of_a_killed_update_is_let_go_first_and_a_live_ones_never(project: Workspace) -> None:
+    project.leave_pending("tuned", ("creating", BENCHMARK, "tuned-benchmark"))
+    # An update of another machine holds it: it may run, so nothing is touched.
+    live = project.leave_lock("tuned", os.getpid(), hostname="another-machine")
+
+    with pytest.raises(StacksError, match=r"an update that may still run \(pid \d+ on another-machine\)"):
+        recover.recover("tuned", project_dir=project.path, out=io.StringIO())
+
+    assert live.exists() and pending(project) == ["creating tuned-benchmark"]
+    live.unlink()
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    dead = project.leave_lock("tuned", ended.pid)  # a `pulumi up` of this machine that was killed
+    out = io.StringIO()
+
+    code = recover.recover("tuned", project_dir=project.path, out=out)
+
+    assert code == ExitCode.OK, out.getvalue()
+    assert out.getvalue().startswith(
+        f"recover: cancelled the lock of a killed update (pid {ended.pid}, no longer running).\n"
+    )
+    assert not dead.exists() and pending(project) == []
 
 
 def test_a_stack_without_pending_operations_needs_nothing(project: Workspace) -> None:
@@ -109,8 +161,12 @@ def test_a_router_an_interrupted_create_left_running_is_stopped_and_the_create_c
 
         said = out.getvalue()
         assert code == ExitCode.OK, said
-        assert f"the router it had started on 127.0.0.1:{typed.port}" in said
-        assert f"pid {started.pid}, still ran, known to no state: stopped it" in said
+        assert (
+            f"creating tuned-router (sglang:Router): the router it had started on 127.0.0.1:{typed.port} "
+            f"(the local host) (pid {started.pid}) runs, known to no state; safe to run again" in said
+        )
+        where = f"127.0.0.1:{typed.port} (the local host) (pid {started.pid})"
+        assert f"recover: stopped the router it had started on {where}." in said
         assert pending(project) == []
         # Its port is free again, so the next `pulumi up` can start the fleet's router there.
         with pytest.raises(httpx.ConnectError):

@@ -9,11 +9,8 @@ The rollout that hands the host back after a regression measured anew is in test
 from __future__ import annotations
 
 import io
-import json
 import os
-import socket
 import subprocess
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -153,22 +150,10 @@ def test_a_tightened_gate_judges_the_result_before_and_a_failed_hand_back_says_s
         project.run("destroy", "--yes", "-s", "candidate", check=False)
 
 
-def _lock(project: Workspace, stack: str, pid: int) -> Path:
-    """A lock file of ``stack`` as `pulumi up` writes it on a local backend, held by ``pid`` here."""
-    folder = project.backend / ".pulumi" / "locks" / "organization" / "sglang-stacks" / stack
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "0d3c1b5e-7a2f-4c1e-9c7b-2f6a8e4d1b00.json"
-    stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    path.write_text(
-        json.dumps({"pid": pid, "username": "u", "hostname": socket.gethostname(), "timestamp": stamp})
-    )
-    return path
-
-
 def test_the_lock_of_a_killed_update_is_cancelled_and_a_live_ones_never(project: Workspace) -> None:
     project.init_stack("locked")
     target = automation.select_stack(project.path, "locked")
-    live = _lock(project, "locked", os.getpid())  # this process took it, and still runs
+    live = project.leave_lock("locked", os.getpid())  # this process took it, and still runs
 
     with pytest.raises(
         StacksError, match=rf"locked by an update that may still run \(pid {os.getpid()} on this"
@@ -179,7 +164,7 @@ def test_the_lock_of_a_killed_update_is_cancelled_and_a_live_ones_never(project:
     live.unlink()
     ended = subprocess.Popen(["true"])
     ended.wait()
-    dead = _lock(project, "locked", ended.pid)
+    dead = project.leave_lock("locked", ended.pid)
 
     said = automation.cancel_dead_lock(target)
 

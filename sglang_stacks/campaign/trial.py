@@ -133,20 +133,21 @@ class TrialRunner:
         records it; ``recover``), clear the pending operations, destroy. What was found, in
         sentences. Raises StacksError or ``auto.CommandError`` when that cannot be done."""
         try:
-            selected = automation.select_stack(self.project, stack)
+            automation.select_stack(self.project, stack)
         except SpecError:
             return ["its stack was never created: nothing was deployed"]
-        found: list[str] = []
-        cancelled = automation.cancel_dead_lock(selected)
-        if cancelled:
-            found.append(cancelled)
         said = io.StringIO()
         left = recover.recover(stack, project_dir=self.project, out=said)
         (handle, write), _ = self._stream(stack, "recover")
         with handle:
             for line in said.getvalue().splitlines():
                 write(line)
-        found += [line.strip() for line in said.getvalue().splitlines()[1:]]  # recover's findings
+        # recover's findings, without the line that names the stack
+        found = [
+            line.strip().removeprefix("recover: ")
+            for line in said.getvalue().splitlines()
+            if not line.startswith(f"recover: stack {stack} ")
+        ]
         self.destroy(stack, clear_pending=left != ExitCode.OK)
         return found
 

@@ -1,14 +1,17 @@
 """Pending operations: what an interrupted update left in a stack's state, and ``sglang-stacks
-recover <stack>``, which clears the ones this tool knows are stale and says what to run for the rest.
+recover <stack>``, the one command that brings the stack back after a killed `pulumi up`.
 
 Pulumi records an operation as pending while a provider works on it and drops it when the
-provider answers. A killed CLI never hears the answer: the operation stays in the state, `pulumi
-up` only warns about it (suggesting an interactive `pulumi refresh`), and a refresh run with
-``--non-interactive`` keeps pending creates. Every create of this project's own resources is safe
-to run again, so a pending one is stale once the host holds nothing it left: what one can leave is
-a server process the claim records, or a router process its start recorded beside its log, that
-no state tracks; such a process is stopped here first. Anything else (an interrupted update or
-delete, another provider's create) is listed with the command that settles it.
+provider answers. A killed CLI never hears the answer: the operation stays in the state, and so
+does the killed update's lock. `pulumi up` keeps pending operations without a word (each killed
+update adds its own), and a refresh run with ``--non-interactive`` keeps pending creates.
+
+Every operation of this project's own resources runs again safely, so recover settles them all:
+it lets go of the dead update's lock (only once no process of that update runs), finds what each
+interrupted create left on its host (a server the claim records, or a router whose start recorded
+its pid beside its log, that no state tracks: `drive.leftovers`), clears the pending operations,
+and then stops those processes. A server the state tracks serves on. Another provider's
+operation is listed with the command that settles it, and then nothing is cleared.
 
 The state is read and written with ``pulumi stack export``/``import`` through the Automation API. The
 copy that is written back is the one exported without ``--show-secrets`` (secrets stay encrypted);
@@ -27,7 +30,9 @@ from typing import Any, TextIO
 import pulumi.automation as auto
 from pydantic import ValidationError
 
-from sglang_stacks.drive.automation import pulumi_command, select_stack
+from sglang_stacks.drive import leftovers
+from sglang_stacks.drive.automation import cancel_dead_lock, pulumi_command, select_stack
+from sglang_stacks.drive.leftovers import Leftover
 from sglang_stacks.drive.state import ExportedState, Operation
 from sglang_stacks.errors import ClaimError, HostError, RouterError, SpecError
 from sglang_stacks.exits import ExitCode
@@ -36,11 +41,13 @@ from sglang_stacks.project import find_project_dir
 __all__ = ["Pending", "pending_operations", "recover", "warning"]
 
 _DYNAMIC = "pulumi-python:dynamic/sglang:"
-# Our resources whose create runs again safely: the environment and draft model reuse what is
-# there, the probe only reads, the claim re-acquires, the benchmark stops a load generator left
-# running before it starts one, the canary measures again, the router keeps one registration of a
-# worker added twice. The server and the router are checked on their hosts.
-_SAFE_CREATES = frozenset(
+# This project's resources. Each of their operations runs again safely: a create reuses what is
+# there (the environment, the draft model), only reads (the probe), re-acquires (the claim), stops
+# a load generator left running before it starts one (the benchmark), measures again (the canary),
+# keeps one registration of a worker added twice (the router); an update converges to its inputs
+# from the outputs the state kept; a delete of something already gone does nothing. What a create
+# can leave that no state knows is a process: a server or a router, looked for on their hosts.
+_OURS = frozenset(
     _DYNAMIC + name
     for name in (
         "Server",
@@ -52,9 +59,16 @@ _SAFE_CREATES = frozenset(
         "HostProbe",
         "GpuClaim",
         "CanaryGate",
+        "InitAddressCheck",
     )
 )
 _SERVER, _ROUTER = _DYNAMIC + "Server", _DYNAMIC + "Router"
+# What clearing each kind of pending operation of ours means (this program never reads or imports).
+_SETTLED = {
+    "creating": "safe to run again (the next `pulumi up` creates it)",
+    "updating": "the state keeps it as it was, and the next `pulumi up` updates it again",
+    "deleting": "the state keeps it, and the next `pulumi up` (or `pulumi destroy`) deletes it again",
+}
 # How `pulumi stack export --show-secrets` marks a secret value (Pulumi's well-known signature).
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"
 
@@ -83,8 +97,7 @@ def _failed(stack: str, what: str, error: auto.CommandError) -> SpecError:
     """The sentence for a failed ``pulumi stack export``/``import``, with the fix."""
     said = str(error).strip()
     fix = (
-        f"If no update of it runs any more (a killed `pulumi up`), `pulumi cancel -s {stack}` "
-        "lets go of Pulumi's lock; then run this again."
+        "An update of it started meanwhile: let it finish, then run this again."
         if "locked" in said
         else "Put the project's Pulumi CLI on PATH, select its backend and passphrase with "
         "`. scripts/env.sh`, and try again."
@@ -135,56 +148,9 @@ def warning(stack: str, pending: Sequence[Pending]) -> str:
     listed = "; ".join(p.label for p in pending)
     return (
         f"stack {stack} has {len(pending)} pending operation(s) an interrupted update left ({listed}). "
-        f"`sglang-stacks recover {stack}` clears those this tool knows are stale (stopping a server "
-        "they left running) and says what to run for the rest."
+        f"`sglang-stacks recover {stack}` clears them (stopping a server they left running that no "
+        "state tracks) and says what to run for any it cannot settle."
     )
-
-
-def _settle_server(pending: Pending, tracked: set[int]) -> str:
-    """Stops the server an interrupted create launched, if it still runs untracked; says what was found."""
-    from sglang_stacks.components.server import ServerInputs  # the providers, only for this command
-    from sglang_stacks.hostops import claim, process
-
-    inputs = ServerInputs.model_validate(dict(pending.inputs))
-    conn = inputs.connection
-    holder = claim.read(conn, state_dir=inputs.state_dir)
-    if holder is None or holder.stack != inputs.stack:
-        return f"{conn.label} runs no server of {inputs.stack} that the state does not know"
-    if holder.updating:
-        raise ClaimError(
-            f"An update of stack {inputs.stack!r} is running on {conn.label} (since "
-            f"{holder.updating_since}). Let it finish (or stop it), then run `sglang-stacks recover "
-            f"{inputs.stack}` again."
-        )
-    pid, ticks = holder.server_pid, holder.server_start_ticks
-    gone = ticks is not None and not process.is_running(conn, process.Running(pid or 0, ticks))
-    if not pid or pid in tracked or gone:
-        return f"{conn.label} runs no server of {inputs.stack} that the state does not know"
-    process.stop_recorded(conn, holder, inputs.nvidia_smi, inputs.stop_timeout_s, inputs.state_dir)
-    return f"the server it had launched on {conn.label} (pid {pid}) still ran, known to no state: stopped it"
-
-
-def _settle_router(pending: Pending, tracked: set[int]) -> str:
-    """Stops the router an interrupted create started, if it still runs untracked; says what was found."""
-    from sglang_stacks.components.router import RouterInputs, leftover_router, stop_router
-
-    inputs = RouterInputs.model_validate(dict(pending.inputs))
-    where = f"{inputs.host}:{inputs.port} ({inputs.connection.label})"
-    left = leftover_router(inputs)
-    if left is None or left[0] in tracked:
-        return f"{where} runs no router that the state does not know"
-    stop_router(inputs, *left)
-    return f"the router it had started on {where}, pid {left[0]}, still ran, known to no state: stopped it"
-
-
-def _settle(pending: Pending, tracked: Mapping[str, set[int]]) -> str:
-    """Makes a pending create of ours safe to run again; says what was found on the host.
-    ``tracked``: the pids the state tracks, by resource type."""
-    if pending.type == _SERVER:
-        return _settle_server(pending, tracked[_SERVER])
-    if pending.type == _ROUTER:
-        return _settle_router(pending, tracked[_ROUTER])
-    return "safe to run again"
 
 
 def _remedy(stack: str, pending: Pending) -> str:
@@ -194,12 +160,64 @@ def _remedy(stack: str, pending: Pending) -> str:
     return f"`pulumi refresh -s {stack}` reads it from its host"
 
 
+def _settle(pending: Pending, tracked: Mapping[str, set[int]]) -> Leftover:
+    """What an interrupted operation of ours left on its host: for a create of a server or a router,
+    its process if no state tracks it; for anything else nothing (the state keeps what an update or
+    a delete worked on, and each runs again safely)."""
+    if pending.kind == "creating" and pending.type == _SERVER:
+        return leftovers.find_server(pending.inputs, tracked[_SERVER])
+    if pending.kind == "creating" and pending.type == _ROUTER:
+        return leftovers.find_router(pending.inputs, tracked[_ROUTER])
+    return Leftover("")
+
+
+def _read_settled(stack: str, state: ExportedState, out: TextIO) -> list[Leftover] | None:
+    """What each pending operation of ``state`` left on its host, printed; None when one of them is
+    left for the user (printed with its command). ClaimError when an update holds a host."""
+    tracked = {kind: state.tracked(kind) for kind in (_SERVER, _ROUTER)}
+    found: list[Leftover] = []
+    remaining = 0
+    print(f"recover: stack {stack} has pending operations an interrupted update left:", file=out)
+    for op in state.operations:
+        pending = _pending(op)
+        if pending.type not in _OURS or pending.kind not in _SETTLED:
+            print(f"  {pending.label}: left for you: {_remedy(stack, pending)}.", file=out)
+            remaining += 1
+            continue
+        try:
+            leftover = _settle(pending, tracked)
+        except (HostError, RouterError, ValidationError) as error:
+            if isinstance(error, ClaimError):
+                raise  # an update runs: nothing is settled now
+            print(f"  {pending.label}: left for you: its host could not be checked: {error}", file=out)
+            remaining += 1
+            continue
+        said = f"{leftover.found}; " if leftover.found else ""
+        print(f"  {pending.label}: {said}{_SETTLED[pending.kind]}.", file=out)
+        found.append(leftover)
+    if remaining:
+        print(
+            f"recover: {remaining} left for you (above); nothing was cleared or stopped. Once they are "
+            f"settled, `pulumi refresh --clear-pending-creates -s {stack}` clears every pending operation.",
+            file=out,
+        )
+        return None
+    return found
+
+
 def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.stdout) -> int:
-    """Settles the pending operations of ``stack`` that this tool knows (stopping a server an
-    interrupted create left running) and clears them, or, when others remain, prints the command
-    for each: clearing only some is not possible, since ``pulumi stack import`` drops them all.
-    Returns 0 when nothing pending remains, 1 when something is left for the user."""
+    """Brings ``stack`` back from an interrupted update: lets go of Pulumi's lock of the dead update
+    (only once no process of it runs: `automation.cancel_dead_lock`), finds what each pending
+    operation left on its host, clears the pending operations (an import of the state as it is),
+    then stops the processes interrupted creates left that no state tracks; a server the state
+    tracks serves on. When an operation is not one this tool can settle, it prints the command for
+    each and clears nothing, since ``pulumi stack import`` drops them all. Returns 0 when nothing
+    pending remains, 1 when something is left for the user; StacksError when an update of the
+    stack still runs."""
     target = select_stack(project_dir or find_project_dir(), stack)
+    cancelled = cancel_dead_lock(target)
+    if cancelled:
+        print(f"recover: {cancelled}.", file=out)
     encrypted = _export(target, secrets=False)
     if not _operations(encrypted):
         print(f"recover: stack {stack} has no pending operations; nothing to do.", file=out)
@@ -210,36 +228,26 @@ def recover(stack: str, *, project_dir: Path | None = None, out: TextIO = sys.st
             f"The state of stack {stack!r} changed while it was read: an update runs. Let it finish, "
             f"then run `sglang-stacks recover {stack}` again."
         )
-    tracked = {kind: decrypted.tracked(kind) for kind in (_SERVER, _ROUTER)}
-    stale, remaining = 0, 0
-    print(f"recover: stack {stack} has pending operations an interrupted update left:", file=out)
-    for op in decrypted.operations:
-        pending = _pending(op)
-        if pending.kind == "creating" and pending.type in _SAFE_CREATES:
-            try:
-                found = _settle(pending, tracked)
-            except (HostError, RouterError, ValidationError) as error:
-                if isinstance(error, ClaimError):
-                    raise  # an update runs: nothing is settled now
-                print(f"  {pending.label}: left for you: its host could not be checked: {error}", file=out)
-                remaining += 1
-                continue
-            print(f"  {pending.label}: {found}; stale (the next `pulumi up` creates it).", file=out)
-            stale += 1
-        else:
-            print(f"  {pending.label}: left for you: {_remedy(stack, pending)}.", file=out)
-            remaining += 1
-    if remaining:
-        print(
-            f"recover: {remaining} left for you (above); once they are settled, `pulumi refresh "
-            f"--clear-pending-creates -s {stack}` clears every pending operation (the stale ones too).",
-            file=out,
-        )
+    found = _read_settled(stack, decrypted, out)
+    if found is None:
         return ExitCode.LEFT_FOR_YOU
     # Importing the state as it is drops its pending operations: the supported way to clear them.
     try:  # the copy imported keeps its secrets encrypted
         target.import_stack(auto.Deployment(version=encrypted["version"], deployment=encrypted["deployment"]))
     except auto.CommandError as error:
         raise _failed(stack, "stack import", error) from None
-    print(f"recover: cleared {stale}; nothing remains. `pulumi up -s {stack}` converges.", file=out)
+    print(f"recover: cleared {len(found)} pending operation(s).", file=out)
+    stopped = True
+    for leftover in found:
+        if leftover.stop is None:
+            continue
+        try:
+            print(f"recover: {leftover.stop()}.", file=out)
+        except (HostError, RouterError) as error:
+            said = f"{leftover.found}; stopping it failed: {error} {leftover.if_not_stopped}"
+            print(f"recover: {said}", file=out)
+            stopped = False
+    if not stopped:
+        return ExitCode.LEFT_FOR_YOU
+    print(f"recover: nothing remains; `pulumi up -s {stack}` converges.", file=out)
     return ExitCode.OK

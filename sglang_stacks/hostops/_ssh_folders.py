@@ -52,7 +52,8 @@ def update_folder() -> Path:
         folder.rmdir()
         raise HostError(
             "The Pulumi command this update belonged to has ended, so nothing more is run on the "
-            "host. Run `pulumi cancel` if Pulumi says an update is in progress, then the command again."
+            "host. Run `sglang-stacks recover <stack>` (it lets go of the killed update's lock and "
+            "clears what it left pending), then the command again."
         )
     _sweep(base, keep=folder)
     _reapers.append(

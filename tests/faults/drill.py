@@ -5,10 +5,13 @@ the tool's processes left on this side, the host's claim.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -84,6 +87,25 @@ class Drill:
             text=True,
         )
 
+    def up_until_pending(self, stack: str, resource: str, timeout_s: float = 180) -> subprocess.Popen[str]:
+        """`pulumi up` of ``stack`` in the background, returned once the state records the operation
+        on ``resource`` (its name) as pending: the engine writes that down before it asks the
+        provider, and drops it when the provider answers, so a kill now interrupts exactly that
+        step. Its output is read on, and kept, by a thread; AssertionError with it when the update
+        ends first."""
+        update = self.start("up", "--yes", "--skip-preview", "-s", stack)
+        said: list[str] = []
+        assert update.stdout is not None
+        threading.Thread(target=said.extend, args=(update.stdout,), daemon=True).start()
+        checkpoint = self.workspace.backend / ".pulumi" / "stacks" / "sglang-stacks" / f"{stack}.json"
+        deadline = time.monotonic() + timeout_s
+        while not _pending_in(checkpoint, resource):
+            if update.poll() is not None or time.monotonic() > deadline:
+                update.kill()
+                raise AssertionError(f"{resource} never became pending:\n{''.join(said)}")
+            time.sleep(0.02)
+        return update
+
     def up(self, stack: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.workspace.run("up", "--yes", "--skip-preview", "-s", stack, check=check)
 
@@ -104,6 +126,16 @@ class Drill:
             if marker in environ.split(b"\0") and "sglang_emulator" not in args:
                 found.append(f"{pid}: {args}")
         return found
+
+
+def _pending_in(checkpoint: Path, resource: str) -> bool:
+    """Whether a local backend's state file records an operation on ``resource`` as pending."""
+    try:
+        latest = json.loads(checkpoint.read_text())["checkpoint"].get("latest") or {}
+    except (OSError, ValueError, KeyError):
+        return False  # not written yet, or being written
+    pending = latest.get("pending_operations") or []
+    return any(op["resource"]["urn"].endswith(f"::{resource}") for op in pending)
 
 
 @dataclass(frozen=True)
@@ -139,6 +171,23 @@ def process_tree(root: int) -> list[Proc]:
             except OSError:
                 continue
     return found
+
+
+def kill_tree(root: int) -> None:
+    """Kills -9 ``root`` and every process descending from it at once, as a crash of the machine
+    would: each is stopped first, so none can start another or notice the others end."""
+    stopped: set[int] = set()
+    while True:
+        found = {root} | {proc.pid for proc in process_tree(root)}
+        if found <= stopped:
+            break
+        for pid in found - stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= found
+    for pid in stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 ENGINE_ADDRESS = re.compile(r"-m pulumi\.dynamic (\S+)")

@@ -26,10 +26,12 @@ from tests.faults.drill import (
 pytestmark = pytest.mark.integration
 
 
-def converges(drill: Drill, stack: str, port: int) -> str:
-    """The next `up` (after `pulumi cancel`, which Pulumi's own lock of a killed CLI needs)
-    succeeds and leaves exactly one healthy server and a claim no update holds."""
-    drill.workspace.run("cancel", "--yes", "-s", stack, check=False)
+def converges(drill: Drill, stack: str, port: int, *, cancel: bool = True) -> str:
+    """The next `up` (after `pulumi cancel`, which Pulumi's own lock of a killed CLI needs, unless
+    ``cancel`` is off: `recover` did it) succeeds and leaves exactly one healthy server and a claim
+    no update holds."""
+    if cancel:
+        drill.workspace.run("cancel", "--yes", "-s", stack, check=False)
     result = drill.up(stack, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(servers(port)) == 1 and healthy(port)
@@ -121,28 +123,53 @@ def test_sigint_twice_during_the_servers_start(drill: Drill) -> None:
     converges(drill, "interrupted", port)
 
 
-def test_sigkill_during_the_servers_start_leaves_a_pending_create_that_recover_clears(drill: Drill) -> None:
-    # Killed while the server starts: Pulumi keeps the server's create as pending, and the server
-    # the create launched runs on, recorded in the claim but in no state.
-    port = drill.add_stack("pending", faults="        slow_readiness_s: 6\n")
-    update = drill.start("up", "--yes", "--skip-preview", "-s", "pending")
-    wait_for(lambda: servers(port) or update.poll() is not None, 120, "the server to start")
-    assert update.poll() is None, update.communicate()[0]
+def recovered(drill: Drill, stack: str) -> str:
+    """`sglang-stacks recover <stack>` right after a kill, alone (no `pulumi cancel`): it exits 0,
+    having let go of the killed update's lock, and leaves nothing pending."""
+    done = drill.workspace.cli("recover", stack, timeout_s=180)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "recover: cancelled the lock of a killed update" in said, said
+    assert f"nothing remains; `pulumi up -s {stack}` converges" in said, said
+    assert "pending_operations" not in drill.workspace.json("stack", "export", "-s", stack)["deployment"]
+    return said
+
+
+def test_sigkill_at_three_moments_is_recovered_by_one_command_each_time(drill: Drill) -> None:
+    # The server takes 6 s to be ready and the benchmark several seconds: room for the kills.
+    port = drill.add_stack("recovered", benchmark=LONG_BENCHMARK, faults="        slow_readiness_s: 6\n")
+
+    # 1. During the environment step: nothing runs yet; its create was pending.
+    update = drill.up_until_pending("recovered", "recovered-environment")
     interrupt(update, signal.SIGKILL)
     update.wait()
-    wait_for(lambda: not drill.tool_processes(), 30, f"no orphans: {drill.tool_processes()}")
-    drill.workspace.run("cancel", "--yes", "-s", "pending")
-    left = drill.workspace.json("stack", "export", "-s", "pending")["deployment"]["pending_operations"]
-    assert [(op["type"], op["resource"]["type"]) for op in left] == [
-        ("creating", "pulumi-python:dynamic/sglang:Server")
-    ]
+    said = recovered(drill, "recovered")
+    assert "creating recovered-environment (sglang:PythonEnvironment): safe to run again" in said, said
 
-    recovered = drill.workspace.cli("recover", "pending", timeout_s=120)
+    # 2. While the server starts: the server the create launched runs, known to no state: stopped.
+    update = drill.up_until_pending("recovered", "recovered-server")
+    wait_for(lambda: servers(port) or update.poll() is not None, 120, "the server to start")
+    launched = servers(port)
+    interrupt(update, signal.SIGKILL)
+    update.wait()
+    said = recovered(drill, "recovered")
+    assert f"the server it had launched on the local host (pid {launched[0]}) runs, known to no state" in said
+    assert f"recover: stopped the server it had launched on the local host (pid {launched[0]})." in said
+    assert servers(port) == []
 
-    said = recovered.stdout + recovered.stderr
-    assert recovered.returncode == 0, said
-    assert "creating pending-server (sglang:Server)" in said and "stopped it" in said, said
-    assert "nothing remains. `pulumi up -s pending` converges" in said, said
-    assert servers(port) == [], "the server the killed update launched still runs"
-    assert "pending_operations" not in drill.workspace.json("stack", "export", "-s", "pending")["deployment"]
-    assert "pending operations" not in converges(drill, "pending", port)
+    # 3. During the benchmark: the server the state tracks serves on.
+    update = drill.up_until_pending("recovered", "recovered-benchmark")
+    wait_for(lambda: loadgens(port) or update.poll() is not None, 120, "the benchmark to start")
+    serving = servers(port)
+    assert len(serving) == 1 and healthy(port)
+    interrupt(update, signal.SIGKILL)
+    update.wait()
+    said = recovered(drill, "recovered")
+    assert "creating recovered-benchmark (sglang:Benchmark): safe to run again" in said, said
+    assert servers(port) == serving and healthy(port), "recover stopped the server the state tracks"
+
+    # Then `pulumi up` works, says nothing of pending operations, and leaves none.
+    output = converges(drill, "recovered", port, cancel=False)
+    assert "pending" not in output.lower(), output
+    exported = drill.workspace.json("stack", "export", "-s", "recovered")
+    assert "pending_operations" not in exported["deployment"]
