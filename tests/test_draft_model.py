@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from sglang_stacks.errors import ArtifactError, SpecError
 from sglang_stacks.hostops.artifacts import put
 from sglang_stacks.hostops.connection import Connection
 from tests._pulumi import Workspace
+from tests.faults.drill import kill_tree
 from tests.sshd import start_sshd
 
 Props = dict[str, Any]
@@ -173,6 +175,28 @@ def test_an_upload_that_arrives_different_is_removed_and_the_folder_kept(tmp_pat
 
     assert sorted(path.name for path in (tmp_path / "host").iterdir()) == ["eagle3"]
     assert coreutils_digest(host) == before
+
+
+def test_an_earlier_attempts_files_in_the_staging_folder_do_not_reach_the_artifact(tmp_path: Path) -> None:
+    local = make_draft(tmp_path / "local")
+    host = make_draft(tmp_path / "host" / "eagle3", weights=b"the version in use")
+    digest = local_tree_digest(local).digest
+    # What an earlier upload of the same content left when it was cut short: a file the draft model
+    # does not have, and one of its files half-written.
+    staging = tmp_path / "host" / f"eagle3.upload-{digest[:16]}"
+    (staging / "shards").mkdir(parents=True)
+    (staging / "stray.bin").write_bytes(b"from an earlier attempt")
+    (staging / "shards" / "model.safetensors").write_bytes(b"\x00wei")
+
+    put(Connection.local(), str(local), str(host), digest, timeout_s=60)
+
+    assert coreutils_digest(host) == digest
+    assert sorted(str(p.relative_to(host)) for p in host.rglob("*")) == [
+        "config.json",
+        "shards",
+        "shards/model.safetensors",
+    ]
+    assert sorted(path.name for path in (tmp_path / "host").iterdir()) == ["eagle3"]
 
 
 def test_manifest_names_missing_and_changed_files(tmp_path: Path) -> None:
@@ -391,3 +415,47 @@ def test_engine_uploads_notices_new_content_and_drift_and_stops_on_a_wrong_diges
     assert f"has digest {second['digest']}, expected {'f' * 64}" in failed.stdout + failed.stderr
     assert draft_state(workspace)["digest"] == second["digest"]
     assert os.path.isdir(host)
+
+
+@pytest.mark.integration
+def test_an_upload_killed_midway_leaves_the_artifact_and_the_next_up_completes_it(
+    workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = make_draft(tmp_path / "local")
+    host = tmp_path / "host" / "eagle3"
+    monkeypatch.setenv("TEST_DRAFT_SOURCE", "local")
+    monkeypatch.setenv("TEST_DRAFT_LOCAL", str(local))
+    monkeypatch.setenv("TEST_DRAFT_PATH", str(host))
+    workspace.use_program(PROGRAM)
+    workspace.init_stack("draft")
+    workspace.run("up", "--yes", "-s", "draft")
+    first = coreutils_digest(host)
+    # New weights, large enough that their upload takes a while.
+    (local / "shards" / "model.safetensors").write_bytes(os.urandom(1 << 20) * 96)
+    second = local_tree_digest(local).digest
+    staging = host.parent / f"eagle3.upload-{second[:16]}"
+    update = subprocess.Popen(
+        ["pulumi", "up", "--yes", "--skip-preview", "--non-interactive", "-s", "draft"],
+        cwd=workspace.path,
+        env=workspace.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    # Killed outright with everything it started (the CLI, the provider, the host's tar), as a
+    # crash of the machine would, once the upload has begun to arrive.
+    deadline = time.monotonic() + 120
+    while not any(path.is_file() for path in staging.rglob("*")):
+        assert update.poll() is None and time.monotonic() < deadline, "the upload never started"
+        time.sleep(0.01)
+    kill_tree(update.pid)
+    update.wait()
+
+    assert coreutils_digest(host) == first, "the artifact changed while its upload was cut short"
+    assert local_tree_digest(staging).digest != second, "the upload was not cut short midway"
+
+    recovered = workspace.cli("recover", "draft", timeout_s=120)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    workspace.run("up", "--yes", "--skip-preview", "-s", "draft")
+
+    assert coreutils_digest(host) == second
+    assert sorted(path.name for path in host.parent.iterdir()) == ["eagle3"]

@@ -58,6 +58,22 @@ def test_swap_replaces_the_folder_whole_and_removes_the_upload(tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == ["draft"]
 
 
+def test_a_swap_cut_short_between_its_renames_is_undone_by_the_next(tmp_path: Path) -> None:
+    # The folder in use was renamed aside, and then the swap was killed: none in its place.
+    folder, aside = tmp_path / "draft", tmp_path / "draft.replaced"
+    aside.mkdir()
+    (aside / "in-use.bin").write_text("old")
+    staging = tmp_path / "draft.upload-2"
+    staging.mkdir()
+    (staging / "new.bin").write_text("new")
+
+    done = run_sh("swap_folder.sh", staging=str(staging), folder=str(folder))
+
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in folder.iterdir()] == ["new.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft"]
+
+
 def test_a_draft_model_put_under_the_home_folder_lands_there(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)  # where a folder literally named ~ would appear

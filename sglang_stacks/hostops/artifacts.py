@@ -2,6 +2,11 @@
 folder and on the host (``tree_digest.sh``) for the copy there, the upload that replaces the copy
 whole (``swap_folder.sh``), and the check against the digests a stack expects.
 
+An upload lands in a staging folder beside the folder in use, emptied first, and takes its place
+only once its digest is the one expected: a half-written upload (a killed update, a dropped
+connection) never becomes the artifact, and the next upload starts clean. The swap is two renames;
+one cut short between them is undone by the next swap, which puts the previous folder back first.
+
 The tree digest is the sha256 of the folder's ``sha256sum`` listing: one ``<sha256>  ./<path>``
 line per file (symbolic links followed), sorted by path byte by byte.
 
@@ -108,11 +113,12 @@ def measure(conn: Connection, path: str, timeout_s: float) -> TreeDigest | None:
 def put(conn: Connection, local_path: str, path: str, expected_digest: str, timeout_s: float) -> TreeDigest:
     """Uploads ``local_path`` to take the place of ``path`` on the host; ArtifactError, with the
     upload removed and ``path`` as it was, unless the copy there has ``expected_digest``."""
-    # Named by its content: an upload cut short (a killed update) is written over by the next one
-    # of the same content instead of piling up beside it.
+    # Named by its content, and emptied before the upload: an upload cut short (a killed update)
+    # is replaced by the next one of the same content instead of piling up beside it, and none of
+    # its files mixes into the next.
     staging = f"{path.rstrip('/')}.upload-{expected_digest[:16]}"
     try:
-        upload(conn, local_path, staging, timeout_s=timeout_s)
+        upload(conn, local_path, staging, timeout_s=timeout_s, fresh=True)
         arrived = measure(conn, staging, timeout_s)
         if arrived is None or arrived.digest != expected_digest:
             raise ArtifactError(

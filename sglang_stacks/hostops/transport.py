@@ -127,20 +127,28 @@ def gathering() -> contextlib.AbstractContextManager[None]:
 
 
 def upload(
-    conn: Connection, local_path: str | os.PathLike[str], remote_path: str, *, timeout_s: float = 600
+    conn: Connection,
+    local_path: str | os.PathLike[str],
+    remote_path: str,
+    *,
+    timeout_s: float = 600,
+    fresh: bool = False,
 ) -> None:
     """Copies a file or a folder to ``remote_path`` on the host, as a tar stream over the session.
 
     A file replaces ``remote_path`` in one rename. A folder's contents are written into
-    ``remote_path`` (created when missing); files already there with other names stay.
-    Symbolic links are followed, so the host receives what they point to.
+    ``remote_path`` (created when missing); files already there with other names stay, unless
+    ``fresh``: then the folder is emptied first, so it holds the upload and nothing else (a staging
+    folder an earlier attempt left files in). Symbolic links are followed, so the host receives
+    what they point to.
     """
     source = Path(local_path)
     if not source.exists():
         raise StacksError(f"Upload source {str(source)!r} does not exist. Check the local path.")
     dest = quote_path(remote_path)
     if source.is_dir():
-        script = f"set -e\nmkdir -p {dest}\ntar -x -f - -C {dest} --no-same-owner\n"
+        empty = f"rm -rf -- {dest}\n" if fresh else ""
+        script = f"set -e\n{empty}mkdir -p {dest}\ntar -x -f - -C {dest} --no-same-owner\n"
     else:
         script = (
             "set -e\n"
