@@ -29,6 +29,7 @@ LINKED = (
     "components",
     "sglang_stacks",
     "sglang_flags",
+    "sglang_world",
     "sglang_emulator",
     "toolchain",
     "artifacts",

@@ -35,7 +35,7 @@ __all__ = [
     "read",
 ]
 
-EMULATOR_PACKAGES = ("sglang_flags", "sglang_emulator")
+EMULATOR_PACKAGES = ("sglang_flags", "sglang_world", "sglang_emulator")
 """The stdlib-only packages copied from this checkout into an emulator environment."""
 
 LOADGEN_PINS = ("aiohttp==3.14.5", "uvloop==0.23.0")
