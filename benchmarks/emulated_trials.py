@@ -8,8 +8,9 @@ the emulator serves with, not from a copy of its numbers:
   startup durations (``profile.py``); its waits are added to a virtual clock instead of slept, so a
   launch that fails (out of memory at load, KV pool empty, CUDA graphs that do not fit, a flag the
   release rejects) fails where the emulator would, after the time it would have taken;
-- the benchmark: the emulator's scheduler (``sglang_emulator/engine.py``'s ``Engine``, its prefill,
-  decode and speculative steps, with the ``PerformanceModel`` of ``performance.py`` and the seeded
+- the benchmark: the emulator's scheduler (``sglang_emulator/virtual.py``'s ``VirtualEngine``: the
+  served ``Engine``'s admission over the KV pool, chunked prefill, retraction, prefill, decode and
+  speculative steps, with the ``PerformanceModel`` of ``performance.py`` and the seeded
   accept-length sampler) runs in virtual time against a closed loop of clients shaped like the load
   generator's (warmup requests, then repetitions of ``requests_per_repetition`` requests over
   ``concurrency`` streams, each stream sending its next request when its last one finished). A
@@ -24,19 +25,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sglang_emulator.engine import Engine, Request
+from sglang_emulator.batching import PoolLimits, pool_limits
+from sglang_emulator.engine import Request
 from sglang_emulator.faults import Faults
 from sglang_emulator.launch import LaunchConfig, resolve_launch
 from sglang_emulator.memory import plan_memory
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import Profile, load_profile
 from sglang_emulator.startup import Boot, StartupFailed
+from sglang_emulator.virtual import VirtualEngine
 from sglang_flags import build_parser
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import FlagError
+from sglang_world.scheduling import SchedulingRules, scheduling_rules
 
 __all__ = ["EmulatedTrial", "Level", "emulate"]
 
@@ -103,77 +108,44 @@ class _VirtualBoot(Boot):
         self.elapsed_s += seconds
 
 
-class _VirtualEngine(Engine):
-    """The emulator's scheduler, stepped in virtual time by ``run``: the loop of ``Engine._loop``
-    without its thread, each step's deadline taken as reached."""
+class _Engine(VirtualEngine):
+    """The virtual scheduler telling its listeners of every finished request."""
 
-    def __init__(self, model: PerformanceModel, max_running: int, max_tokens: int, seed: int) -> None:
-        super().__init__(model, max_running, max_tokens, seed, _QUIET)
-        self.now_s = 0.0
-        self._finished: dict[str, float] = {}
-        self._on_finish: list[_ClosedLoop] = []
-
-    def _sleep_until(self, deadline: float) -> float:
-        self.now_s = deadline
-        return deadline
+    def __init__(
+        self, config: LaunchConfig, profile: Profile, limits: PoolLimits, rules: SchedulingRules
+    ) -> None:
+        super().__init__(PerformanceModel(config, profile), limits, rules, config.random_seed, self._done)
+        self.listeners: list[Callable[[Request], None]] = []
 
     def _done(self, request: Request) -> None:
-        self._finished[request.rid] = self.now_s
-        for loop in self._on_finish:
-            loop.finished(request.rid, self.now_s)
-
-    def _emit(self, request: Request, count: int) -> None:
-        # Engine._emit's bookkeeping without the generated words and latency histograms, which
-        # nothing here reads: the request's tokens, its finish, and the done callback.
-        count = min(count, self._remaining(request))
-        request.output_ids.extend([0] * count)
-        if request.first_token_s is None:
-            request.first_token_s = self.now_s
-        if self._remaining(request) <= 0:
-            request.finished_s = self.now_s
-            self._inflight.discard(id(request))
-            self._done(request)
-
-    def finished_at(self, rid: str) -> float:
-        return self._finished[rid]
-
-    def run(self) -> None:
-        """Step until nothing waits or runs (what ``Engine._loop`` does between idle waits)."""
-        deadline = self.now_s
-        while self._waiting or self._running:
-            admitted: list[Request] = []
-            while self._waiting and len(self._running) + len(admitted) < self._max_running:
-                admitted.append(self._waiting.popleft())
-            self._running = self._without_aborted(self._running)
-            if admitted:
-                deadline = self._prefill(admitted, deadline)
-            elif self._running:
-                deadline = self._decode(deadline)
+        for listener in list(self.listeners):
+            listener(request)
 
 
 @dataclass
 class _ClosedLoop:
     """``streams`` clients sending ``total`` requests, each the next when its last one finished."""
 
-    engine: _VirtualEngine
+    engine: _Engine
     input_len: int
     output_len: int
     total: int
     streams: int
     prompt_seed: int
     sent: dict[str, float] = field(default_factory=dict)
+    finished_s: dict[str, float] = field(default_factory=dict)
     _left: int = 0
 
     def run(self) -> tuple[float, float]:
         """Send everything and run it out; (first send, last finish)."""
         self._left = self.total
-        self.engine._on_finish.append(self)
+        self.engine.listeners.append(self.finished)
         start = self.engine.now_s
         for _ in range(min(self.streams, self.total)):
             self._send(start)
-        self.engine.run()
-        self.engine._on_finish.remove(self)
-        return start, max(self.engine.finished_at(rid) for rid in self.sent)
+        self.engine.advance()
+        self.engine.listeners.remove(self.finished)
+        return start, max(self.finished_s.values())
 
     def _send(self, at_s: float) -> None:
         self._left -= 1
@@ -184,9 +156,12 @@ class _ClosedLoop:
         self.sent[rid] = at_s
         self.engine.submit(Request(rid=rid, prompt_ids=prompt, max_new_tokens=self.output_len))
 
-    def finished(self, rid: str, at_s: float) -> None:
-        if rid in self.sent and self._left > 0:
-            self._send(at_s)
+    def finished(self, request: Request) -> None:
+        if request.rid not in self.sent:
+            return
+        self.finished_s[request.rid] = self.engine.now_s
+        if self._left > 0:
+            self._send(self.engine.now_s)
 
 
 @dataclass(frozen=True)
@@ -214,14 +189,14 @@ class Workload:
 
 
 def _benchmark(
-    config: LaunchConfig, profile: Profile, max_running: int, tokens: int, workload: Workload
+    config: LaunchConfig, profile: Profile, limits: PoolLimits, rules: SchedulingRules, workload: Workload
 ) -> tuple[float, tuple[Level, ...]]:
     """The server's warmup request's time, then each level of the load generator's run."""
-    engine = _VirtualEngine(PerformanceModel(config, profile), max_running, tokens, config.random_seed)
+    engine = _Engine(config, profile, limits, rules)
     # The server's own warmup request (sglang_emulator.__main__._warmup_request) comes first: it
     # takes the first request ordinal, whose seed the accept-length sampler uses.
     engine.submit(Request(rid="warmup", prompt_ids=[1, 2, 3, 4, 5, 6], max_new_tokens=8))
-    engine.run()
+    engine.advance()
     server_warmup_s = engine.now_s
     levels = []
     sent = 0
@@ -277,17 +252,19 @@ def emulate(spec: StackSpec, workload: Workload | None = None) -> EmulatedTrial:
         return EmulatedTrial(boot.elapsed_s, str(failure).splitlines()[0], gpus=gpus)
     boot.start_http()
     boot.warm_up(lambda: None)
-    # Launches that differ only where the scheduler does not look (port, memory fraction, KV size)
-    # measure the same: run the benchmark once per scheduler-relevant configuration.
+    # Launches that differ only where the scheduler does not look (port, memory fraction) measure
+    # the same: run the benchmark once per scheduler-relevant configuration (its pool included).
+    limits = pool_limits(config, plan)
+    rules = scheduling_rules(release, {})
     key = (
         repr(dataclasses.replace(config, server_args={}, mem_fraction_static=None, port=0)),
         profile.source,
-        plan.max_running_requests,
+        limits,
+        rules,
+        config.server_args.get("schedule_conservativeness"),
         workload or Workload.of(spec),
     )
     if key not in _BENCHMARKS:
-        _BENCHMARKS[key] = _benchmark(
-            config, profile, plan.max_running_requests, plan.max_total_num_tokens, key[3]
-        )
+        _BENCHMARKS[key] = _benchmark(config, profile, limits, rules, key[5])
     warmup_s, levels = _BENCHMARKS[key]
     return EmulatedTrial(boot.elapsed_s + warmup_s, None, levels, gpus)

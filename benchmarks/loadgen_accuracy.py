@@ -1,14 +1,14 @@
 """How close the load generator's tok/s is to the truth for the load it sent, at the campaign's
 shapes (input 1024, output 512) in closed loop at c = 1, 16, 64 and in open loop at three rates.
 
-The truth is the emulator's own scheduler replayed in virtual time: ``replay`` runs the loop of
-``sglang_emulator.engine.Engine`` (admit every waiting request up to the running limit and prefill
-them in one step that yields their first token, else one decode step for the whole running batch,
-each step ending at an absolute deadline) with the step times of ``sglang_emulator.performance.
-PerformanceModel`` for the same launch and profile, and the running limit the server reports. Its
-input is what the load generator really sent: each measured request's send time (``sent_s`` of the
-document's records) and length, so the truth of a closed loop includes the client's own turnaround
-between two requests of a stream.
+The truth is the emulator's own scheduler replayed in virtual time: ``replay`` steps
+``sglang_emulator.virtual.VirtualEngine`` (the served ``Engine``'s loop: admission over the KV pool,
+chunked prefill, retraction, prefill and decode steps each ending at an absolute deadline, with
+the step times of ``sglang_emulator.performance.PerformanceModel``) for the same launch, profile
+and pool. Its input is what the load generator really sent over the whole run, warmups included
+(the scheduler's state carries from one request to the next): each request's send time and
+length, so the truth of a closed loop includes the client's own turnaround between two requests
+of a stream.
 
 For each repetition: truth tok/s = the repetition's tokens / (last replayed finish - first send);
 the load generator's = its ``tok_s_runs`` entry. The error is split in two: the emulator's own
@@ -37,7 +37,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,13 +45,18 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sglang_emulator.batching import pool_limits
+from sglang_emulator.engine import Request
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.launcher import start_emulator
+from sglang_emulator.memory import plan_memory
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import DEFAULT_PROFILE, load_profile
+from sglang_emulator.virtual import VirtualEngine
 from sglang_stacks.hostops.loadgen import client, contract, streaming
 from sglang_stacks.hostops.loadgen.document import Document
 from sglang_stacks.hostops.loadgen.streaming import RequestRecord
+from sglang_world.scheduling import scheduling_rules
 
 RELEASE = "0.5.8"
 FLAGS = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8", "--cuda-graph-max-bs", "128"]
@@ -68,58 +72,47 @@ class _Replayed:
     arrived_s: float
     input_len: int
     output_len: int
-    emitted: int = 0
     first_token_s: float = 0.0
     finished_s: float = 0.0
 
 
-def replay(model: PerformanceModel, max_running: int, requests: list[_Replayed]) -> None:
-    """Fill in each request's first-token and finish times as the emulator's scheduler loop would
-    produce them for these arrivals, in virtual time (no speculative decoding)."""
-    pending = deque(sorted(requests, key=lambda r: r.arrived_s))
-    waiting: deque[_Replayed] = deque()
-    running: list[_Replayed] = []
-    deadline = 0.0
-    while pending or waiting or running:
-        if not waiting and not running:
-            # Idle: the loop sleeps until a request arrives and restarts its clock then.
-            deadline = max(deadline, pending[0].arrived_s)
-        while pending and pending[0].arrived_s <= deadline:
-            waiting.append(pending.popleft())
-        admitted: list[_Replayed] = []
-        while waiting and len(running) + len(admitted) < max_running:
-            admitted.append(waiting.popleft())
-        if admitted:
-            deadline += model.prefill_ms(sum(r.input_len for r in admitted)) / 1000
-            stepped = admitted
-            for request in admitted:
-                request.first_token_s = deadline
-        elif running:
-            deadline += model.decode_step_ms(len(running)) / 1000
-            stepped = running
-        else:
-            continue
-        for request in stepped:
-            request.emitted += 1
-            if request.emitted >= request.output_len:
-                request.finished_s = deadline
-        running = [r for r in running if r.emitted < r.output_len]
-        running += [r for r in admitted if r.emitted < r.output_len]
+def replay(engine: VirtualEngine, requests: list[_Replayed]) -> None:
+    """Fill in each request's first-token and finish times as the emulator's scheduler produces
+    them for these arrivals, in virtual time, after the server's own warmup request."""
+    engine.submit(Request(rid="warmup", prompt_ids=[1, 2, 3, 4, 5, 6], max_new_tokens=8))
+    engine.advance()
+    start = engine.now_s
+    sent: list[tuple[_Replayed, Request]] = []
+    for number, replayed in enumerate(sorted(requests, key=lambda r: r.arrived_s)):
+        engine.advance(until_s=start + replayed.arrived_s)
+        # Fresh prompts, as the load generator's: no prefix shared with another request.
+        prompt = [number * 7919 + 1, *range(2, replayed.input_len + 1)]
+        request = Request(rid=str(number), prompt_ids=prompt, max_new_tokens=replayed.output_len)
+        engine.submit(request)
+        sent.append((replayed, request))
+    engine.advance()
+    for replayed, request in sent:
+        assert request.first_token_s is not None and request.finished_s is not None
+        replayed.first_token_s = request.first_token_s - start
+        replayed.finished_s = request.finished_s - start
 
 
+_SENT: list[list[RequestRecord]] = []
+"""Every batch of the run (warmups and repetitions) as the client kept them, in send order."""
 _REPETITIONS: list[list[RequestRecord]] = []
-"""Every measured repetition's records as the client kept them (absolute send and finish times)."""
+"""Every measured repetition's records (absolute send and finish times)."""
 _SERVER_E2E_S: dict[int, float] = {}
 """The emulator's own latency of each request (``meta_info.e2e_latency`` of its last chunk), by record."""
 
 
 def _instrument() -> None:
-    """Keep each repetition's records and the server's latency of each request, which the load
+    """Keep every batch's records and the server's latency of each request, which the load
     generator's document does not carry (it runs in this process, so its classes are wrapped)."""
     batch, finish = client._Run.batch, streaming._Reader.finish
 
     async def kept_batch(run: client._Run, level: float, total: int, rep: int) -> list[RequestRecord]:
         records = await batch(run, level, total, rep)
+        _SENT.append(records)
         if rep >= 0:
             _REPETITIONS.append(records)
         return records
@@ -160,8 +153,17 @@ def _percentile(values: list[float], pct: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def replay_run(engine: VirtualEngine) -> dict[int, _Replayed]:
+    """The replay of every request the run sent (warmups included), by its record."""
+    records = [r for batch in _SENT for r in batch]
+    start = min(r.sent_s for r in records)
+    replayed = {id(r): _Replayed(r.sent_s - start, r.prompt_tokens, r.completion_tokens) for r in records}
+    replay(engine, list(replayed.values()))
+    return replayed
+
+
 def compare_level(
-    model: PerformanceModel, max_running: int, tok_s_runs: list[float], reps: list[list[RequestRecord]]
+    tok_s_runs: list[float], reps: list[list[RequestRecord]], truth: dict[int, _Replayed]
 ) -> dict[str, float]:
     """The level's tok/s, TTFT and E2E against the replay of every repetition's sent requests, and
     the emulator's own tok/s (each request's send time plus the server's latency of it)."""
@@ -170,15 +172,15 @@ def compare_level(
     e2e: dict[str, list[float]] = {"loadgen": [], "emulator": [], "truth": []}
     for measured, records in zip(tok_s_runs, reps, strict=True):
         start = min(r.sent_s for r in records)
-        requests = [_Replayed(r.sent_s - start, r.prompt_tokens, r.completion_tokens) for r in records]
-        replay(model, max_running, requests)
+        requests = [truth[id(r)] for r in records]
+        first = min(r.arrived_s for r in requests)
         tokens = sum(r.completion_tokens for r in records)
-        truth = tokens / max(r.finished_s for r in requests)
+        truth_tok_s = tokens / (max(r.finished_s for r in requests) - first)
         server_s = [_SERVER_E2E_S[id(r)] for r in records]
         emulator = tokens / max(r.sent_s - start + s for r, s in zip(records, server_s, strict=True))
-        truths.append(truth)
+        truths.append(truth_tok_s)
         served.append(emulator)
-        errors.append(100.0 * (measured - truth) / truth)
+        errors.append(100.0 * (measured - truth_tok_s) / truth_tok_s)
         against_server.append(100.0 * (measured - emulator) / emulator)
         ttft["loadgen"] += [1000 * (r.ttft_s or 0.0) for r in records]
         ttft["truth"] += [1000 * (r.first_token_s - r.arrived_s) for r in requests]
@@ -208,9 +210,19 @@ def _pct(value: float, reference: float) -> float:
     return 100.0 * (value - reference) / reference
 
 
-def _max_running(base_url: str) -> int:
+def _pool_tokens(base_url: str) -> int:
     with urllib.request.urlopen(base_url + "/server_info", timeout=10) as reply:
-        return int(json.loads(reply.read())["internal_states"][0]["effective_max_running_requests_per_dp"])
+        return int(json.loads(reply.read())["internal_states"][0]["max_total_num_tokens"])
+
+
+def _virtual_engine() -> VirtualEngine:
+    """The scheduler of the benchmark's launch, as the emulator serves it, in virtual time."""
+    profile = load_profile(DEFAULT_PROFILE)
+    config = resolve_launch(RELEASE, parse_launch_flags(RELEASE, FLAGS), profile)
+    limits = pool_limits(config, plan_memory(config, profile))
+    return VirtualEngine(
+        PerformanceModel(config, profile), limits, scheduling_rules(RELEASE), config.random_seed
+    )
 
 
 def _shapes(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
@@ -259,15 +271,14 @@ def main() -> int:
     parser.add_argument("--output-len", type=int, default=512)
     args = parser.parse_args()
     _instrument()
-    profile = load_profile(DEFAULT_PROFILE)
-    model = PerformanceModel(resolve_launch(RELEASE, parse_launch_flags(RELEASE, FLAGS), profile), profile)
+    engine = _virtual_engine()
     print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
-    rows: list[dict[str, Any]] = []
+    measured: list[tuple[str, Any, list[list[RequestRecord]], dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as folder, start_emulator(FLAGS, state_dir=folder) as server:
         if not server.wait_ready(60):
             print(server.log(), file=sys.stderr)
             return 1
-        max_running = _max_running(server.base_url)
+        assert _pool_tokens(server.base_url) == engine.limits.max_total_num_tokens
         for name, shape in _shapes(args):
             workload = contract.Workload(
                 url=server.base_url, input_len=args.input_len, output_len=args.output_len,
@@ -277,17 +288,22 @@ def main() -> int:
             _REPETITIONS.clear()
             document, lags = uvloop.run(_run_watching_the_loop(workload))
             (level,) = document.levels
-            row = {"load": name, **compare_level(model, max_running, level.tok_s_runs, _REPETITIONS)}
             wall_s = time.monotonic() - started
-            emulator_core_pct = 100 * (_cpu_s(server.process.pid) - cpu_before) / wall_s
-            row.update(
-                itl_bunched_pct=level.itl_bunched_pct, wall_s=wall_s, emulator_core_pct=emulator_core_pct
-            )
-            row.update(
-                loop_lag_ms_p50=1000 * _percentile(lags, 50), loop_lag_ms_p99=1000 * _percentile(lags, 99)
-            )
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            extra = {
+                "itl_bunched_pct": level.itl_bunched_pct,
+                "wall_s": wall_s,
+                "emulator_core_pct": 100 * (_cpu_s(server.process.pid) - cpu_before) / wall_s,
+                "loop_lag_ms_p50": 1000 * _percentile(lags, 50),
+                "loop_lag_ms_p99": 1000 * _percentile(lags, 99),
+            }
+            measured.append((name, level, list(_REPETITIONS), extra))
+            print(f"{name}: {[round(v, 2) for v in level.tok_s_runs]} tok/s", flush=True)
+    truth = replay_run(engine)
+    rows: list[dict[str, Any]] = []
+    for name, level, reps, extra in measured:
+        row = {"load": name, **compare_level(level.tok_s_runs, reps, truth), **extra}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     print(f"load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     _table(rows)
     failed = [

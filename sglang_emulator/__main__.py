@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from sglang_emulator.batching import pool_limits
 from sglang_emulator.engine import Engine, Request
 from sglang_emulator.faults import FaultError, Faults, load_faults
 from sglang_emulator.launch import (
@@ -34,6 +35,7 @@ from sglang_emulator.server import EmulatorHttpServer, ServerContext, make_http_
 from sglang_emulator.startup import Boot, StartupFailed, make_loggers
 from sglang_emulator.state import StateDir, state_dir
 from sglang_flags import known_releases
+from sglang_world.scheduling import scheduling_rules
 
 
 def _fatal(message: str, code: int = 2) -> int:
@@ -122,6 +124,7 @@ def main(argv: list[str]) -> int:
         scale = _time_scale()
         health_check_timeout_s = _health_check_timeout_s()
         faults = load_faults(profile.faults)
+        rules = scheduling_rules(release)
     except (ProfileError, FaultError, ValueError) as exc:
         return _fatal(str(exc))
     if argv == ["--version"]:
@@ -159,7 +162,7 @@ def main(argv: list[str]) -> int:
         # Only rank 0 serves HTTP; the other nodes run their ranks until the group goes down.
         threading.Event().wait()
     model = PerformanceModel(config, profile)
-    engine = Engine(model, plan.max_running_requests, plan.max_total_num_tokens, config.random_seed, tp0)
+    engine = Engine(model, pool_limits(config, plan), rules, config.random_seed, tp0)
     finished = _counting_finished(faults, state, engine, log)
     context = ServerContext(
         config, profile, plan, engine, faults, note, finished, log, health_check_timeout_s

@@ -1,88 +1,32 @@
 """The scheduler: continuous batching that emits tokens when the performance model says.
 
-One thread runs SGLang's loop: admit waiting requests up to the running limit (a prefill step
-that yields each new request's first token), then decode steps (or draft+verify cycles) for
-the whole running batch. Steps are timed against absolute deadlines, so sleeping jitter does
-not accumulate into the emitted rate. Handlers read a request's chunks from its queue. A stalled
-scheduler (``stall``) never finishes a step again, as one stuck in a collective that never returns.
+One thread runs SGLang's loop: a prefill batch when waiting requests fit the KV pool (which ones,
+and how much of a long prompt, ``batching.py`` decides as SGLang does), yielding each finished
+prompt's first token; otherwise one decode step (or draft+verify cycle) for the whole running
+batch, after retracting requests when the pool cannot hold the step's tokens. Steps are timed
+against absolute deadlines, so sleeping jitter does not accumulate into the emitted rate. Handlers
+read a request's chunks from its queue. A stalled scheduler (``stall``) never finishes a step
+again, as one stuck in a collective that never returns.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from sglang_emulator.metrics import Histogram
+from sglang_emulator.batching import BatchScheduler, PoolLimits, PrefillBatch
 from sglang_emulator.performance import AcceptSampler, PerformanceModel
+from sglang_emulator.requests import Chunk, EngineStats, PrefixCache, Request
 from sglang_emulator.tokenizer import GENERATED_WORDS
+from sglang_world.scheduling import SchedulingRules
 
 __all__ = ["Chunk", "Engine", "EngineStats", "Request"]
 
-_PREFIX_CACHE_ENTRIES = 256
 _MAX_CATCH_UP_S = 1.0
-
-
-@dataclass
-class Chunk:
-    """What one scheduler step produced for one request (tokens are cumulative on the request)."""
-
-    new_token_ids: list[int]
-    new_text: str
-    finished: bool
-
-
-@dataclass
-class Request:
-    """One generation request as the scheduler tracks it."""
-
-    rid: str
-    prompt_ids: list[int]
-    max_new_tokens: int
-    created_s: float = field(default_factory=time.monotonic)
-    chunks: queue.Queue[Chunk] = field(default_factory=queue.Queue)
-    output_ids: list[int] = field(default_factory=list)
-    output_text: str = ""
-    cached_tokens: int = 0
-    spec_verify_ct: int = 0
-    first_token_s: float | None = None
-    last_chunk_s: float | None = None
-    finished_s: float | None = None
-    aborted: bool = False
-    rng: random.Random | None = None
-    sampler: AcceptSampler | None = None
-
-    @property
-    def completion_tokens(self) -> int:
-        return len(self.output_ids)
-
-
-@dataclass
-class EngineStats:
-    """Counters ``/server_info`` and ``/metrics`` report."""
-
-    running: int = 0
-    queued: int = 0
-    prompt_tokens_total: int = 0
-    generation_tokens_total: int = 0
-    cached_tokens_total: int = 0
-    requests_total: int = 0
-    verify_ct_total: int = 0
-    accepted_tokens_total: int = 0
-    last_gen_throughput: float = 0.0
-    ttft: Histogram = field(default_factory=Histogram)
-    e2e: Histogram = field(default_factory=Histogram)
-    inter_token: Histogram = field(default_factory=Histogram)
-
-    @property
-    def avg_spec_accept_length(self) -> float:
-        return self.accepted_tokens_total / self.verify_ct_total if self.verify_ct_total else 0.0
 
 
 class Engine:
@@ -91,31 +35,37 @@ class Engine:
     def __init__(
         self,
         model: PerformanceModel,
-        max_running_requests: int,
-        max_total_num_tokens: int,
+        limits: PoolLimits,
+        rules: SchedulingRules,
         seed: int,
         log: logging.Logger,
         on_request_done: Callable[[Request], None] | None = None,
     ) -> None:
         self._model = model
-        self._max_running = max_running_requests
-        self._max_tokens = max_total_num_tokens
+        self.limits = limits
+        spec = model.config.speculative
+        # SGLang keeps room for a verify pass's draft tree per request (decode_mem_cache_buf_multiplier).
+        buffer = 1 if spec is None else spec.num_draft_tokens + spec.eagle_topk * spec.num_steps
+        conservativeness = float(model.config.server_args["schedule_conservativeness"])
+        self._prefixes = PrefixCache()
+        self.scheduler = BatchScheduler(
+            limits, rules, conservativeness, buffer, spec is not None, self._prefixes.match
+        )
         self._seed = seed
         self._log = log
         self._on_done = on_request_done
-        self._waiting: deque[Request] = deque()
+        self._waiting: list[Request] = []
         self._running: list[Request] = []
         self._inflight: set[int] = set()
         self._wake = threading.Condition()
         self._ordinal = itertools.count()
-        self._prefixes: deque[tuple[int, ...]] = deque(maxlen=_PREFIX_CACHE_ENTRIES)
         self._stopped = False
         self._stalled = False
         self.stalled_unix_s = 0.0
         """When ``stall`` stopped the scheduler (wall clock): its last step, SGLang's last heartbeat."""
         self.stats = EngineStats()
         self._interval_tokens = 0
-        self._interval_start = time.monotonic()
+        self._interval_start = self._now()
         self._steps = 0
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
 
@@ -146,10 +96,24 @@ class Engine:
             while self._stalled and not self._stopped:
                 self._wake.wait()
 
+    def input_problem(self, prompt_len: int) -> str | None:
+        """SGLang's refusal of a prompt its pool or context cannot hold, or None."""
+        limit = self.limits.max_req_input_len
+        if prompt_len < limit:
+            return None
+        return (
+            f"Input length ({prompt_len} tokens) exceeds the maximum allowed length ({limit} tokens). "
+            "Use a shorter input or enable --allow-auto-truncate."
+        )
+
     def submit(self, request: Request) -> None:
-        """Queue ``request``; its chunks arrive on ``request.chunks``."""
+        """Queue ``request``; its chunks arrive on ``request.chunks``. Its max new tokens are cut
+        to what the pool and context leave after its prompt, as SGLang does."""
         ordinal = next(self._ordinal)
         request.rng = random.Random(f"{self._seed}/{ordinal}")
+        request.max_new_tokens = self.scheduler.clip_max_new_tokens(
+            len(request.prompt_ids), request.max_new_tokens
+        )
         spec = self._model.config.speculative
         if spec is not None:
             rate = self._model.profile.performance.speculative.draft_token_accept_rate
@@ -170,41 +134,48 @@ class Engine:
             return True
 
     def token_usage(self) -> float:
-        used = sum(len(r.prompt_ids) + r.completion_tokens for r in self._running)
-        return used / self._max_tokens if self._max_tokens else 0.0
+        """Tokens the pool holds for requests, as a share of the pool (never above 1)."""
+        return self.scheduler.token_usage()
 
-    def _cached_prefix(self, prompt: list[int]) -> int:
-        best = 0
-        key = tuple(prompt)
-        for prefix in self._prefixes:
-            n = 0
-            for a, b in zip(prefix, key, strict=False):
-                if a != b:
-                    break
-                n += 1
-            best = max(best, n)
-        self._prefixes.append(key)
-        # The last prompt token is always recomputed, as in a radix cache.
-        return min(best, max(len(prompt) - 1, 0))
+    @property
+    def _busy(self) -> bool:
+        return bool(self._running or self._waiting or self.scheduler.chunked is not None)
 
     def _loop(self) -> None:
         deadline = time.monotonic()
         while True:
             with self._wake:
-                while not self._stopped and (self._stalled or not (self._running or self._waiting)):
+                while not self._stopped and (self._stalled or not self._busy):
                     self._wake.wait()
                     deadline = time.monotonic()
                 if self._stopped:
                     return
-                admitted: list[Request] = []
-                while self._waiting and len(self._running) + len(admitted) < self._max_running:
-                    admitted.append(self._waiting.popleft())
-                self.stats.queued = len(self._waiting)
-            self._running = self._without_aborted(self._running)
-            if admitted:
-                deadline = self._prefill(admitted, deadline)
-            elif self._running:
-                deadline = self._decode(deadline)
+            stepped = self._step(deadline)
+            if stepped is None:
+                # Nothing fits and nothing runs (only aborted requests left): wait for news.
+                with self._wake:
+                    self._wake.wait(0.05)
+                deadline = time.monotonic()
+            else:
+                deadline = stepped
+
+    def _step(self, deadline: float) -> float | None:
+        """One turn of SGLang's loop: a prefill batch if one forms, else a decode step; None when
+        neither could run. Returns the step's deadline."""
+        self._running = self._without_aborted(self._running)
+        with self._wake:
+            self._waiting = self._without_aborted(self._waiting)
+            chunked = self.scheduler.chunked
+            if chunked is not None and chunked.aborted:
+                self._without_aborted([chunked])
+                self.scheduler.chunked = None
+            batch = self.scheduler.form_prefill(self._waiting, self._running)
+            self.stats.queued = len(self._waiting)
+        if batch is not None:
+            return self._prefill(batch, deadline)
+        if self._running:
+            return self._decode(deadline)
+        return None
 
     def _sleep_until(self, deadline: float) -> float:
         now = time.monotonic()
@@ -216,29 +187,28 @@ class Engine:
         # stopped process, a suspended machine) restarts the clock rather than bursting out of it.
         return now if now - deadline > _MAX_CATCH_UP_S else deadline
 
-    def _prefill(self, admitted: list[Request], deadline: float) -> float:
-        new_tokens = 0
-        cached = 0
-        for request in admitted:
-            request.cached_tokens = self._cached_prefix(request.prompt_ids)
-            new_tokens += len(request.prompt_ids) - request.cached_tokens
-            cached += request.cached_tokens
-        deadline = self._sleep_until(deadline + self._model.prefill_ms(new_tokens) / 1000)
-        self._hold_while_stalled()
+    def _prefill(self, batch: PrefillBatch, deadline: float) -> float:
+        # SGLang logs the batch as it forms it, before its tokens are computed.
         self._log.info(
             "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
-            "#running-req: %d, #queue-req: %d,",
-            len(admitted),
-            new_tokens,
-            cached,
-            self.token_usage(),
-            len(self._running),
+            "#running-req: %d, #queue-req: %d, ",
+            len(batch.extends),
+            batch.new_tokens,
+            batch.cached_tokens,
+            batch.token_usage,
+            batch.running,
             self.stats.queued,
         )
+        deadline = self._sleep_until(deadline + self._model.prefill_ms(batch.new_tokens) / 1000)
+        self._hold_while_stalled()
         with self._wake:
-            self.stats.prompt_tokens_total += sum(len(r.prompt_ids) for r in admitted)
-            self.stats.cached_tokens_total += cached
-        for request in admitted:
+            self.stats.prompt_tokens_total += batch.new_tokens + batch.cached_tokens
+            self.stats.cached_tokens_total += batch.cached_tokens
+        for request, _ in batch.extends:
+            if request is self.scheduler.chunked:
+                continue  # more of its prompt to prefill: no token yet
+            if request.completion_tokens == 0:
+                self._prefixes.insert(request.prompt_ids)
             self._emit(request, 1)
             if request.finished_s is None:
                 self._running.append(request)
@@ -246,6 +216,24 @@ class Engine:
         return deadline
 
     def _decode(self, deadline: float) -> float:
+        retraction = self.scheduler.reserve_decode(self._running)
+        if retraction is not None:
+            with self._wake:
+                self._waiting.extend(retraction.requests)
+                self.stats.queued = len(self._waiting)
+                self.stats.retracted_requests_total += len(retraction.requests)
+                self.stats.retracted_input_tokens_total += sum(len(r.prompt_ids) for r in retraction.requests)
+                self.stats.retracted_output_tokens_total += sum(
+                    r.completion_tokens for r in retraction.requests
+                )
+            self._log.warning(
+                "KV cache pool is full. Retract requests. #retracted_reqs: %d, #new_tokens_gained: %d, "
+                "#new_token_ratio: %.4f -> %.4f",
+                len(retraction.requests),
+                retraction.tokens_gained,
+                retraction.ratio_before,
+                retraction.ratio_after,
+            )
         batch = len(self._running)
         spec = self._model.config.speculative is not None
         step_ms = self._model.speculative_cycle_ms(batch) if spec else self._model.decode_step_ms(batch)
@@ -272,6 +260,7 @@ class Engine:
         kept = []
         for request in requests:
             if request.aborted:
+                self.scheduler.free(request)
                 with self._wake:
                     self._inflight.discard(id(request))
             else:
@@ -281,36 +270,48 @@ class Engine:
     def _remaining(self, request: Request) -> int:
         return request.max_new_tokens - request.completion_tokens
 
-    def _emit(self, request: Request, count: int) -> None:
-        count = min(count, self._remaining(request))
+    def _now(self) -> float:
+        return time.monotonic()
+
+    def _generate(self, request: Request, count: int) -> tuple[list[int], str]:
+        """The next ``count`` token ids and their text, seeded per request."""
         assert request.rng is not None
         words = [request.rng.choice(GENERATED_WORDS) for _ in range(count)]
         vocab = self._model.profile.model.vocab_size
         ids = [(GENERATED_WORDS.index(w) * 7919 + 13) % vocab for w in words]
-        text = "".join(" " + w for w in words)
-        now = time.monotonic()
+        return ids, "".join(" " + w for w in words)
+
+    def _emit(self, request: Request, count: int) -> None:
+        count = min(count, self._remaining(request))
+        ids, text = self._generate(request, count)
+        now = self._now()
         request.output_ids.extend(ids)
         request.output_text += text
+        self.scheduler.allocate(request, count)
         if request.first_token_s is None:
             request.first_token_s = now
             self.stats.ttft.observe(now - request.created_s)
         elif request.last_chunk_s is not None:
-            self.stats.inter_token.observe((now - request.last_chunk_s) / count)
+            self.stats.inter_token.observe((now - request.last_chunk_s) / max(count, 1))
         request.last_chunk_s = now
         finished = self._remaining(request) <= 0
         if finished:
             request.finished_s = now
+            self.scheduler.free(request)
             with self._wake:
                 self._inflight.discard(id(request))
             self.stats.e2e.observe(now - request.created_s)
         self.stats.generation_tokens_total += count
         self._interval_tokens += count
-        request.chunks.put(Chunk(ids, text, finished))
+        self._deliver(request, Chunk(ids, text, finished))
         if finished and self._on_done is not None:
             self._on_done(request)
 
+    def _deliver(self, request: Request, chunk: Chunk) -> None:
+        request.chunks.put(chunk)
+
     def _log_decode(self, batch: int) -> None:
-        now = time.monotonic()
+        now = self._now()
         elapsed = now - self._interval_start
         self.stats.last_gen_throughput = self._interval_tokens / elapsed if elapsed > 0 else 0.0
         self._interval_tokens = 0
@@ -320,9 +321,9 @@ class Engine:
             accept = f"accept len: {self.stats.avg_spec_accept_length:.2f}, "
         self._log.info(
             "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, %scuda graph: %s, "
-            "gen throughput (token/s): %.2f, #queue-req: %d,",
+            "gen throughput (token/s): %.2f, #queue-req: %d, ",
             batch,
-            sum(len(r.prompt_ids) + r.completion_tokens for r in self._running),
+            self.scheduler.used,
             self.token_usage(),
             accept,
             not self._model.config.cuda_graph_disabled and batch <= self._model.config.cuda_graph_max_bs,

@@ -10,6 +10,11 @@ class BadRequest(Exception):
     """A request the server answers with 400 and this message."""
 
 
+class InputRefused(BadRequest):
+    """A prompt the scheduler refuses (longer than its pool lets a request be): 400 unless the
+    request streams, which SGLang answers with one aborted chunk."""
+
+
 def sse(payload: Any) -> bytes:
     """One server-sent event carrying ``payload`` as compact JSON."""
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"

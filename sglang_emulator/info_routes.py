@@ -44,7 +44,7 @@ def get_load(handler: _Handler) -> None:
                 "dp_rank": 0,
                 "num_reqs": context.in_flight,
                 "num_waiting_reqs": stats.queued,
-                "num_tokens": int(context.engine.token_usage() * context.plan.max_total_num_tokens),
+                "num_tokens": context.engine.scheduler.used,
             }
         ],
     )
@@ -74,6 +74,8 @@ def metrics(handler: _Handler) -> None:
         "sglang:num_queue_reqs": ("The number of requests in the waiting queue.", stats.queued),
         "sglang:gen_throughput": ("The generation throughput (token/s).", stats.last_gen_throughput),
         "sglang:token_usage": ("The token usage.", context.engine.token_usage()),
+        "sglang:num_used_tokens": ("The number of used tokens.", context.engine.scheduler.used),
+        "sglang:new_token_ratio": ("The new token ratio.", context.engine.scheduler.ratio.current),
         "sglang:spec_accept_length": (
             "The average acceptance length of speculative decoding.",
             stats.avg_spec_accept_length,
@@ -91,6 +93,18 @@ def metrics(handler: _Handler) -> None:
         ),
         "sglang:cached_tokens_total": ("Number of cached prompt tokens.", stats.cached_tokens_total),
         "sglang:num_requests_total": ("Number of requests processed.", stats.requests_total),
+        "sglang:num_retracted_requests_total": (
+            "Total number of retracted requests.",
+            stats.retracted_requests_total,
+        ),
+        "sglang:num_retracted_input_tokens_total": (
+            "Total number of retracted input tokens.",
+            stats.retracted_input_tokens_total,
+        ),
+        "sglang:num_retracted_output_tokens_total": (
+            "Total number of retracted output tokens.",
+            stats.retracted_output_tokens_total,
+        ),
     }
     histograms = {
         "sglang:time_to_first_token_seconds": (

@@ -19,7 +19,7 @@ from typing import Any
 from sglang_emulator import info_routes, openai_routes
 from sglang_emulator.context import ServerContext
 from sglang_emulator.engine import Chunk, Request
-from sglang_emulator.http_common import BadRequest, sse
+from sglang_emulator.http_common import BadRequest, InputRefused, sse
 from sglang_emulator.tokenizer import encode
 
 __all__ = ["EmulatorHttpServer", "ServerContext", "make_http_server"]
@@ -219,6 +219,9 @@ class _Handler(BaseHTTPRequestHandler):
                 f"You requested a total of {len(prompt_ids) + max_new_tokens} tokens: {len(prompt_ids)} "
                 f"tokens from the input and {max_new_tokens} tokens for the completion. Reduce either."
             )
+        problem = self.server.context.engine.input_problem(len(prompt_ids))
+        if problem is not None:
+            raise InputRefused(problem)
         request = Request(rid=rid or uuid.uuid4().hex, prompt_ids=prompt_ids, max_new_tokens=max_new_tokens)
         self.server.context.engine.submit(request)
         return request
@@ -290,7 +293,13 @@ class _Handler(BaseHTTPRequestHandler):
         prompt = self._prompt_ids(texts, body.get("input_ids"))
         if not self._fault_gate():
             return
-        request = self._new_request(prompt, max_new, body.get("rid"))
+        try:
+            request = self._new_request(prompt, max_new, body.get("rid"))
+        except InputRefused as refused:
+            if not body.get("stream"):
+                raise
+            self._stream(self._aborted_events(body.get("rid"), len(prompt), str(refused)))
+            return
         if body.get("stream"):
             self._stream(self._generate_events(request))
         else:
@@ -306,6 +315,13 @@ class _Handler(BaseHTTPRequestHandler):
             "output_ids": request.output_ids,
             "meta_info": self._meta(request, True),
         }
+
+    def _aborted_events(self, rid: Any, prompt_tokens: int, message: str) -> Iterator[bytes]:
+        """The stream of a request the scheduler aborted before it ran."""
+        finish = {"type": "abort", "message": message, "status_code": 400}
+        meta = {"id": rid or uuid.uuid4().hex, "finish_reason": finish, "prompt_tokens": prompt_tokens}
+        yield sse({"text": "", "output_ids": [], "meta_info": {**meta, "completion_tokens": 0}})
+        yield b"data: [DONE]\n\n"
 
     def _generate_events(self, request: Request) -> Iterator[bytes]:
         # SGLang streams the whole output so far in every chunk, or only the new part with

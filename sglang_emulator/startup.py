@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sglang_emulator.batching import pool_limits
 from sglang_emulator.faults import Faults
 from sglang_emulator.launch import LaunchConfig
 from sglang_emulator.memory import MemoryPlan
@@ -233,7 +234,7 @@ class Boot:
             "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
             plan.max_total_num_tokens,
             config.chunked_prefill_size,
-            int(config.server_args.get("max_prefill_tokens") or 16384),
+            pool_limits(config, plan).max_prefill_tokens,
             plan.max_running_requests,
             config.context_length,
             plan.avail_after_pool_gib - plan.cuda_graph_gib - plan.draft_cuda_graph_gib,

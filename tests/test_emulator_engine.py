@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 
+from sglang_emulator.batching import PoolLimits
 from sglang_emulator.engine import Chunk, Engine, Request
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import load_profile
+from sglang_world.scheduling import scheduling_rules
 
 EAGLE = "--speculative-algorithm EAGLE --speculative-draft-model-path /d --speculative-num-steps 2"
 EAGLE_TREE = "--speculative-eagle-topk 4 --speculative-num-draft-tokens 4"
@@ -18,7 +20,14 @@ def make_engine(flags: str, seed: int = 1) -> Engine:
     config = resolve_launch(
         "0.5.8", parse_launch_flags("0.5.8", f"--model m --tp 8 {flags}".split()), profile
     )
-    engine = Engine(PerformanceModel(config, profile), 48, 100_000, seed, logging.getLogger("test-engine"))
+    limits = PoolLimits(100_000, 48, 8192, 16384, config.context_length)
+    engine = Engine(
+        PerformanceModel(config, profile),
+        limits,
+        scheduling_rules("0.5.8"),
+        seed,
+        logging.getLogger("test-engine"),
+    )
     engine.start()
     return engine
 

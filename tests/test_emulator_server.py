@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from sglang_emulator.launcher import RunningEmulator, start_emulator
+from sglang_stacks.hostops.loadgen import client, contract
 
 BASE_FLAGS = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8", "--trust-remote-code"]
 EAGLE_FLAGS = [
@@ -217,3 +219,63 @@ def test_api_key_guards_everything_but_health_and_metrics(tmp_path: Path) -> Non
         assert authorized.status_code == 200
         assert "sesame" not in json.dumps(httpx.get(server.base_url + "/server_info", headers={
             "Authorization": "Bearer sesame"}).json())  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def small_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEmulator]:
+    """The campaign's host at memory fraction 0.775: a KV pool of 2,929 tokens."""
+    flags = [*BASE_FLAGS, "--cuda-graph-max-bs", "128", "--disable-custom-all-reduce",
+             "--mem-fraction-static", "0.775", "--enable-metrics"]  # fmt: skip
+    state = str(tmp_path_factory.mktemp("state"))
+    with start_emulator(flags, state_dir=state) as server:
+        assert server.wait_ready(30), server.log()
+        yield server
+
+
+def test_a_small_pool_queues_streams_it_cannot_hold_and_its_log_never_reads_above_one(
+    small_pool: RunningEmulator,
+) -> None:
+    """16 streams of 256 + 64 tokens through the project's load generator: nine fit the pool at a
+    time (SGLang's admission: prompt plus every output token reserved, 320 of 2,929 each), the
+    others wait in the queue; every request is served whole and no log line says the pool holds
+    more than it has."""
+    workload = contract.Workload(
+        url=small_pool.base_url, input_len=256, output_len=64, concurrency=(16,), warmup_requests=0,
+        repetitions=1, requests_per_repetition=16,
+    )  # fmt: skip
+    (level,) = client.run(workload).levels
+    assert level.errors == 0 and level.completion_tokens == 16 * 64
+    log = small_pool.log()
+    assert "max_total_num_tokens=2929" in log
+    usages = [float(u) for u in re.findall(r"token usage: ([0-9.]+)", log)]
+    assert usages and max(usages) <= 1.0
+    assert max(int(n) for n in re.findall(r"#running-req: (\d+)", log)) <= 2929 // (256 + 64)
+    assert max(int(n) for n in re.findall(r"#queue-req: (\d+)", log)) > 0
+    metrics = httpx.get(small_pool.base_url + "/metrics").text
+    assert "sglang:num_retracted_requests_total" in metrics and "sglang:new_token_ratio" in metrics
+
+
+def test_a_prompt_longer_than_the_pool_allows_is_refused_as_sglang_refuses_it(
+    small_pool: RunningEmulator,
+) -> None:
+    """A request holds at most the pool less one token (2,928 here), its prompt less than that less
+    five: a longer prompt is refused, with 400 when it does not stream and an aborted chunk when it
+    does, and a shorter one gets no more output than the pool leaves."""
+    prompt = {"input_ids": [7] * 2923, "sampling_params": {"max_new_tokens": 10}}
+    message = (
+        "Input length (2923 tokens) exceeds the maximum allowed length (2923 tokens). Use a shorter input or "
+        "enable --allow-auto-truncate."
+    )
+    with httpx.Client(base_url=small_pool.base_url, timeout=30) as http:
+        refused = http.post("/generate", json=prompt)
+        assert refused.status_code == 400 and refused.json()["message"] == message
+        streamed = http.post("/generate", json={**prompt, "stream": True})
+        assert streamed.status_code == 200
+        first, done = sse_payloads(streamed.text)
+        assert json.loads(first)["meta_info"]["finish_reason"] == {
+            "type": "abort", "message": message, "status_code": 400
+        }  # fmt: skip
+        assert done == "[DONE]"
+        # One token shorter is served, its output cut to what the request may hold after it.
+        served = http.post("/generate", json={**prompt, "input_ids": [7] * 2922}).json()
+        assert served["meta_info"]["completion_tokens"] == 2928 - 2922 - 1
