@@ -245,7 +245,12 @@ def emulate(spec: StackSpec, workload: Workload | None = None) -> EmulatedTrial:
         return EmulatedTrial(profile.startup.process_start_s, "bad flag", gpus=gpus)
     config = resolve_launch(release, args, profile)
     plan = plan_memory(config, profile)
-    boot = _VirtualBoot(config, profile, plan, Faults(), 1.0, _QUIET, _QUIET, lambda phase: None)
+    # The candidate's own process environment, as its launch would have it (NCCL_ALGO, SGLANG_*),
+    # never this process's.
+    environ = dict(spec.environment.env)
+    boot = _VirtualBoot(
+        config, profile, plan, Faults(), 1.0, _QUIET, _QUIET, lambda phase: None, environ=environ
+    )
     try:
         boot.run_until_http()
     except StartupFailed as failure:
@@ -255,7 +260,7 @@ def emulate(spec: StackSpec, workload: Workload | None = None) -> EmulatedTrial:
     # Launches that differ only where the scheduler does not look (port, memory fraction) measure
     # the same: run the benchmark once per scheduler-relevant configuration (its pool included).
     limits = pool_limits(config, plan)
-    rules = scheduling_rules(release, {})
+    rules = scheduling_rules(release, environ)
     key = (
         repr(dataclasses.replace(config, server_args={}, mem_fraction_static=None, port=0)),
         profile.source,

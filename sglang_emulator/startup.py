@@ -11,8 +11,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from sglang_emulator.batching import pool_limits
 from sglang_emulator.faults import Faults
@@ -79,6 +79,9 @@ class Boot:
     join_group: Callable[[], None] | None = None
     """Multi-node: joins the process group at the init address (blocks until all nodes did);
     raises GroupError when it cannot."""
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    """The server process's environment (``NCCL_ALGO`` and the like): its own when served, the
+    candidate's when a benchmark works a launch out in another process."""
 
     def _wait(self, seconds: float) -> None:
         time.sleep(seconds * self.time_scale)
@@ -274,7 +277,7 @@ class Boot:
         )
         self.tp0.info("Capture cuda graph bs %s", config.cuda_graph_bs)
         self._hang_if("cuda_graph")
-        nccl_algo = os.environ.get("NCCL_ALGO", "")
+        nccl_algo = self.environ.get("NCCL_ALGO", "")
         if config.tp_size > 1 and "tree" in nccl_algo.lower():
             self._graph_failed(
                 "NCCL error in: all_reduce, invalid usage (run with NCCL_DEBUG=WARN for details)\n"
