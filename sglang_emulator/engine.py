@@ -172,10 +172,15 @@ class Engine:
             batch = self.scheduler.form_prefill(self._waiting, self._running)
             self.stats.queued = len(self._waiting)
         if batch is not None:
-            return self._prefill(batch, deadline)
-        if self._running:
-            return self._decode(deadline)
-        return None
+            deadline = self._prefill(batch, deadline)
+        elif self._running:
+            deadline = self._decode(deadline)
+        else:
+            return None
+        if not self._busy:
+            # SGLang's loop, finding nothing to run, re-inits its state (self_check_during_idle).
+            self.scheduler.ratio.reset()
+        return deadline
 
     def _sleep_until(self, deadline: float) -> float:
         now = time.monotonic()

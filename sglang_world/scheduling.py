@@ -8,7 +8,8 @@ hand. The rules that use them are SGLang's ``PrefillAdder`` and ``retract_decode
   ``clip_max_new_tokens``) of the KV pool; a newly admitted one reserves all of them;
 - ``new_token_ratio`` starts at ``init_new_token_ratio`` x ``--schedule-conservativeness``
   (at most 1), falls by an even step on every decode batch that found room, down to
-  ``min_new_token_ratio_factor`` of its start over ``new_token_ratio_decay_steps`` batches;
+  ``min_new_token_ratio_factor`` of its start over ``new_token_ratio_decay_steps`` batches, and
+  starts over whenever the server has nothing to run;
 - when a decode batch finds no room, requests are retracted and the ratio is set to what the
   remaining ones will still need: (decoded + ``retract_decode_steps`` per request) / max new tokens.
 
@@ -94,6 +95,10 @@ class TokenRatio:
     def decay_step(self) -> None:
         """A decode batch found room: the ratio falls one step toward its floor."""
         self.current = max(self.current - self.decay, self.min)
+
+    def reset(self) -> None:
+        """The server went idle (nothing to run): the ratio starts over."""
+        self.current = self.init
 
     def after_retract(self, decoded_tokens: int, max_new_tokens: int, requests: int) -> float:
         """The ratio after a retraction, from the requests that kept running; it becomes current."""

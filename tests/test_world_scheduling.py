@@ -68,6 +68,8 @@ def test_new_token_ratio_starts_decays_to_its_floor_and_rises_on_a_retraction() 
     raised = ratio.after_retract(decoded_tokens=100, max_new_tokens=600, requests=2)
     assert raised == pytest.approx((100 + 2 * rules.retract_decode_steps) / 601)
     assert ratio.current == raised
+    ratio.reset()  # the server went idle
+    assert ratio.current == ratio.init
     # --schedule-conservativeness scales the start (never above 1) and with it the floor.
     assert TokenRatio(rules, conservativeness=0.5).init == pytest.approx(rules.init_new_token_ratio / 2)
     assert TokenRatio(rules, conservativeness=3.0).init == 1.0
