@@ -136,7 +136,6 @@ class BatchScheduler:
         self.batch_is_full = False
         self.chunked: Request | None = None
         """The request whose prompt is being prefilled chunk by chunk."""
-        self.retracted_total = 0
 
     @property
     def available(self) -> int:
@@ -205,7 +204,6 @@ class BatchScheduler:
             retracted.append(request)
         kept = {id(r) for r in order}
         running[:] = [r for r in running if id(r) in kept]
-        self.retracted_total += len(retracted)
         self.batch_is_full = False
         ratio = self.ratio.after_retract(
             sum(r.completion_tokens for r in running), sum(r.max_new_tokens for r in running), len(running)

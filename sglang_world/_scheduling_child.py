@@ -5,10 +5,12 @@ stand-ins for the packages that are not there, and reads the numbers that code c
 
 Each number is the value of an expression evaluated in one of the release's own modules, after the
 module ran (so ``int(os.environ.get(..., "4096"))`` or ``envs.X.get()`` has been executed by the
-release, in an environment without ``SGLANG_*`` variables). Releases keep a number in one of a few
-homes (``sglang.srt.environ``'s ``envs`` from 0.5.2 on, ``sglang.global_config`` before); the
-first home whose module defines the name is read. A number no home defines, a value that is a
-stand-in, or an import that fails refuses the release, with the reason.
+release, in an environment without ``SGLANG_*`` variables). Whether the release lets SGLang's
+variable override a number is found the same way: its code runs again with the variable set.
+Releases keep a number in one of a few homes (``sglang.srt.environ``'s ``envs`` from 0.5.3.post2
+on, ``sglang.global_config`` before); the first home whose module defines the name is read. A
+number no home defines, a value that is a stand-in, or an import that fails refuses the release,
+with the reason.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import traceback
 from typing import Any
 
 from sglang_flags import _inert, _standins
+from sglang_world.scheduling import VARIABLES
 
 # The admission module imports half of SGLang's kernels, which stand-ins cannot carry through; its
 # module-level constants are run on their own: the statement and the imports it reads.
@@ -98,15 +101,30 @@ def _statement_namespace(release_dir: str, path: str, name: str) -> dict[str, An
     return namespace
 
 
-def _read(release_dir: str, home: str, expression: str) -> tuple[bool, Any]:
-    """(whether ``home`` defines ``expression``, its value there)."""
+def _read(release_dir: str, home: str, expression: str, again: bool = False) -> tuple[bool, Any]:
+    """(whether ``home`` defines ``expression``, its value there); ``again`` runs the home's module
+    once more first, so a value computed at import sees the environment as it is now."""
     if home.endswith(".py"):
         namespace = _statement_namespace(release_dir, home, expression)
         return (False, None) if namespace is None else (True, namespace[expression])
     module = _module(home)
     if module is None or not _defines(module, expression):
         return False, None
+    if again:
+        module = importlib.reload(module)
     return True, eval(expression, vars(module))
+
+
+def _reads_variable(release_dir: str, home: str, expression: str, variable: str, value: Any) -> bool:
+    """Whether the release's number changes when SGLang's ``variable`` is set: run its code again
+    with the variable set to a value it does not have."""
+    os.environ[variable] = probe = "3" if value != 3 else "5"
+    try:
+        found, changed = _read(release_dir, home, expression, again=True)
+    finally:
+        del os.environ[variable]
+        _read(release_dir, home, expression, again=True)
+    return found and changed == float(probe)
 
 
 def record(release_dir: str) -> dict[str, Any]:
@@ -114,6 +132,7 @@ def record(release_dir: str) -> dict[str, Any]:
     _standins.install(release_dir, protected=["sglang", "sglang_flags", "sglang_world"])
     values: dict[str, Any] = {}
     homes: dict[str, str] = {}
+    variables: dict[str, str] = {}
     refused: list[str] = []
     for name, candidates in HOMES.items():
         for home, expression in candidates:
@@ -122,12 +141,15 @@ def record(release_dir: str) -> dict[str, Any]:
                 continue
             if _inert.is_inert(value) or not isinstance(value, int | float) or isinstance(value, bool):
                 refused.append(f"{name}: {expression} in {home} is {value!r}, not a number")
-            else:
-                values[name], homes[name] = value, f"{home}: {expression}"
+                break
+            values[name], homes[name] = value, f"{home}: {expression}"
+            variable = VARIABLES.get(name)
+            if variable is not None and _reads_variable(release_dir, home, expression, variable, value):
+                variables[name] = variable
             break
         else:
             refused.append(f"{name}: none of its homes defines it ({', '.join(h for h, _ in candidates)})")
-    return {"values": values, "homes": homes, "refused": refused}
+    return {"values": values, "homes": homes, "variables": variables, "refused": refused}
 
 
 def main(argv: list[str]) -> int:

@@ -39,8 +39,8 @@ _CHILD_TIMEOUT_S = 600
 _ABOUT = (
     "Each SGLang release's scheduling numbers (new_token_ratio start, floor and decay; retraction "
     "steps; the clip of max new tokens), as its own code computes them with no SGLANG_* variable "
-    "set, and where that code keeps each. Written by python -m sglang_world.record_scheduling; "
-    "do not edit by hand."
+    "set, where that code keeps each, and which variables it lets override them. Written by "
+    "python -m sglang_world.record_scheduling; do not edit by hand."
 )
 
 
@@ -52,6 +52,8 @@ class Recorded:
     values: dict[str, Any] = field(default_factory=dict)
     homes: dict[str, str] = field(default_factory=dict)
     """Where the release keeps each number (module and expression, or file and name)."""
+    variables: dict[str, str] = field(default_factory=dict)
+    """The SGLANG_* variable that overrides each number, for the numbers the release lets one override."""
     refused: list[str] = field(default_factory=list)
 
 
@@ -76,7 +78,7 @@ def record_from_folder(release: str, release_dir: Path, helpers: list[Path]) -> 
     refused = list(result.get("refused", []))
     if refused:
         return Recorded(release, refused=refused)
-    return Recorded(release, dict(result["values"]), dict(result["homes"]))
+    return Recorded(release, dict(result["values"]), dict(result["homes"]), dict(result["variables"]))
 
 
 def record_from_wheel(release: str, cache: Path) -> Recorded:
@@ -91,7 +93,11 @@ def _store(recorded: list[Recorded], table: Path) -> None:
         if entry.refused:
             releases.pop(entry.release, None)
         else:
-            releases[entry.release] = {"values": entry.values, "homes": entry.homes}
+            releases[entry.release] = {
+                "values": entry.values,
+                "homes": entry.homes,
+                "variables": entry.variables,
+            }
     ordered = {release: releases[release] for release in sorted(releases, key=release_key)}
     table.write_text(json.dumps({"about": _ABOUT, "releases": ordered}, indent=1) + "\n", encoding="utf-8")
 

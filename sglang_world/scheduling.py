@@ -13,7 +13,8 @@ hand. The rules that use them are SGLang's ``PrefillAdder`` and ``retract_decode
 - when a decode batch finds no room, requests are retracted and the ratio is set to what the
   remaining ones will still need: (decoded + ``retract_decode_steps`` per request) / max new tokens.
 
-Like SGLang, the server honours the ``SGLANG_*`` variables that override these numbers.
+Like SGLang, the server honours the ``SGLANG_*`` variables that override these numbers, those the
+release reads (recorded with the numbers).
 Stdlib only: the emulator carries this package to its hosts.
 """
 
@@ -28,18 +29,25 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["SCHEDULING_FILE", "SchedulingRules", "SchedulingRulesError", "TokenRatio", "scheduling_rules"]
+__all__ = [
+    "SCHEDULING_FILE",
+    "VARIABLES",
+    "SchedulingRules",
+    "SchedulingRulesError",
+    "TokenRatio",
+    "scheduling_rules",
+]
 
 SCHEDULING_FILE = "scheduling.json"
 
-_VARIABLES = {
-    "init_new_token_ratio": ("SGLANG_INIT_NEW_TOKEN_RATIO", float),
-    "min_new_token_ratio_factor": ("SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR", float),
-    "new_token_ratio_decay_steps": ("SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS", float),
-    "retract_decode_steps": ("SGLANG_RETRACT_DECODE_STEPS", int),
-    "clip_max_new_tokens": ("SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION", int),
+VARIABLES = {
+    "init_new_token_ratio": "SGLANG_INIT_NEW_TOKEN_RATIO",
+    "min_new_token_ratio_factor": "SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR",
+    "new_token_ratio_decay_steps": "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS",
+    "retract_decode_steps": "SGLANG_RETRACT_DECODE_STEPS",
+    "clip_max_new_tokens": "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION",
 }
-"""The variables SGLang reads to override each number (``ignore_eos_reserve_tokens`` has none)."""
+"""The variable that may override each number; which ones a release reads is recorded from it."""
 
 
 class SchedulingRulesError(ValueError):
@@ -63,20 +71,25 @@ class SchedulingRules:
     """Max new tokens above this are not reserved for."""
     ignore_eos_reserve_tokens: int
     """Tokens per request kept free when admitting ``ignore_eos`` requests without a prefix cache."""
+    overridable: tuple[str, ...] = ()
+    """The numbers this release lets a ``SGLANG_*`` variable override (``VARIABLES``)."""
 
     def with_environment(self, environ: Mapping[str, str]) -> SchedulingRules:
-        """These numbers with the ``SGLANG_*`` variables of ``environ`` applied, as SGLang reads them."""
+        """These numbers with the ``SGLANG_*`` variables of ``environ`` applied, as the release
+        reads them (a variable it does not read changes nothing)."""
         changed: dict[str, Any] = {}
-        for field, (variable, kind) in _VARIABLES.items():
+        for field in self.overridable:
+            variable, current = VARIABLES[field], getattr(self, field)
             raw = environ.get(variable)
             if raw is None:
                 continue
             try:
-                changed[field] = kind(raw)
+                changed[field] = type(current)(float(raw)) if isinstance(current, float) else int(raw)
             except ValueError:
+                kind = "number" if isinstance(current, float) else "whole number"
                 raise SchedulingRulesError(
-                    f"{variable} is {raw!r}; it must be a number of kind {kind.__name__} (SGLang's "
-                    f"default for {self.release} is {getattr(self, field)}). Fix or unset the variable."
+                    f"{variable} is {raw!r}; it must be a {kind} (SGLang {self.release}'s default is "
+                    f"{current}). Fix or unset the variable."
                 ) from None
         return dataclasses.replace(self, **changed) if changed else self
 
@@ -121,7 +134,8 @@ def _recorded(release: str) -> SchedulingRules:
             f"SGLang {release} has no recorded scheduling numbers (recorded: {', '.join(releases)}). "
             f"Record them from its wheel: python -m sglang_world.record_scheduling {release}"
         )
-    return SchedulingRules(release=release, **releases[release]["values"])
+    entry = releases[release]
+    return SchedulingRules(release=release, **entry["values"], overridable=tuple(entry["variables"]))
 
 
 def scheduling_rules(release: str, environ: Mapping[str, str] | None = None) -> SchedulingRules:
