@@ -21,14 +21,13 @@ from typing import Any
 import pytest
 
 from sglang_emulator import start_emulator
-from sglang_stacks.components import _router_api
 from sglang_stacks.components._canary_reference import Reference, out_of_router, pick_reference
 from sglang_stacks.components.canary import CanaryInputs, CanaryOutputs, CanaryProvider
 from sglang_stacks.components.router import RouterInputs, WorkerInputs, add_worker, start_router, stop_router
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
 from sglang_stacks.errors import BenchmarkError
-from sglang_stacks.hostops import lifetime
+from sglang_stacks.hostops import lifetime, router_workers
 from tests._pulumi import free_port
 from tests._router import local_router_props
 
@@ -191,22 +190,22 @@ def test_the_reference_leaves_the_router_while_measured_and_comes_back_when_it_f
                 pytest.raises(RuntimeError, match="the load generator failed"),
                 leaving(inputs, reference.base_url),
             ):
-                assert list(_router_api.worker_configs(started.url)) == [other.base_url]
+                assert list(router_workers.worker_configs(started.url)) == [other.base_url]
                 raise RuntimeError("the load generator failed")
 
-            back = _router_api.worker_configs(started.url)
+            back = router_workers.worker_configs(started.url)
             assert back == {reference.base_url: "old", other.base_url: "old"}
-            assert all(w["is_healthy"] for w in _router_api.workers(started.url))
+            assert all(w["is_healthy"] for w in router_workers.workers(started.url))
 
             with leaving(inputs, reference.base_url):
-                assert list(_router_api.worker_configs(started.url)) == [other.base_url]
+                assert list(router_workers.worker_configs(started.url)) == [other.base_url]
                 for callback in on_engine_gone:
                     callback()  # the update is killed here: its provider never reaches the block's end
                 deadline = time.monotonic() + 30
-                while reference.base_url not in _router_api.worker_configs(started.url):
+                while reference.base_url not in router_workers.worker_configs(started.url):
                     assert time.monotonic() < deadline, "the engine's watch did not put the reference back"
                     time.sleep(0.2)
-                assert _router_api.worker_configs(started.url)[reference.base_url] == "old"
+                assert router_workers.worker_configs(started.url)[reference.base_url] == "old"
     finally:
         stop_router(router, started.pid, started.start_ticks)
 

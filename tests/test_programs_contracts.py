@@ -9,22 +9,29 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import os
 import pkgutil
 import re
+import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from sglang_stacks.config.docstrings import attribute_docstrings
+from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.errors import ArtifactError, HostError, ServerError
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.programs import claim_contract
+from sglang_stacks.hostops.programs import claim_contract, serving_note_contract
+from sglang_stacks.hostops.programs.bound_contract import BoundExit
 from sglang_stacks.hostops.programs.contract import FOLDER, Program, Request
 from sglang_stacks.hostops.programs.runner import call
 from sglang_stacks.hostops.programs.server_contract import Launch, LogTail
+from sglang_stacks.hostops.programs.serving_note_contract import ServingNote
 from sglang_stacks.hostops.programs.swap_folder_contract import SwapFolder
 from sglang_stacks.hostops.programs.tree_digest_contract import ListTree
 from tests._programs import run_py, run_sh
@@ -32,7 +39,9 @@ from tests._programs import run_py, run_sh
 PROGRAM_FILES = sorted(
     path.name
     for path in FOLDER.iterdir()
-    if path.suffix in (".sh", ".py") and path.stem != "__init__" and not path.stem.endswith("_contract")
+    if path.suffix in (".sh", ".py")
+    and path.stem not in ("__init__", "contract", "runner")
+    and not path.stem.endswith("_contract")
 )
 
 
@@ -80,7 +89,7 @@ def _dispatched_modes(file: str) -> set[str]:
     text = _text(file)
     if file.endswith(".sh"):
         block = text[text.rindex('case "$MODE" in') : text.rindex("esac")]
-        return set(re.findall(r"^\s+([a-z][a-z-]*)\)", block, re.MULTILINE))
+        return set(re.findall(r"^\s*([a-z][a-z-]*)\)", block, re.MULTILINE))
     tree = ast.parse(text)
     for node in tree.body:
         if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["MODES"]:
@@ -106,7 +115,18 @@ def _written_exit_codes(file: str) -> set[int]:
 
 
 def _numbers(node: ast.AST) -> set[int]:
-    return {c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and type(c.value) is int}
+    """The exit codes an expression is written as: a number, or either side of ``a if c else b``."""
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == "sys.exit":
+        return _numbers(node.args[0]) if node.args else {0}
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return {node.value}
+    if isinstance(node, ast.IfExp):
+        return _numbers(node.body) | _numbers(node.orelse)
+    return set()
+
+
+def test_every_program_has_its_contract_beside_it() -> None:
+    assert sorted(CONTRACTS) == PROGRAM_FILES
 
 
 @pytest.mark.parametrize("file", WITH_MODES)
@@ -136,6 +156,9 @@ def test_a_program_refuses_an_unknown_mode_with_the_code_its_contract_names(
 # whose failure `set -e` passes on, argparse's refusal, an uncaught Python error.
 IMPLICIT = {
     ("swap_folder.sh", 1): "test_a_failed_move_is_the_declared_failure_and_the_upload_goes",
+    ("serving_note.sh", 1): "test_a_note_that_cannot_be_written_is_a_host_error",
+    ("bound.py", 129): "test_bound_ends_with_its_command_on_term_or_hup_with_the_declared_codes",
+    ("bound.py", 143): "test_bound_ends_with_its_command_on_term_or_hup_with_the_declared_codes",
     ("claim.py", 1): "test_a_claim_program_stopped_by_a_python_error_is_a_host_error_naming_the_folder",
     ("claim.py", 2): "test_a_program_refuses_an_unknown_mode_with_the_code_its_contract_names",
 }
@@ -161,14 +184,13 @@ def test_every_exit_code_a_program_writes_is_declared_and_every_declared_one_wri
 _NOT_PARAMETERS = {"SECONDS", "HOME", "SGLANG_STACKS_PROGRAM"}
 
 
-def _read_variables(text: str) -> set[str]:
-    code = "\n".join(
-        line.split("#", 1)[0] if line.lstrip().startswith("#") else line for line in text.splitlines()
-    )
-    read = set(re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", code))
+def _variables(text: str) -> tuple[set[str], set[str]]:
+    """The upper-case variables a bash program reads, and those it sets itself."""
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    read = set(re.findall(r"\$\{?([A-Z][A-Z0-9_]*)", code)) - _NOT_PARAMETERS
     assigned = set(re.findall(r"(?:^|[\s;(])([A-Z][A-Z0-9_]*)=", code, re.MULTILINE))
     assigned |= {name for names in re.findall(r"read -r ([A-Z_ ]+)", code) for name in names.split()}
-    return read - assigned - _NOT_PARAMETERS
+    return read, assigned
 
 
 @pytest.mark.parametrize("file", sorted(file for file in CONTRACTS if file.endswith(".sh")))
@@ -178,8 +200,10 @@ def test_a_bash_program_reads_exactly_the_parameters_its_requests_declare(file: 
     declared |= set(program.companions)
     for request in requests:
         declared |= {name.upper() for name, info in request.model_fields.items() if not info.exclude}
+    read, assigned = _variables(_text(file))
 
-    assert _read_variables(_text(file)) == declared
+    assert declared - read == set(), f"{file} never reads these parameters"
+    assert read - declared - assigned == set(), f"{file} reads variables no request passes"
 
 
 def test_a_declared_failure_is_raised_as_its_class_with_the_contracts_words() -> None:
@@ -234,3 +258,39 @@ def test_a_claim_program_stopped_by_a_python_error_is_a_host_error_naming_the_fo
         HostError, match=r"(?s)The GPU claim step read failed .* \(exit 1\).*NotADirectoryError"
     ):
         call(Connection.local(), claim_contract.Read(stack="", folder=folder))
+
+
+def test_a_note_that_cannot_be_written_is_a_host_error(tmp_path: Path) -> None:
+    # Its folder under a file: mkdir fails, and set -e passes its 1 on.
+    (tmp_path / "file").write_text("")
+    note = tmp_path / "file" / "serving.json"
+    written = ServingNote(stack="baseline", pid=7, release="0.5.8", flags=ServerFlags())
+
+    cannot = r"serving_note.sh \(record\) .* failed: record: the note could not be written"
+    with pytest.raises(HostError, match=cannot):
+        call(Connection.local(), serving_note_contract.Record(note=str(note), written=written))
+
+
+@pytest.mark.parametrize(
+    ("sent", "code"), [(signal.SIGTERM, BoundExit.TERMINATED), (signal.SIGHUP, BoundExit.HUNG_UP)]
+)
+def test_bound_ends_with_its_command_on_term_or_hup_with_the_declared_codes(
+    tmp_path: Path, sent: signal.Signals, code: BoundExit
+) -> None:
+    runfile = tmp_path / "run.json"
+    bound = subprocess.Popen(
+        [sys.executable, str(FOLDER / "bound.py"), str(runfile), "test", "--", "sleep", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not runfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    command = json.loads(runfile.read_text())["pid"]
+
+    bound.send_signal(sent)
+
+    assert bound.wait(timeout=30) == code
+    assert not runfile.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(command, 0)

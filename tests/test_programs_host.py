@@ -77,13 +77,13 @@ def test_serving_note_program_records_reads_and_forgets_only_its_pid(tmp_path: P
     note = str(tmp_path / "state" / "serving.json")
     text = json.dumps({"pid": 4242, "stack": "baseline"}, sort_keys=True)
 
-    assert run_sh("serving_note.sh", op="record", note=note, stdin=text).returncode == 0
-    assert run_sh("serving_note.sh", op="read", note=note).stdout == text
-    run_sh("serving_note.sh", op="forget", note=note, pid="424")
+    assert run_sh("serving_note.sh", mode="record", note=note, stdin=text).returncode == 0
+    assert run_sh("serving_note.sh", mode="read", note=note).stdout == text
+    run_sh("serving_note.sh", mode="forget", note=note, pid="424")
     assert Path(note).exists()
-    run_sh("serving_note.sh", op="forget", note=note, pid="4242")
+    run_sh("serving_note.sh", mode="forget", note=note, pid="4242")
     assert not Path(note).exists()
-    assert run_sh("serving_note.sh", op="read", note=note).stdout == ""
+    assert run_sh("serving_note.sh", mode="read", note=note).stdout == ""
 
 
 def test_a_serving_note_under_the_home_folder_is_kept_there(tmp_path: Path, monkeypatch) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from sglang_emulator import start_emulator
-from sglang_stacks.components import _router_api
 from sglang_stacks.components.router import (
     RouterInputs,
     RouterProvider,
@@ -20,6 +19,7 @@ from sglang_stacks.components.router import (
     start_router,
     stop_router,
 )
+from sglang_stacks.hostops import router_workers
 from tests._router import local_router_props
 
 pytestmark = pytest.mark.integration
@@ -61,8 +61,8 @@ def test_a_worker_added_twice_is_registered_once(tmp_path: Path) -> None:
             first, again = add_worker(worker), add_worker(worker)
 
             assert again.worker_id == first.worker_id
-            listed = _router_api.workers(started.url)
+            listed = router_workers.workers(started.url)
             assert [entry["url"] for entry in listed] == [replica.base_url]
-            assert _router_api.worker_configs(started.url) == {replica.base_url: "c0ffee"}
+            assert router_workers.worker_configs(started.url) == {replica.base_url: "c0ffee"}
     finally:
         stop_router(router, started.pid, started.start_ticks)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from sglang_stacks.components._benchmark_model import BenchmarkInputs
 from sglang_stacks.errors import BenchmarkError, HostError, StacksError
 from sglang_stacks.hostops import transport
+from sglang_stacks.hostops.programs.bound_contract import BOUND
 from sglang_stacks.hostops.programs.contract import source
 from sglang_stacks.hostops.transport import quote, quote_path
 
@@ -79,7 +80,7 @@ def run_on_host(inputs: BenchmarkInputs) -> Document:
             script,
             timeout_s=timeout_s,
             stdin=loadgen.bundle(extra),
-            env={"SGLANG_STACKS_BOUND": source("bound.py")},
+            env={"SGLANG_STACKS_BOUND": source(BOUND.file)},
         )
     except HostError as error:
         raise _dropped(inputs, time.monotonic() - started, timeout_s, error) from None

@@ -9,10 +9,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sglang_stacks.components import _router_api
 from sglang_stacks.components.router import WorkerInputs, add_worker, drain_worker
 from sglang_stacks.errors import BenchmarkError, RouterError
-from sglang_stacks.hostops import lifetime
+from sglang_stacks.hostops import lifetime, router_workers
 from sglang_stacks.hostops.connection import Connection
 
 
@@ -40,7 +39,7 @@ def _served(router_url: str) -> dict[str, str]:
     import httpx
 
     try:
-        return _router_api.worker_configs(router_url) if router_url else {}
+        return router_workers.worker_configs(router_url) if router_url else {}
     except httpx.HTTPError:
         return {}
 
@@ -71,7 +70,7 @@ def _register(worker: WorkerInputs) -> None:
     """Puts the worker back in the router without waiting: what a process about to end can do."""
     import httpx
 
-    registration = {"url": worker.worker_url, "labels": {_router_api.CONFIG_LABEL: worker.config_digest}}
+    registration = router_workers.registration(worker.worker_url, worker.config_digest)
     # When the router does not answer, the next refresh finds the registration missing and the next
     # `up` restores it.
     with contextlib.suppress(httpx.HTTPError):
@@ -92,7 +91,7 @@ def out_of_router(
 
     router_url, canary = reference.router_url, canary_url.rstrip("/")
     try:
-        listed = _router_api.workers(router_url)
+        listed = router_workers.workers(router_url)
     except httpx.HTTPError as error:
         raise RouterError(f"The router at {router_url} did not answer ({error}).", stack=stack) from None
     serving = [

@@ -1,4 +1,6 @@
-"""SGLang's router in front of a fleet, and each replica's place in it, as Pulumi resources.
+"""SGLang's router in front of a fleet, and each replica's place in it, as Pulumi resources; what
+they do on the router's machine is ``hostops``' (the program ``router.sh`` through its contract,
+the worker API in `hostops.router_workers`).
 
 `SGLangRouter` is the router process (``python -m sglang_router.launch_router``, the
 ``sglang-router`` package). `RouterWorker` is one replica registered with it through the router's
@@ -10,17 +12,15 @@ stops and comes back only once its successor is ready.
 
 from __future__ import annotations
 
-import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import pulumi
 
-from sglang_stacks.components import _router_api
 from sglang_stacks.components._provider import LABEL, REPLACES, HostInputs, Props, TypedProvider
 from sglang_stacks.components._resource import Args, TypedResource, args_for
-from sglang_stacks.errors import RouterError
-from sglang_stacks.hostops.programs.runner import Param, run_bash
-from sglang_stacks.hostops.transport import HostPath
+from sglang_stacks.hostops import router_workers
+from sglang_stacks.hostops.programs import router_contract
+from sglang_stacks.hostops.programs.runner import call
 
 
 class RouterInputs(HostInputs):
@@ -48,64 +48,36 @@ class RouterOutputs(Props):
     """The router's base URL: where clients send requests."""
 
 
-def _run(inputs: RouterInputs, mode: str, limit_s: float, **params: Param) -> str:
-    result = run_bash(inputs.connection, "router.sh", {"mode": mode, **params}, timeout_s=limit_s)
-    if mode != "alive" and not result.ok:
-        raise RouterError(
-            f"The router program on {inputs.connection.label} failed ({mode}): "
-            f"{result.stderr.strip() or result.stdout.strip()}."
-        )
-    return result.stdout if mode != "alive" else ("yes" if result.ok else "")
-
-
 def start_router(inputs: RouterInputs) -> RouterOutputs:
     """Starts the router with no workers and waits for its liveness; RouterError says why not."""
-    printed = _run(
-        inputs,
-        "start",
-        inputs.start_timeout_s + 30,
-        python=inputs.python,
-        release=inputs.release,
-        host=inputs.host,
-        port=inputs.port,
-        metrics_port=inputs.metrics_port,
-        policy=inputs.policy,
-        health_interval_s=inputs.health_check_interval_s,
-        log=HostPath(inputs.log_path),
-        timeout_s=int(inputs.start_timeout_s),
+    started = call(
+        inputs.connection,
+        router_contract.Start(
+            python=inputs.python,
+            release=inputs.release,
+            host=inputs.host,
+            port=inputs.port,
+            metrics_port=inputs.metrics_port,
+            policy=inputs.policy,
+            health_interval_s=inputs.health_check_interval_s,
+            log=inputs.log_path,
+            timeout_s=int(inputs.start_timeout_s),
+        ),
     )
-    words = printed.split()
-    if words[:1] == ["ready"]:
-        return RouterOutputs(
-            pid=int(words[1]), start_ticks=int(words[2]), url=f"http://{inputs.host}:{inputs.port}"
-        )
-    if words[:1] == ["wrong-release"]:
-        raise RouterError(
-            f"fleet.router.release is {inputs.release}, but {inputs.python} has sglang-router "
-            f"{words[1]}. Install it (`pip install sglang-router=={inputs.release}`, or the project's "
-            "`fleet` extra) or set fleet.router.release to the installed release."
-        )
-    if words[:1] == ["port-taken"]:
-        raise RouterError(
-            f"Port {inputs.port} on {inputs.host} already answers, so the router was not started. Stop "
-            "the program there or set fleet.router.port to a free port."
-        )
-    raise RouterError(
-        f"SGLang's router did not become live on {inputs.host}:{inputs.port} ({printed.strip()}). "
-        "Fix what its log names and run `pulumi up` again."
-    )
+    url = f"http://{inputs.host}:{inputs.port}"
+    return RouterOutputs(pid=started.pid, start_ticks=started.start_ticks, url=url)
 
 
 def leftover_router(inputs: RouterInputs) -> tuple[int, int] | None:
     """The router the last start with this log launched, while it still runs: its pid and start
     ticks. A start interrupted before it answered leaves one that no state knows."""
-    words = _run(inputs, "leftover", 30, log=HostPath(inputs.log_path)).split()
-    return (int(words[1]), int(words[2])) if words[:1] == ["running"] else None
+    left = call(inputs.connection, router_contract.Leftover(log=inputs.log_path))
+    return None if left is None else (left.pid, left.start_ticks)
 
 
 def stop_router(inputs: RouterInputs, pid: int, start_ticks: int) -> None:
     """Stops the router process ``pid`` (if it is still the one started at ``start_ticks``)."""
-    _run(inputs, "stop", 60, pid=pid, start_ticks=start_ticks, timeout_s=20)
+    call(inputs.connection, router_contract.StopRouter(pid=pid, start_ticks=start_ticks, timeout_s=20))
 
 
 class RouterProvider(TypedProvider[RouterInputs, RouterOutputs]):
@@ -121,8 +93,8 @@ class RouterProvider(TypedProvider[RouterInputs, RouterOutputs]):
         return start_router(inputs)
 
     def read_typed(self, inputs: RouterInputs, outputs: RouterOutputs) -> RouterOutputs | None:
-        alive = _run(inputs, "alive", 30, pid=outputs.pid, start_ticks=outputs.start_ticks)
-        return outputs if alive else None
+        alive = router_contract.RouterAlive(pid=outputs.pid, start_ticks=outputs.start_ticks)
+        return outputs if call(inputs.connection, alive) else None
 
     def delete_typed(self, inputs: RouterInputs, outputs: RouterOutputs) -> None:
         stop_router(inputs, outputs.pid, outputs.start_ticks)
@@ -165,62 +137,17 @@ class WorkerOutputs(Props):
     worker_id: str
 
 
-def _registration(inputs: WorkerInputs) -> dict[str, Any]:
-    labels = {_router_api.CONFIG_LABEL: inputs.config_digest} if inputs.config_digest else {}
-    return {"url": inputs.worker_url, "labels": labels}
-
-
 def add_worker(inputs: WorkerInputs) -> WorkerOutputs:
     """Registers the replica and waits until the router lists it healthy."""
-    import httpx  # in the functions that talk to the router: the program never needs it
-
-    try:
-        answer = httpx.post(f"{inputs.router_url}/workers", json=_registration(inputs), timeout=30)
-        if answer.status_code >= 400:
-            raise RouterError(
-                f"The router at {inputs.router_url} refused worker {inputs.worker_url} "
-                f"(HTTP {answer.status_code}: {answer.text.strip()[:300]})."
-            )
-        deadline = time.monotonic() + inputs.ready_timeout_s
-        while time.monotonic() < deadline:
-            found = _router_api.listed(inputs.router_url, inputs.worker_url)
-            if found is not None and found.get("is_healthy"):
-                return WorkerOutputs(worker_id=str(found["id"]))
-            time.sleep(_router_api.POLL_S)
-    except httpx.HTTPError as error:
-        raise RouterError(
-            f"The router at {inputs.router_url} did not answer ({error}); `pulumi refresh` notices a "
-            "router that died, and the next `pulumi up` starts it again."
-        ) from None
-    raise RouterError(
-        f"The router did not list {inputs.worker_url} healthy within {inputs.ready_timeout_s:g} s. Check "
-        "that the router's machine reaches the replica's address and port."
+    worker_id = router_workers.add(
+        inputs.router_url, inputs.worker_url, inputs.config_digest, inputs.ready_timeout_s
     )
+    return WorkerOutputs(worker_id=worker_id)
 
 
 def drain_worker(inputs: WorkerInputs, worker_id: str) -> None:
-    """Takes the replica out of the router, then waits until it has answered every request it had.
-
-    The router stops sending new requests once the worker is unlisted; requests already routed
-    finish on the replica, which ``/get_load`` counts (SGLang's per-rank ``num_reqs``).
-    """
-    import httpx  # in the functions that talk to the router: the program never needs it
-
-    try:
-        found = _router_api.listed(inputs.router_url, inputs.worker_url)
-        if found is not None:
-            httpx.delete(f"{inputs.router_url}/workers/{found['id']}", timeout=30).raise_for_status()
-        deadline = time.monotonic() + inputs.drain_timeout_s
-        while _router_api.listed(inputs.router_url, inputs.worker_url) is not None:
-            if time.monotonic() > deadline:
-                raise RouterError(
-                    f"The router still lists {inputs.worker_url} {inputs.drain_timeout_s:g} s after its "
-                    "removal; check the router's log."
-                )
-            time.sleep(_router_api.POLL_S)
-    except httpx.HTTPError:
-        pass  # a router that is gone sends the replica nothing more
-    _router_api.wait_idle(inputs.worker_url, time.monotonic() + inputs.drain_timeout_s)
+    """Takes the replica out of the router, then waits until it has answered every request it had."""
+    router_workers.drain(inputs.router_url, inputs.worker_url, inputs.drain_timeout_s)
 
 
 class RouterWorkerProvider(TypedProvider[WorkerInputs, WorkerOutputs]):
@@ -239,7 +166,7 @@ class RouterWorkerProvider(TypedProvider[WorkerInputs, WorkerOutputs]):
         import httpx
 
         try:
-            found = _router_api.listed(inputs.router_url, inputs.worker_url)
+            found = router_workers.listed(inputs.router_url, inputs.worker_url)
         except httpx.HTTPError:
             return None  # the router is gone, and with it the registration
         return WorkerOutputs(worker_id=str(found["id"])) if found else None

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.programs.contract import source
-from sglang_stacks.hostops.programs.runner import Param, run_bash
-from sglang_stacks.hostops.transport import HostPath, tail, upload
+from sglang_stacks.hostops.programs.env_check_contract import CheckEnvironment, EnvironmentReport, Runtime
+from sglang_stacks.hostops.programs.env_install_contract import Install
+from sglang_stacks.hostops.programs.runner import call
+from sglang_stacks.hostops.transport import upload
 
 __all__ = [
     "EMULATOR_PACKAGES",
@@ -49,8 +50,6 @@ INSTALL_LOG = ".sglang-stacks-install.log"
 # The folder that holds the emulator packages: the checkout, or site-packages when installed.
 _ROOT = Path(str(importlib.util.find_spec("sglang_emulator").origin)).resolve().parent.parent  # type: ignore[union-attr]
 _RELEASE = re.compile(r"^[0-9]+(\.[0-9]+)*([.+!_-]?[A-Za-z0-9]+)*$")
-# env_install.sh's exit codes.
-_EXIT_VENV, _EXIT_PIP, _EXIT_LOCK = 10, 11, 12
 
 
 @dataclass(frozen=True)
@@ -106,47 +105,32 @@ def _version_of(text: str) -> str:
 
 
 def _check(
-    conn: Connection, venv: str, runtime: str, release: str, *, prove_import: bool = False
-) -> dict[str, str]:
-    """``env_check.sh``'s key=value lines as a map. SGLang's version comes from its metadata, with
-    its declared requirements checked; ``prove_import`` also imports it, which takes most of a second."""
-    params: dict[str, Param] = {
-        "venv": HostPath(venv),
-        "runtime": runtime,
-        "release": release,
-        "marker": MARKER,
-        "installed_check": source("sglang_installed.py"),
-        "prove_import": prove_import,
-    }
-    result = run_bash(conn, "env_check.sh", params, timeout_s=CHECK_TIMEOUT_S)
-    if not result.ok:
-        raise HostError(
-            f"Checking the Python environment {venv} on {conn.label} failed (exit {result.exit_code}): "
-            f"{tail(result.stderr or result.stdout)}. Check that the host's shell works and run the "
-            "update again."
-        )
-    found: dict[str, str] = {}
-    for line in result.stdout.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            found[key.strip()] = value.strip()
-    return found
+    conn: Connection, venv: str, runtime: Runtime, release: str, *, prove_import: bool = False
+) -> EnvironmentReport:
+    """What ``env_check.sh`` reports. SGLang's version comes from its metadata, with its declared
+    requirements checked; ``prove_import`` also imports it, which takes most of a second."""
+    return call(
+        conn,
+        CheckEnvironment(
+            venv=venv, runtime=runtime, release=release, marker=MARKER, prove_import=prove_import
+        ),
+    )
 
 
-def read(conn: Connection, venv: str, runtime: str, release: str) -> Installed | None:
+def read(conn: Connection, venv: str, runtime: Runtime, release: str) -> Installed | None:
     """The environment at ``venv`` if it is there and holds SGLang with its requirements (read from
     their metadata, without importing SGLang), else None."""
     found = _check(conn, venv, runtime, release)
-    if found.get("state") == "absent" or "version" not in found:
+    if found.absent or found.version is None:
         return None
-    return Installed(found["venv"], _version_of(found["version"]))
+    return Installed(found.venv, _version_of(found.version))
 
 
 def converge(
     conn: Connection,
     venv: str,
     *,
-    runtime: str,
+    runtime: Runtime,
     release: str,
     extra_pins: Sequence[str],
     install_timeout_s: float,
@@ -156,17 +140,17 @@ def converge(
     fingerprint = _fingerprint(runtime, release, extra_pins, emulator)
     # Making it is not a refresh: an installed SGLang must import, whatever the import costs.
     found = _check(conn, venv, runtime, release, prove_import=True)
-    if found.get("fingerprint") != fingerprint or "version" not in found:
+    if found.fingerprint != fingerprint or found.version is None:
         _install(conn, venv, runtime, release, extra_pins, fingerprint, install_timeout_s)
         found = _check(conn, venv, runtime, release, prove_import=True)
-    if "version" not in found:
+    if found.version is None:
         what = "the emulator" if runtime == "emulator" else f"SGLang {release}"
         raise HostError(
             f"{what} was installed into {venv} on {conn.label}, but asking it for its version "
-            f"failed: {found.get('version_error') or found}. Look at {venv}/{INSTALL_LOG} on "
+            f"failed: {found.version_error or 'no answer'}. Look at {venv}/{INSTALL_LOG} on "
             "the host, fix the cause (a missing system library, a broken pin), and run the update again."
         )
-    return Installed(found["venv"], _version_of(found["version"]))
+    return Installed(found.venv, _version_of(found.version))
 
 
 def _upload_emulator(conn: Connection, venv: str) -> str:
@@ -184,52 +168,24 @@ def _upload_emulator(conn: Connection, venv: str) -> str:
 def _install(
     conn: Connection,
     venv: str,
-    runtime: str,
+    runtime: Runtime,
     release: str,
     extra_pins: Sequence[str],
     fingerprint: str,
     timeout_s: float,
 ) -> None:
-    pins = effective_pins(runtime, release, extra_pins)
-    params: dict[str, str | int] = {
-        "venv": HostPath(venv),
-        "pins": "\n".join(pins),
-        "staging": HostPath(_upload_emulator(conn, venv) if runtime == "emulator" else ""),
-        "packages": "\n".join(EMULATOR_PACKAGES),
-        "marker": MARKER,
-        "fingerprint": fingerprint,
-        "install_log": INSTALL_LOG,
-        "lock_wait_s": LOCK_WAIT_S,
-    }
-    result = run_bash(conn, "env_install.sh", params, timeout_s=timeout_s)
-    if result.ok:
-        return
-    where = f"{venv} on {conn.label}"
-    if result.exit_code == _EXIT_VENV:
-        raise HostError(
-            f"Creating the virtualenv {where} failed: {tail(result.stderr)}. Install Python 3 with "
-            "its venv module on the host (Debian and Ubuntu: apt-get install python3-venv) and run the "
-            "update again."
-        )
-    if result.exit_code == _EXIT_LOCK:
-        raise HostError(
-            f"Another update kept installing into {where} for {LOCK_WAIT_S} s. Wait for it to "
-            "finish (or stop it), then run the update again."
-        )
-    if result.exit_code == _EXIT_PIP:
-        what = (
-            f"the emulator's load-generator dependencies ({' '.join(pins)}) for release {release}"
-            if runtime == "emulator"
-            else f"SGLang {release} ({' '.join(pins)})"
-        )
-        raise HostError(
-            f"Installing {what} into {where} failed; pip's last lines: {tail(result.stderr)}. "
-            "Check that these versions exist for the host's Python and platform and that the host "
-            "reaches the package index, fix environment.sglang_release or environment.extra_pins, "
-            "and run the update again."
-        )
-    raise HostError(
-        f"Preparing the Python environment {where} failed (exit {result.exit_code}): "
-        f"{tail(result.stderr or result.stdout)}. Check that the user may write there and the disk "
-        "has room, then run the update again."
+    staging = _upload_emulator(conn, venv) if runtime == "emulator" else ""
+    install = Install(
+        venv=venv,
+        pins=tuple(effective_pins(runtime, release, extra_pins)),
+        staging=staging,
+        packages=EMULATOR_PACKAGES,
+        marker=MARKER,
+        fingerprint=fingerprint,
+        install_log=INSTALL_LOG,
+        lock_wait_s=LOCK_WAIT_S,
+        runtime=runtime,
+        release=release,
+        limit_s=timeout_s,
     )
+    call(conn, install)

@@ -4,7 +4,6 @@ declared facts. The emulator host answers the same probe through its ``nvidia-sm
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -21,7 +20,8 @@ from sglang_stacks.hostops.nvidia_smi import (
     parse_query_gpu,
     parse_topology,
 )
-from sglang_stacks.hostops.programs.runner import run_bash
+from sglang_stacks.hostops.programs.probe_contract import NOT_INSTALLED, Probe, Steps
+from sglang_stacks.hostops.programs.runner import call
 
 __all__ = [
     "QUERY_GPU_FIELDS",
@@ -36,9 +36,6 @@ __all__ = [
     "probe",
 ]
 
-# The sections probe.sh prints, in order.
-_SECTIONS = ("query-gpu", "compute-apps", "topo")
-_SECTION_LINE = re.compile(r"^@@sglang-stacks (begin|end) (\S+)(?: (\d+))?$")
 # How far the reported memory may sit from the declared value before it is another GPU model
 # (ECC mode and driver versions move memory.total by a few hundred MiB).
 _MEMORY_TOLERANCE = 0.02
@@ -63,46 +60,42 @@ def probe(
     conn: Connection, *, nvidia_smi: Sequence[str] = ("nvidia-smi",), timeout_s: float = 60
 ) -> HostFacts:
     """Runs the probe on the host and parses what it printed; HostError when nvidia-smi fails."""
-    params = {
-        "nvidia_smi": "\n".join(nvidia_smi),
-        "gpu_fields": QUERY_GPU_FIELDS,
-        "app_fields": QUERY_APPS_FIELDS,
-    }
-    result = run_bash(conn, "probe.sh", params, timeout_s=timeout_s)
-    sections = _sections(result.stdout)
+    steps = call(
+        conn,
+        Probe(
+            nvidia_smi=tuple(nvidia_smi),
+            gpu_fields=QUERY_GPU_FIELDS,
+            app_fields=QUERY_APPS_FIELDS,
+            limit_s=timeout_s,
+        ),
+    )
     command = " ".join(nvidia_smi)
-    for section in _SECTIONS:
-        if section not in sections:
-            raise HostError(
-                f"The GPU probe on {conn.label} stopped before its {section} step "
-                f"(exit {result.exit_code}). {result.stderr.strip()} Run `{command}` on the host to see why."
-            )
-    gpus = parse_query_gpu(_succeeded(conn, command, sections, "query-gpu"))
+    gpus = parse_query_gpu(_succeeded(conn, command, steps, "query-gpu"))
     if not gpus:
         raise HostError(
             f"nvidia-smi on {conn.label} lists no GPU. Check that the driver sees the GPUs "
             "(`nvidia-smi -L`) and that this user may use them."
         )
     # Some virtual machines refuse `topo -m`; with one GPU there are no links to read anyway.
-    if len(gpus) == 1 and sections["topo"][0] != 0:
+    if len(gpus) == 1 and steps["topo"].exit_code != 0:
         interconnect: Interconnect = "single"
     else:
-        interconnect = parse_topology(_succeeded(conn, command, sections, "topo"))
+        interconnect = parse_topology(_succeeded(conn, command, steps, "topo"))
     return HostFacts(
         gpus=tuple(gpus),
-        compute_apps=tuple(parse_compute_apps(_succeeded(conn, command, sections, "compute-apps"))),
+        compute_apps=tuple(parse_compute_apps(_succeeded(conn, command, steps, "compute-apps"))),
         interconnect=interconnect,
     )
 
 
-def _succeeded(conn: Connection, command: str, sections: dict[str, tuple[int, str]], section: str) -> str:
+def _succeeded(conn: Connection, command: str, steps: Steps, section: str) -> str:
     """The output of one probe step; HostError with the tool's own message when it failed."""
-    exit_code, text = sections[section]
+    exit_code, text = steps[section].exit_code, steps[section].text
     if exit_code == 0:
         return text
     hint = (
         f"`{command}` is not installed there; install the NVIDIA driver"
-        if exit_code == 127
+        if exit_code == NOT_INSTALLED
         else "check the NVIDIA driver with `nvidia-smi` on the host"
     )
     raise HostError(
@@ -148,22 +141,6 @@ def compare_facts(declared: DeclaredFacts, found: HostFacts) -> list[str]:
             f"{found.interconnect} (nvidia-smi topo -m); set host.interconnect to {found.interconnect!r}."
         )
     return problems
-
-
-def _sections(stdout: str) -> dict[str, tuple[int, str]]:
-    sections: dict[str, tuple[int, str]] = {}
-    current: str | None = None
-    body: list[str] = []
-    for line in stdout.splitlines():
-        marker = _SECTION_LINE.match(line)
-        if marker and marker.group(1) == "begin":
-            current, body = marker.group(2), []
-        elif marker and current == marker.group(2) and marker.group(3) is not None:
-            sections[current] = (int(marker.group(3)), "\n".join(body) + "\n")
-            current = None
-        elif current is not None:
-            body.append(line)
-    return sections
 
 
 def _model_key(name: str) -> str:

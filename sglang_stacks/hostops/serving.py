@@ -1,88 +1,45 @@
 """What the host serves right now: a note the server writes beside the claim when it is ready, so a
 preview of any stack can say, flag by flag, how it differs from the server running on the host.
+The note's shape, `ServingNote`, is the answer of ``programs/serving_note.sh``'s contract.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
-
-from sglang_stacks.config.flags import LaunchFlags, ServerFlags
+from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.programs.runner import run_bash
-from sglang_stacks.hostops.transport import HostPath
+from sglang_stacks.hostops.programs.runner import call
+from sglang_stacks.hostops.programs.serving_note_contract import (
+    Forget,
+    ReadNote,
+    Record,
+    ServingNote,
+)
 
 __all__ = ["NOTE", "ServingNote", "describe", "flag_changes", "forget", "read", "record", "serves"]
 
 NOTE = "serving.json"
 
 
-class ServingNote(BaseModel):
-    """The server a host serves: its stack, process, release and launch flags, typed as launched."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    stack: str
-    """The stack whose server it is."""
-    pid: int
-    """The server's process id on the host."""
-    release: str
-    """The SGLang release its flags were rendered for."""
-    flags: LaunchFlags
-    """Its launch flags."""
-    launch_command: str = ""
-    """The exact command line it was started with."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _upgrade(cls, note: Any) -> Any:
-        # Notes of earlier versions: flags as rendered options (--flag -> words), no release.
-        if not isinstance(note, dict):
-            return note
-        flags = note.get("flags")
-        release = str(note.get("release") or "")
-        if isinstance(flags, dict) and any(str(key).startswith("-") for key in flags) and release:
-            from sglang_stacks.config.recorded import values_from_options  # old notes only
-
-            note = {**note, "flags": values_from_options(flags, release)}
-        return note
-
-
-def _note(state_dir: str) -> HostPath:
-    return HostPath(f"{state_dir.rstrip('/')}/{NOTE}")
+def _note(state_dir: str) -> str:
+    return f"{state_dir.rstrip('/')}/{NOTE}"
 
 
 def record(conn: Connection, state_dir: str, note: ServingNote) -> None:
     """Writes the note of the server that just became ready (replacing any earlier one)."""
-    run_bash(
-        conn,
-        "serving_note.sh",
-        {"op": "record", "note": _note(state_dir)},
-        timeout_s=30,
-        stdin=json.dumps(note.model_dump(mode="json"), sort_keys=True).encode(),
-    )
+    call(conn, Record(note=_note(state_dir), written=note))
 
 
 def forget(conn: Connection, state_dir: str, pid: int) -> None:
     """Removes the note if it is about the server with this pid."""
-    run_bash(
-        conn, "serving_note.sh", {"op": "forget", "note": _note(state_dir), "pid": int(pid)}, timeout_s=30
-    )
+    call(conn, Forget(note=_note(state_dir), pid=pid))
 
 
 def read(conn: Connection, state_dir: str, release: str) -> ServingNote | None:
     """The note of the server the host serves (``release`` for a note that names none), or None
     when there is none, or one this version cannot read."""
-    result = run_bash(conn, "serving_note.sh", {"op": "read", "note": _note(state_dir)}, timeout_s=30)
-    try:
-        found = json.loads(result.stdout)
-        if not isinstance(found, dict):
-            return None
-        return ServingNote.model_validate({"release": release, **found})
-    except (json.JSONDecodeError, ValidationError):
-        return None
+    return call(conn, ReadNote(note=_note(state_dir), release=release))
 
 
 def serves(conn: Connection, state_dir: str, stack: str, pid: int) -> bool:

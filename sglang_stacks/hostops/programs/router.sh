@@ -1,10 +1,11 @@
-# SGLang's router (the sglang-router package) on the machine that fronts the fleet. MODE selects:
-#   start  check that PYTHON has sglang-router RELEASE (prints "wrong-release FOUND" otherwise),
-#          start it detached on HOST:PORT (its metrics on METRICS_PORT) with POLICY and
-#          HEALTH_INTERVAL_S, logging to LOG, and
-#          wait up to TIMEOUT_S for its /liveness: prints "ready PID START_TICKS", or "exited"/"timeout"
-#          then ---log--- and the log's last lines; "port-taken" when PORT already answers
-#   alive  exit 0 while PID runs (and is the process started at START_TICKS)
+# SGLang's router (the sglang-router package) on the machine that fronts the fleet. MODE selects
+# (router_contract.py beside this file declares each mode's parameters, answer and exit codes):
+#   start  check that PYTHON has sglang-router RELEASE (exits 10 printing the release it has
+#          otherwise), start it detached on HOST:PORT (its metrics on METRICS_PORT) with POLICY and
+#          HEALTH_INTERVAL_S, logging to LOG, and wait up to TIMEOUT_S for its /liveness: prints
+#          "ready PID START_TICKS", or exits 12 printing "exited"/"timeout" then ---log--- and the
+#          log's last lines; exits 11 when PORT already answers
+#   alive  prints running while PID runs (and is the process started at START_TICKS), else gone
 #   stop   TERM PID, KILL it after TIMEOUT_S
 #   leftover  "running PID START_TICKS" while the router the last start launched (recorded in
 #          LOG.pid the moment it started) still runs, else "none": what a start that was
@@ -31,8 +32,8 @@ except Exception:
 start() {
     local found deadline pid ticks
     found=$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("sglang-router"))' 2>/dev/null || echo none)
-    if [ "$found" != "$RELEASE" ]; then echo "wrong-release $found"; return 0; fi
-    if answers; then echo port-taken; return 0; fi
+    if [ "$found" != "$RELEASE" ]; then echo "$found"; exit 10; fi
+    if answers; then exit 11; fi
     mkdir -p "$(dirname "$LOG")"
     setsid nohup "$PYTHON" -m sglang_router.launch_router --host "$HOST" --port "$PORT" \
         --policy "$POLICY" --health-check-interval-secs "$HEALTH_INTERVAL_S" --log-level warn \
@@ -51,6 +52,7 @@ start() {
     done
     echo ---log---
     tail -n 20 "$LOG" 2>/dev/null || true
+    exit 12
 }
 
 stop() {
@@ -76,7 +78,7 @@ leftover() {
 
 case "$MODE" in
     start) start ;;
-    alive) alive ;;
+    alive) if alive; then echo running; else echo gone; fi ;;
     stop) stop ;;
     leftover) leftover ;;
     *) echo "router.sh: unknown MODE $MODE" >&2; exit 2 ;;

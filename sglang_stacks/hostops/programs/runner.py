@@ -3,16 +3,16 @@ of the programs of this folder."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
 
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs.contract import Request, source
 from sglang_stacks.hostops.programs.system_python_contract import SYSTEM_PYTHON
-from sglang_stacks.hostops.session import Session, open_session
-from sglang_stacks.hostops.transport import CommandResult, HostPath, quote, run, tail
+from sglang_stacks.hostops.session import open_session
+from sglang_stacks.hostops.transport import quote, run, tail
 
-__all__ = ["Param", "call", "open_python", "python_script", "run_bash", "run_python"]
+__all__ = ["call", "python_script"]
 
 AnswerT = TypeVar("AnswerT")
 
@@ -59,52 +59,3 @@ def call(conn: Connection, request: Request[AnswerT]) -> AnswerT:
     if code.error is not None:
         raise request.failure(conn, code, result)
     return request.answer(conn, result)
-
-
-# -- the calls not yet through a contract ---------------------------------------------------------
-
-Param = str | int | float | bool
-"""A program parameter; a `HostPath` (a ``str``) is expanded on the host."""
-
-
-def _variables(params: Mapping[str, Param]) -> dict[str, str]:
-    def word(value: Param) -> str:
-        if isinstance(value, HostPath):
-            return value  # exported by `transport.run` with its ~/ expanded on the host
-        if isinstance(value, bool):
-            return "1" if value else ""
-        return f"{value:g}" if isinstance(value, float) else str(value)
-
-    return {name.upper(): word(value) for name, value in params.items()}
-
-
-def run_bash(
-    conn: Connection,
-    name: str,
-    params: Mapping[str, Param] | None = None,
-    *,
-    timeout_s: float,
-    stdin: bytes | None = None,
-) -> CommandResult:
-    """Runs the bash program ``name`` on the host with ``params`` as its variables."""
-    return run(conn, source(name), timeout_s=timeout_s, stdin=stdin, env=_variables(params or {}))
-
-
-def run_python(
-    conn: Connection,
-    name: str,
-    args: list[str],
-    *,
-    python: str | None = "python3",
-    timeout_s: float,
-    stdin: bytes | None = None,
-) -> CommandResult:
-    """Runs the Python program ``name`` with the host's system python3 and ``args``."""
-    script, env = python_script(name, args)
-    return run(conn, script, timeout_s=timeout_s, stdin=stdin, env=env)
-
-
-def open_python(conn: Connection, name: str, args: Sequence[str], *, python: str | None = None) -> Session:
-    """Starts the Python program ``name`` and leaves it running, to talk to line by line."""
-    script, env = python_script(name, args)
-    return open_session(conn, script, env=env)
