@@ -11,13 +11,14 @@ import selectors
 import shlex
 import subprocess
 import time
+from enum import IntEnum
 from typing import Literal
 
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops._ssh import client_argv
 from sglang_stacks.hostops.connection import Connection
 
-__all__ = ["KILL_AFTER_S", "SESSION_MARKER", "collect", "command_line", "spawn"]
+__all__ = ["KILL_AFTER_S", "SESSION_MARKER", "WireExit", "collect", "command_line", "spawn"]
 
 # Seconds the host-side `timeout` waits after TERM before it sends KILL.
 KILL_AFTER_S = 5
@@ -25,6 +26,19 @@ KILL_AFTER_S = 5
 _LINGER_S = 3.0
 # Ends a session's script on the host's stderr; nothing waits for it.
 SESSION_MARKER = "__sglang_stacks_session"
+
+
+class WireExit(IntEnum):
+    """The exit codes of the wire itself, not of a script: the host's ``timeout`` that runs every
+    script, and the SSH client."""
+
+    TIMED_OUT = 124
+    """``timeout`` stopped the script with TERM at its limit."""
+    KILLED = 137
+    """``timeout`` killed the script, still there `KILL_AFTER_S` after the TERM."""
+    SSH_FAILED = 255
+    """The SSH client could not reach, or authenticate to, the host (its stderr says which)."""
+
 
 # Runs on the host. Reads one header line "<marker> <timeout_s> <script_bytes>", then exactly that
 # many bytes of script; whatever follows on stdin is the script's own stdin. The script travels

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops._output import last_lines, said_last
 from sglang_stacks.hostops._ssh_errors import ssh_failure
-from sglang_stacks.hostops._wire import SESSION_MARKER, command_line, spawn
+from sglang_stacks.hostops._wire import SESSION_MARKER, WireExit, command_line, spawn
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.transport import _exports
 
@@ -97,7 +97,7 @@ class Session:
         self.close(timeout_s=5)
         lines = self._stderr.decode(errors="replace").splitlines()
         stderr = "\n".join(line for line in lines if not line.startswith(SESSION_MARKER))
-        if self.conn.kind == "ssh" and self._process.returncode == 255:
+        if self.conn.kind == "ssh" and self._process.returncode == WireExit.SSH_FAILED:
             return ssh_failure(self.conn, stderr)
         last = last_lines(stderr)
         return HostError(

@@ -34,7 +34,7 @@ from sglang_stacks.errors import HostError, SpecError, StacksError
 from sglang_stacks.hostops import _batch
 from sglang_stacks.hostops._output import last_lines, said_last
 from sglang_stacks.hostops._ssh_errors import ssh_failure
-from sglang_stacks.hostops._wire import KILL_AFTER_S, collect, command_line, spawn
+from sglang_stacks.hostops._wire import KILL_AFTER_S, WireExit, collect, command_line, spawn
 from sglang_stacks.hostops.connection import Connection
 
 __all__ = [
@@ -114,7 +114,7 @@ def run(
             return result.exit_code, result.stdout, result.stderr
 
         code, stdout, stderr, elapsed_s = _batch.run(conn, _exports(env) + script, timeout_s, execute)
-        if code in (124, 137) and elapsed_s >= timeout_s:
+        if code in (WireExit.TIMED_OUT, WireExit.KILLED) and elapsed_s >= timeout_s:
             raise _timed_out(conn, timeout_s, stderr or stdout)
         return CommandResult(exit_code=code, stdout=stdout, stderr=stderr)
     return _execute(conn, _exports(env) + script, timeout_s=timeout_s, feed=feed)
@@ -248,7 +248,7 @@ def _result(
                 f"{conn.label} did not answer within {elapsed_s:.0f} s; the session was closed. "
                 "Check that the host is up and responsive, then run the update again."
             )
-        if conn.kind == "ssh" and returncode == 255:
+        if conn.kind == "ssh" and returncode == WireExit.SSH_FAILED:
             raise ssh_failure(conn, err_text)
         last = last_lines(err_text)
         raise HostError(
@@ -264,7 +264,7 @@ def _result(
             "still holds its output open. Start background processes detached, as "
             "`setsid nohup COMMAND >LOG 2>&1 </dev/null &`."
         )
-    if exit_code in (124, 137) and elapsed_s >= timeout_s:
+    if exit_code in (WireExit.TIMED_OUT, WireExit.KILLED) and elapsed_s >= timeout_s:
         raise _timed_out(conn, timeout_s, script_stderr or out_text)
     return CommandResult(exit_code=exit_code, stdout=out_text, stderr=script_stderr)
 

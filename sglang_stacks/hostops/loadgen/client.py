@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from .contract import LoadgenError, Workload, parse_args
+from .contract import LoadgenError, LoadgenExit, Workload, parse_args
 from .document import SCHEMA, Document, Level, Record, Repetition
 from .progress import Progress
 from .prompts import WORDS, PromptSource, read_sharegpt
@@ -231,13 +231,13 @@ def run(workload: Workload, nonce: int | None = None) -> Document:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; JSON on stdout, exit 0; or a sentence on stderr and exit 1."""
+    """Run the benchmark; JSON on stdout; or a sentence on stderr (`LoadgenExit` says which)."""
     try:
         workload = parse_args(argv)
         document = run(workload)
     except LoadgenError as exc:
         print(f"loadgen: {exc}", file=sys.stderr)
-        return 1
+        return LoadgenExit.FAILED
     json.dump(document.to_json(), sys.stdout, separators=(",", ":"))
     sys.stdout.write("\n")
-    return 0
+    return LoadgenExit.MEASURED

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from enum import IntEnum
 from typing import Any
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "DATASETS",
     "ENDPOINTS",
     "LoadgenError",
+    "LoadgenExit",
     "Workload",
     "parse_args",
 ]
@@ -32,6 +34,17 @@ ARRIVALS = ("closed", "poisson", "gamma")
 
 class LoadgenError(Exception):
     """Every request failed, or the workload is malformed; the message says what to change."""
+
+
+class LoadgenExit(IntEnum):
+    """How ``python -m loadgen`` ends."""
+
+    MEASURED = 0
+    """It printed its document on stdout."""
+    FAILED = 1
+    """A `LoadgenError`: a sentence on stderr says what to change."""
+    USAGE = 2
+    """argparse refused the command line (an option this script does not know)."""
 
 
 def _option(default: Any, help: str, *, least: float | None = None, above: float | None = None) -> Any:
