@@ -46,25 +46,5 @@ if TYPE_CHECKING:
     from sglang_stacks.errors import StacksError as StacksError
     from sglang_stacks.exits import ExitCode as ExitCode
 
-__all__ = [
-    "ArtifactError",
-    "BenchmarkError",
-    "CanaryRegressionError",
-    "ClaimError",
-    "ExitCode",
-    "FlagError",
-    "GateError",
-    "HostError",
-    "PreflightError",
-    "RegressionError",
-    "RouterError",
-    "ServerError",
-    "ServingError",
-    "SpecError",
-    "StacksError",
-]
 
-_HOMES = {name: "exits" if name == "ExitCode" else "errors" for name in __all__}
-"""Each name's module: imported when the name is first read, so importing the package costs nothing."""
-
-__getattr__, __dir__ = lazy_face(__name__, _HOMES)
+__all__, __getattr__, __dir__ = lazy_face(__name__)

@@ -7,6 +7,7 @@ previews it. The installed package claims no generic top-level name such as ``co
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import subprocess
@@ -137,6 +138,32 @@ def test_each_public_package_names_what_it_offers_in_a_sorted_all(package: str) 
         assert value is not None and name in dir(face)
         home = getattr(value, "__module__", None)
         assert home is None or home.startswith(package), f"{package}.{name} is {home}'s"
+
+
+def _type_checking_names(face: Path) -> dict[str, int]:
+    """How often each name is written in a face: once per import under ``TYPE_CHECKING``, once per
+    string that spells it anywhere else (a hand-kept ``__all__`` or map of homes)."""
+    tree = ast.parse(face.read_text())
+    counts: dict[str, int] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for statement in node.body:
+                assert isinstance(statement, ast.ImportFrom), ast.unparse(statement)
+                for alias in statement.names:
+                    counts[alias.asname or alias.name] = counts.get(alias.asname or alias.name, 0) + 1
+    for found in ast.walk(tree):
+        if isinstance(found, ast.Constant) and isinstance(found.value, str) and found.value in counts:
+            counts[found.value] += 1
+    return counts
+
+
+@pytest.mark.parametrize("package", PUBLIC_PACKAGES)
+def test_each_face_writes_each_name_once_and_offers_exactly_those(package: str) -> None:
+    face = importlib.import_module(package)
+    written = _type_checking_names(Path(str(face.__file__)))
+
+    assert {name: count for name, count in written.items() if count > 1} == {}
+    assert sorted(face.__all__) == sorted(written)
 
 
 def test_importing_the_public_packages_imports_none_of_their_modules() -> None:

@@ -35,33 +35,5 @@ if TYPE_CHECKING:
     from sglang_stacks.campaign.space import SearchSpace as SearchSpace
     from sglang_stacks.campaign.study import open_study as open_study
 
-__all__ = [
-    "CampaignSpec",
-    "Plan",
-    "PlanRow",
-    "Search",
-    "SearchSpace",
-    "TrialAttributes",
-    "TrialRecord",
-    "load_campaign",
-    "open_study",
-    "plan_campaign",
-    "records",
-]
 
-_HOMES = {
-    "CampaignSpec": "model",
-    "Plan": "plan",
-    "PlanRow": "plan",
-    "Search": "search",
-    "SearchSpace": "space",
-    "TrialAttributes": "attributes",
-    "TrialRecord": "attributes",
-    "load_campaign": "model",
-    "open_study": "study",
-    "plan_campaign": "plan",
-    "records": "attributes",
-}
-"""Each name's module: imported when the name is first read, so importing the package costs nothing."""
-
-__getattr__, __dir__ = lazy_face(__name__, _HOMES)
+__all__, __getattr__, __dir__ = lazy_face(__name__)

@@ -21,29 +21,5 @@ if TYPE_CHECKING:
     from sglang_stacks.drive.recover import Pending as Pending
     from sglang_stacks.drive.recover import pending_operations as pending_operations
 
-__all__ = [
-    "FleetRollout",
-    "Pending",
-    "copy_secret",
-    "pending_operations",
-    "pulumi_command",
-    "select_stack",
-    "stack_config",
-    "stack_outputs",
-    "write_stack",
-]
 
-_HOMES = {
-    "FleetRollout": "fleet_rollback",
-    "Pending": "recover",
-    "copy_secret": "automation",
-    "pending_operations": "recover",
-    "pulumi_command": "automation",
-    "select_stack": "automation",
-    "stack_config": "automation",
-    "stack_outputs": "automation",
-    "write_stack": "automation",
-}
-"""Each name's module: imported when the name is first read, so importing the package costs nothing."""
-
-__getattr__, __dir__ = lazy_face(__name__, _HOMES)
+__all__, __getattr__, __dir__ = lazy_face(__name__)

@@ -1,6 +1,7 @@
 """Host operations: how a GPU host is reached and what runs there (the claim, the probe, the
-serving note, the server process, the load generator). No Pulumi here: the resources in
-``components`` call these."""
+serving note, the server process, SGLang's router, the load generator). The programs that run on
+a host are files in ``programs``, each with its contract beside it, run by ``programs.runner``.
+No Pulumi here: the resources in ``components`` call these."""
 
 from __future__ import annotations
 
@@ -18,27 +19,5 @@ if TYPE_CHECKING:
     from sglang_stacks.hostops.transport import run as run
     from sglang_stacks.hostops.transport import upload as upload
 
-__all__ = [
-    "Claim",
-    "CommandResult",
-    "Connection",
-    "HostPath",
-    "Session",
-    "open_session",
-    "run",
-    "upload",
-]
 
-_HOMES = {
-    "Claim": "claim",
-    "CommandResult": "transport",
-    "Connection": "connection",
-    "HostPath": "transport",
-    "Session": "session",
-    "open_session": "session",
-    "run": "transport",
-    "upload": "transport",
-}
-"""Each name's module: imported when the name is first read, so importing the package costs nothing."""
-
-__getattr__, __dir__ = lazy_face(__name__, _HOMES)
+__all__, __getattr__, __dir__ = lazy_face(__name__)

@@ -23,37 +23,5 @@ if TYPE_CHECKING:
     from sglang_stacks.results.verdict import GateVerdict as GateVerdict
     from sglang_stacks.results.verdict import StackVerdict as StackVerdict
 
-__all__ = [
-    "BenchmarkResult",
-    "CanaryVerdict",
-    "Comparison",
-    "DeploymentOutputs",
-    "FleetOutputs",
-    "GateVerdict",
-    "Goodput",
-    "HistoryRow",
-    "Percentiles",
-    "ReplicaOutputs",
-    "Slo",
-    "StackVerdict",
-    "WelchTest",
-]
 
-_HOMES = {
-    "BenchmarkResult": "stats",
-    "CanaryVerdict": "verdict",
-    "Comparison": "compare",
-    "DeploymentOutputs": "outputs",
-    "FleetOutputs": "outputs",
-    "GateVerdict": "verdict",
-    "Goodput": "stats",
-    "HistoryRow": "history",
-    "Percentiles": "stats",
-    "ReplicaOutputs": "outputs",
-    "Slo": "stats",
-    "StackVerdict": "verdict",
-    "WelchTest": "stats",
-}
-"""Each name's module: imported when the name is first read, so importing the package costs nothing."""
-
-__getattr__, __dir__ = lazy_face(__name__, _HOMES)
+__all__, __getattr__, __dir__ = lazy_face(__name__)
