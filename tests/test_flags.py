@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from sglang_flags import build_parser, known_releases, load_table, release_key
 from sglang_flags.regenerate import describe_parser
 from sglang_flags.renames import spellings
+from sglang_stacks.config.findings import Finding
 from sglang_stacks.config.flags import AttentionBackend, MoeA2ABackend, ServerFlags, SpeculativeAlgorithm
 from sglang_stacks.config.render import flag_problems, render_argv, render_command, resolve_flag
 from sglang_stacks.config.stackfile import load_stack_spec
@@ -200,10 +201,15 @@ def test_an_alias_of_a_typed_flag_is_reported_as_a_duplicate():
         render_argv(flags, "0.5.8")
 
 
-def test_every_problem_is_listed_at_once():
+def test_every_problem_is_listed_at_once_as_preflight_findings_are():
     flags = ServerFlags(extra_flags={"nope_one": 1, "nope_two": 2})
-    keys = [p.key for p in flag_problems(flags, "0.5.8")]
-    assert keys == ["nope_one", "nope_two", "model_path"]
+    problems = flag_problems(flags, "0.5.8")
+    assert [p.key for p in problems] == ["nope_one", "nope_two", "model_path"]
+    # One record of a problem and its fix: the renderer's are preflight's Finding.
+    assert all(
+        isinstance(p, Finding) and (p.severity, p.code) == ("error", "flag-unrenderable") for p in problems
+    )
+    assert problems[2].fix == "Set model.path in the stack, or server.model_path."
 
 
 @pytest.mark.parametrize(

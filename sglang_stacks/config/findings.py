@@ -1,4 +1,5 @@
-"""A preflight finding, and the shape of a preflight rule."""
+"""A problem of a configuration and its fix, as preflight and the flag renderer report it (a
+`Finding`), and the shape of a preflight rule."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ Severity = Literal["error", "warning", "info"]
 
 @dataclass(frozen=True)
 class Finding:
-    """One preflight result: how bad, a stable code, the config key it is about, what and the fix."""
+    """One problem and its fix: how bad, a stable code, the config key it is about, what and the fix.
+    Preflight's rules report them, and so does the flag renderer (`render.flag_problems`)."""
 
     severity: Severity
     """``error`` stops the launch; ``warning`` is shown and recorded; ``info`` explains."""

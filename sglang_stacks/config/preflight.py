@@ -7,6 +7,7 @@ Errors stop ``pulumi preview``/``up``; warnings are shown and recorded as a stac
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from sglang_flags import known_releases, nearest_releases
 from sglang_stacks.config.findings import Finding, Rule, error, info, warning
@@ -34,7 +35,7 @@ def _release(spec: StackSpec, release: str) -> Iterable[Finding]:
 def _flags(spec: StackSpec, release: str) -> Iterable[Finding]:
     flags = spec.launch_flags()
     for problem in flag_problems(flags, release):
-        yield error("flag-unrenderable", f"server.{problem.key}", problem.message, problem.fix)
+        yield replace(problem, key=f"server.{problem.key}")
     used = [key for key, value in flags.typed_values().items() if value is not False]
     for key in [*used, *flags.extra_flags]:
         try:

@@ -12,35 +12,20 @@ from __future__ import annotations
 import difflib
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from sglang_flags import Flag, FlagTable, load_table, nearest_releases
 from sglang_flags.renames import flag_for
+from sglang_stacks.config.findings import Finding, error
 from sglang_stacks.config.flags import _SWITCH_ACTIONS, FlagValue, ServerFlags, launch_values
 from sglang_stacks.config.names import is_env_name
 from sglang_stacks.errors import FlagError
 
-
-@dataclass(frozen=True)
-class FlagProblem:
-    """One reason a flag cannot be rendered for a release: the key, its value, and the fix."""
-
-    key: str
-    """The field name or extra-flag key as the stack spells it."""
-    value: object
-    """The value that cannot be rendered."""
-    message: str
-    """What is wrong, as a sentence."""
-    fix: str
-    """What to do about it, as a sentence."""
-
-    def sentence(self) -> str:
-        """Message and fix together."""
-        return f"{self.message} {self.fix}"
+UNRENDERABLE = "flag-unrenderable"
+"""The code of the finding that a flag cannot be rendered for a release."""
 
 
 class _Unrenderable(Exception):
-    """A flag problem on its way to a FlagProblem or a FlagError."""
+    """A flag problem on its way to a `Finding` or a FlagError."""
 
     def __init__(self, message: str, fix: str) -> None:
         super().__init__(f"{message} {fix}")
@@ -133,13 +118,13 @@ def _render_scalar(where: str, value: object, flag: Flag) -> str:
     return word
 
 
-def _collect(flags: ServerFlags, release: str) -> tuple[list[str], list[FlagProblem]]:
+def _collect(flags: ServerFlags, release: str) -> tuple[list[str], list[Finding]]:
     argv: list[str] = []
-    problems: list[FlagProblem] = []
+    problems: list[Finding] = []
     try:
         _table(release)
     except _Unrenderable as problem:
-        return argv, [FlagProblem(key="release", value=release, message=problem.message, fix=problem.fix)]
+        return argv, [error(UNRENDERABLE, "release", problem.message, problem.fix)]
     rendered_by: dict[str, str] = {}
     items: list[tuple[str, object]] = list(flags.typed_values().items())
     items += sorted(flags.extra_flags.items())
@@ -157,21 +142,22 @@ def _collect(flags: ServerFlags, release: str) -> tuple[list[str], list[FlagProb
             rendered_by[flag.dest] = key
             argv += _render_value(key, value, flag, release)
         except _Unrenderable as problem:
-            problems.append(FlagProblem(key=key, value=value, message=problem.message, fix=problem.fix))
+            problems.append(error(UNRENDERABLE, key, problem.message, problem.fix))
     if flags.model_path is None:
         problems.append(
-            FlagProblem(
-                key="model_path",
-                value=None,
-                message="No model path is set.",
-                fix="Set model.path in the stack, or server.model_path.",
+            error(
+                UNRENDERABLE,
+                "model_path",
+                "No model path is set.",
+                "Set model.path in the stack, or server.model_path.",
             )
         )
     return argv, problems
 
 
-def flag_problems(flags: ServerFlags, release: str) -> list[FlagProblem]:
-    """Every reason ``flags`` cannot be rendered for ``release``; empty when it can."""
+def flag_problems(flags: ServerFlags, release: str) -> list[Finding]:
+    """Every reason ``flags`` cannot be rendered for ``release``, as errors keyed by the flag as the
+    stack spells it (``tp_size``, an extra flag's key, or ``release``); empty when it can."""
     return _collect(flags, release)[1]
 
 
@@ -183,7 +169,7 @@ def render_argv(flags: ServerFlags, release: str) -> list[str]:
     """
     argv, problems = _collect(flags, release)
     if problems:
-        lines = "\n".join(f"  - {p.key}: {p.sentence()}" for p in problems)
+        lines = "\n".join(f"  - {p.key}: {p.message} {p.fix}" for p in problems)
         raise FlagError(f"The launch flags cannot be rendered for SGLang {release}:\n{lines}")
     return argv
 
