@@ -143,6 +143,11 @@ def test_a_sweep_interrupted_with_ctrl_c_resumes_without_repeating_a_trial(proje
     output, _ = sweep.communicate(timeout=300)
 
     assert sweep.returncode == 130, output
+    # The first line says what the run does now, not what the plan left for later.
+    assert output.splitlines()[0] == (
+        "sweep pool: 5 candidates, each kept by preflight; running them on 2 pool hosts (emu-a, emu-b), "
+        "one trial per host at a time. Ctrl-C stops it; the same command resumes."
+    ), output
     assert "interrupted" in output
     first = project.state()
     assert {t["status"] for t in first.values()} <= {"done", "failed", "pending"}, first
@@ -177,8 +182,27 @@ def test_a_failing_trial_is_recorded_with_its_cause_and_the_sweep_went_on(projec
 
     assert [t["labels"]["variant"] for t in failed] == ["bs128-nccl-tree"]
     assert failed[0]["cause"] == "nccl"
-    stack_file = project.workspace.path / "stacks" / f"Pulumi.{next(iter(project.state()))}.yaml"
-    assert "Written by `sglang-stacks sweep run`" in stack_file.read_text()
+
+
+def test_a_finished_sweep_leaves_no_trial_stack_in_the_backend_or_stacks(project: Project) -> None:
+    listed = {stack["name"] for stack in project.workspace.json("stack", "ls", "--json")}
+    files = {path.name for path in (project.workspace.path / "stacks").glob("Pulumi.*.yaml")}
+
+    assert listed == {"base"}, listed
+    assert files == {"Pulumi.base.yaml"}, files
+    assert len(project.state()) == 5  # the results stay in the study, and each trial's log
+    assert len(list((project.workspace.path / "reports" / "pool" / "logs").glob("pool-*.log"))) == 5
+
+
+def test_the_budget_is_given_on_the_command_line(project: Project) -> None:
+    refused = project.sweep("run", "pool", "--max-trials", "0", check=False)
+    assert refused.returncode == 2 and "--max-trials: '0' is not a whole number above 0" in refused.stderr
+
+    capped = project.sweep("run", "pool", "--max-trials", "2", "--max-hours", "6")
+
+    assert "until budget max_trials 2, max_hours 6." in capped.stdout.splitlines()[0]
+    assert "The search stopped: budget.max_trials 2 reached." in capped.stdout
+    assert "started on" not in capped.stdout
 
 
 def test_the_report_ranks_bs128_first_and_says_which_fractions_are_within_noise(project: Project) -> None:
@@ -297,7 +321,7 @@ def test_an_ssh_pool_host_gets_its_key_only_as_a_secret_of_the_trial_stack(
     watcher = threading.Thread(target=_command_lines, args=(seen, done), daemon=True)
     watcher.start()
     try:
-        ran = project.sweep("run", "remote")
+        ran = project.sweep("run", "remote", "--keep-trial-stacks")
     finally:
         done.set()
         watcher.join()

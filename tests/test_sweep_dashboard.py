@@ -9,6 +9,7 @@ as ``sweep run`` writes it, without deploying anything: the dashboard only reads
 
 from __future__ import annotations
 
+import argparse
 import signal
 import socket
 import subprocess
@@ -20,9 +21,11 @@ import optuna
 import pytest
 
 from sglang_stacks.campaign.attributes import write_attributes
+from sglang_stacks.campaign.cli import DASHBOARD_PORT
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.campaign.study import STUDY_FILE, open_study
-from tests._pulumi import Workspace
+from sglang_stacks.cli import COMMANDS
+from tests._pulumi import ROOT, Workspace, free_port
 from tests.browser import dashboard_url, read_dashboard
 
 pytestmark = [
@@ -138,12 +141,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
 
 def test_the_dashboard_shows_the_campaigns_trial_count_and_its_best_feasible_value(project: Project) -> None:
     study = write_study(project.workspace.path, project.name)
-    server = project.dashboard()
+    port = free_port()
+    server = project.dashboard("--port", str(port))
     try:
-        view = read_dashboard(dashboard_url(server))
+        url = dashboard_url(server)
+        view = read_dashboard(url)
     finally:
         server.send_signal(signal.SIGINT)
         out, err = server.communicate(timeout=30)
+    assert url == f"http://127.0.0.1:{port}/dashboard/studies/1"
     assert view.trials == len(study.trials) == 4
     # Optuna's own rule (the best trial among those meeting every constraint), not the fastest (bs 128).
     assert (view.best_number, view.best_value) == (study.best_trial.number, 88.75)
@@ -165,4 +171,14 @@ def test_a_port_in_use_is_refused_naming_the_flag(project: Project) -> None:
         port = taken.getsockname()[1]
         result = project.workspace.cli("sweep", "dashboard", project.name, "--port", str(port), timeout_s=60)
     assert result.returncode == 2
-    assert f"--port {port}" in result.stderr and "leave --port out" in result.stderr
+    assert f"127.0.0.1:{port}" in result.stderr
+    assert f"sglang-stacks sweep dashboard {project.name} --port {port + 1}" in result.stderr
+
+
+def test_without_port_the_dashboard_serves_on_its_documented_default_port() -> None:
+    parser = argparse.ArgumentParser()
+    COMMANDS["sweep"].configure(parser)
+
+    assert parser.parse_args(["dashboard", "bs"]).port == DASHBOARD_PORT == 8080
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"http://127.0.0.1:{DASHBOARD_PORT}/dashboard/studies/1" in readme

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sglang_stacks.campaign.model import load_campaign
-from sglang_stacks.campaign.plan import Plan, format_plan, plan_campaign
+from sglang_stacks.campaign.plan import Plan, format_plan, make_plan
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import campaign_file, find_project_dir, reports_dir, stacks_dir
 
-__all__ = ["configure", "run"]
+__all__ = ["DASHBOARD_PORT", "configure", "run"]
+
+DASHBOARD_PORT = 8080
+"""The port ``sweep dashboard`` serves on unless ``--port`` says otherwise (optuna-dashboard's own
+default), so the study's address is the same every time."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -38,10 +43,48 @@ def configure(parser: argparse.ArgumentParser) -> None:
                 "--trial", help="promote this trial instead of the best (one within noise of it)"
             )
             sub.add_argument("--yes", action="store_true", help="write without asking")
+        if action == "run":
+            sub.add_argument(
+                "--max-trials",
+                type=_positive(int),
+                metavar="N",
+                help="launch at most N trials in all (budget.max_trials of the campaign file, for this run)",
+            )
+            sub.add_argument(
+                "--max-hours",
+                type=_positive(float),
+                metavar="H",
+                help="start no trial after H hours of sweeping, earlier runs' included (budget.max_hours)",
+            )
+            sub.add_argument(
+                "--keep-trial-stacks",
+                action="store_true",
+                help="keep each trial's stack (empty) in the backend and its file in stacks/, to deploy "
+                "it again with `pulumi up -s <trial>`; by default both go once the trial is destroyed",
+            )
         if action == "dashboard":
             sub.add_argument(
-                "--port", type=_port, default=0, help="the port on 127.0.0.1 (default: a free one)"
+                "--port",
+                type=_port,
+                default=DASHBOARD_PORT,
+                help=f"the port on 127.0.0.1 (default {DASHBOARD_PORT}, optuna-dashboard's own)",
             )
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argument type: a number of ``kind`` above 0."""
+    what = "whole number" if kind is int else "number"
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what} above 0; give one, e.g. 4")
+        return value
+
+    return parse
 
 
 def _port(text: str) -> int:
@@ -55,7 +98,20 @@ def _port(text: str) -> int:
 
 
 def _plan(args: argparse.Namespace, project: Path) -> Plan:
-    return plan_campaign(campaign_file(args.campaign, project), stacks_dir(project))
+    path = campaign_file(args.campaign, project)
+    campaign = load_campaign(path)
+    limits = {
+        name: value
+        for name, value in (
+            ("max_trials", getattr(args, "max_trials", None)),
+            ("max_hours", getattr(args, "max_hours", None)),
+        )
+        if value is not None
+    }
+    if limits:  # as if written in the file's budget, before the plan chooses its strategy by it
+        budget = campaign.budget.model_copy(update=limits)
+        campaign = campaign.model_copy(update={"budget": budget})
+    return make_plan(path.stem, campaign, stacks_dir(project))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,13 +132,13 @@ def run(args: argparse.Namespace) -> int:
         from sglang_stacks.campaign.runner import run_sweep  # the Automation API, only to run
         from sglang_stacks.results import history
 
-        print(format_plan(plan).rsplit("\n", 1)[-1], flush=True)
         return run_sweep(
             plan,
             project=project,
             reports=reports_dir(project),
             db_path=history.default_history_path(),
             out=sys.stdout,
+            keep_trial_stacks=args.keep_trial_stacks,
         )
     if args.sweep_action == "report":
         from sglang_stacks.campaign.report import write_report

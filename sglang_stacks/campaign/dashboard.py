@@ -91,8 +91,8 @@ class Dashboard:
             )
         except OSError as error:
             raise SpecError(
-                f"--port {port}: cannot listen on {DASHBOARD_HOST}:{port} ({error.strerror}). "
-                "Pick another port, or leave --port out for a free one."
+                f"The dashboard cannot listen on {DASHBOARD_HOST}:{port} ({error.strerror}). Pick "
+                f"another port with --port, e.g. `sglang-stacks sweep dashboard {name} --port {port + 1}`."
             ) from None
         self.port: int = self._server.server_address[1]
         self.url = f"http://{DASHBOARD_HOST}:{self.port}/dashboard/studies/{study_id}"

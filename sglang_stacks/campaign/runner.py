@@ -22,18 +22,60 @@ from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 
-__all__ = ["run_sweep"]
+__all__ = ["opening", "run_sweep"]
 
 
-def run_sweep(plan: Plan, *, project: Path, reports: Path, db_path: Path, out: TextIO) -> int:
+def opening(plan: Plan) -> str:
+    """What ``sweep run`` is about to do, as its first line."""
+    pool = plan.campaign.pool
+    hosts = f"{len(pool)} pool host{'s' if len(pool) != 1 else ''} ({', '.join(h.name for h in pool)})"
+    if plan.listed:
+        counts = {v: sum(r.verdict == v for r in plan.rows) for v in ("kept", "discarded", "over_budget")}
+        left = [
+            f"{counts['discarded']} discarded by preflight, never launched" if counts["discarded"] else "",
+            f"{counts['over_budget']} over budget" if counts["over_budget"] else "",
+        ]
+        why = "; ".join(part for part in left if part)
+        what = (
+            f"{counts['kept']} of {len(plan.rows)} candidates kept ({why})"
+            if why
+            else f"{len(plan.rows)} candidates, each kept by preflight"
+        )
+    else:
+        what = f"{plan.size or 'no end of'} candidates, preflight judging each suggestion before its launch"
+    verb = "running them" if plan.strategy == "grid" else f"searching them with {plan.strategy}"
+    budget = plan.campaign.budget
+    limits = [
+        f"{name} {value:g}"
+        for name, value in (
+            ("max_trials", budget.max_trials),
+            ("max_gpu_hours", budget.max_gpu_hours),
+            ("max_hours", budget.max_hours),
+        )
+        if value is not None
+    ]
+    until = f" until budget {', '.join(limits)}" if limits else ""
+    return (
+        f"sweep {plan.name}: {what}; {verb} on {hosts}, one trial per host at a time{until}. "
+        "Ctrl-C stops it; the same command resumes."
+    )
+
+
+def run_sweep(
+    plan: Plan, *, project: Path, reports: Path, db_path: Path, out: TextIO, keep_trial_stacks: bool = False
+) -> int:
     """Run the plan's search; 0 when it is over (every trial run, or a budget reached), 130 when
-    interrupted."""
+    interrupted. A trial's stack leaves the backend and ``stacks/`` once destroyed, unless
+    ``keep_trial_stacks``."""
     folder = reports / plan.name
     check_pool_keys(plan.campaign, stacks_dir(project))  # before anything is launched
     check_bounded(plan)
     check_runnable(plan)
+    print(opening(plan), file=out, flush=True)
     search = Search.open(plan, folder)
-    trials = TrialRunner(project, folder / "logs", plan.name, plan.campaign.base)
+    trials = TrialRunner(
+        project, folder / "logs", plan.name, plan.campaign.base, keep_stacks=keep_trial_stacks
+    )
     sweep = Sweep(plan, project, folder, db_path, search, trials)
     sweep.prepare()
     workers = [

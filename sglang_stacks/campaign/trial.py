@@ -2,8 +2,11 @@
 through the Automation API, with Pulumi's output kept in ``reports/<campaign>/logs/<stack>.log``.
 
 Every trial's stack is destroyed after its benchmark, whether it won, lost or failed: a sweep
-leaves no server running and no host claimed. Its stack file stays in ``stacks/`` (and the stack,
-empty, in the backend), so ``pulumi up -s <stack>`` deploys that configuration again.
+leaves no server running and no host claimed. The empty stack then leaves the backend and its file
+``stacks/``, so a sweep does not crowd ``pulumi stack ls`` with hundreds of empty trials (its
+results stay in the study and the results history, and ``sweep promote`` rebuilds a trial from
+the campaign); with ``keep_stacks`` both stay, and ``pulumi up -s <stack>`` deploys that
+configuration again.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from sglang_stacks.campaign.axes import bind_host
 from sglang_stacks.campaign.keys import give_secrets
 from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.campaign.plan import PlanRow
+from sglang_stacks.config.stackfile import stack_path
 from sglang_stacks.drive import automation, recover
 from sglang_stacks.drive.state import resources_of
 from sglang_stacks.errors import SpecError, failure_from_output
@@ -54,12 +58,16 @@ def classify(output: str) -> TrialFailure:
 class TrialRunner:
     """Deploys, measures and destroys trial stacks of one campaign in one project."""
 
-    def __init__(self, project: Path, logs: Path, campaign: str, base: str) -> None:
+    def __init__(
+        self, project: Path, logs: Path, campaign: str, base: str, *, keep_stacks: bool = False
+    ) -> None:
         self.project = project
         self.logs = logs
         self.campaign = campaign
         self.base = base
         """The campaign's base stack: where an ssh pool host's key comes from by default."""
+        self.keep_stacks = keep_stacks
+        """Keep a destroyed trial's stack in the backend and its file in ``stacks/``."""
         self._write_lock = threading.Lock()  # stack creation touches the workspace's settings
 
     def log_path(self, stack: str) -> Path:
@@ -99,7 +107,8 @@ class TrialRunner:
         labels = ", ".join(f"{k}={v}" for k, v in row.candidate.labels.items())
         header = (
             f"Campaign {self.campaign}, trial {row.stack} on pool host {host.name}: {labels}.\n"
-            "Written by `sglang-stacks sweep run`; `pulumi up -s <this stack>` deploys it again."
+            "Written by `sglang-stacks sweep run`, which removes it once the trial is destroyed "
+            "(kept with --keep-trial-stacks: `pulumi up -s <this stack>` deploys it again)."
         )
         with self._write_lock:
             stack = automation.write_stack(self.project, row.stack, sections, header)
@@ -135,7 +144,7 @@ class TrialRunner:
         try:
             automation.select_stack(self.project, stack)
         except SpecError:
-            return ["its stack was never created: nothing was deployed"]
+            return ["its stack is not in the backend (never created, or removed once destroyed)"]
         said = io.StringIO()
         left = recover.recover(stack, project_dir=self.project, out=said)
         (handle, write), _ = self._stream(stack, "recover")
@@ -167,7 +176,21 @@ class TrialRunner:
             finally:
                 handle.close()
             if not resources_of(selected):
+                if not self.keep_stacks:
+                    self._remove(selected)
                 return
         raise auto.CommandError(
             auto.CommandResult(stdout="", stderr=f"resources of {stack} survived three destroys", code=1)
         )
+
+    def _remove(self, selected: auto.Stack) -> None:
+        """Remove a destroyed trial's stack from the backend and its file from ``stacks/``."""
+        try:
+            with self._write_lock:  # removing a stack touches the workspace's settings too
+                selected.workspace.remove_stack(selected.name)
+        except auto.CommandError as error:  # an empty stack left over is no reason to fail the trial
+            (handle, write), _ = self._stream(selected.name, "stack rm")
+            with handle:
+                write(f"The empty stack stays in the backend: {error}")
+            return
+        stack_path(selected.name, stacks_dir(self.project)).unlink(missing_ok=True)
