@@ -67,6 +67,8 @@ class BenchmarkInputs(HostInputs):
     """The running update, for the claim."""
     server: Annotated[MeasuredServer | None, LABEL] = None
     """The one server measured (none behind a router): a failed benchmark asks it how it is."""
+    own_urn: Annotated[str, LABEL] = ""
+    """This benchmark's URN, for its progress on its row of ``pulumi up`` (`_engine_status`)."""
 
 
 class BenchmarkOutputs(Props):

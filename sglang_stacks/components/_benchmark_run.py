@@ -4,15 +4,23 @@ workload's dataset, run against the server, its document read back; a dropped se
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sglang_stacks.components._benchmark_model import BenchmarkInputs
+from sglang_stacks.components._engine_status import EngineStatus
 from sglang_stacks.errors import BenchmarkError, HostError, StacksError
 from sglang_stacks.hostops import transport
+from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.logs import describe_progress
 from sglang_stacks.hostops.programs.bound_contract import BOUND
 from sglang_stacks.hostops.programs.contract import source
+from sglang_stacks.hostops.programs.logs_contract import FollowProgress
+from sglang_stacks.hostops.programs.runner import call
 from sglang_stacks.hostops.transport import quote, quote_path
 
 if TYPE_CHECKING:
@@ -35,6 +43,8 @@ _RUN_LOADGEN = (
 )
 # The ShareGPT file travels inside the tar stream under this name.
 _DATASET_NAME = "dataset.json"
+# The longest a benchmark's progress may be silent: it writes a line every few seconds.
+_SILENT_S = 24 * 3600.0
 
 
 def progress_path(state_dir: str, stack: str) -> str:
@@ -75,13 +85,14 @@ def run_on_host(inputs: BenchmarkInputs) -> Document:
     timeout_s = inputs.workload.timeout_s
     started = time.monotonic()
     try:
-        result = transport.run(
-            conn,
-            script,
-            timeout_s=timeout_s,
-            stdin=loadgen.bundle(extra),
-            env={"SGLANG_STACKS_BOUND": source(BOUND.file)},
-        )
+        with _reported(conn, progress, inputs.own_urn):
+            result = transport.run(
+                conn,
+                script,
+                timeout_s=timeout_s,
+                stdin=loadgen.bundle(extra),
+                env={"SGLANG_STACKS_BOUND": source(BOUND.file)},
+            )
     except HostError as error:
         raise _dropped(inputs, time.monotonic() - started, timeout_s, error) from None
     if not result.ok:
@@ -91,6 +102,37 @@ def run_on_host(inputs: BenchmarkInputs) -> Document:
             "Check that the server still runs (`pulumi refresh`) and that the workload fits its limits."
         )
     return read_document(result.stdout)
+
+
+@contextlib.contextmanager
+def _reported(conn: Connection, progress: str, urn: str) -> Iterator[None]:
+    """While the body runs the benchmark, each progress line it writes on the host is shown on the
+    benchmark's row of ``pulumi up`` (level, repetition i of n, tok/s so far). Only inside a
+    provider process; a follower that cannot start costs the benchmark nothing."""
+    status = EngineStatus(urn)
+    if not status.active:
+        yield
+        return
+    try:
+        session = call(conn, FollowProgress(progress=progress))
+    except StacksError:
+        status.close()
+        yield
+        return
+
+    def relay() -> None:
+        with contextlib.suppress(StacksError):  # the session ends when the benchmark does
+            while True:
+                status.say(describe_progress(session.read_line(timeout_s=_SILENT_S)))
+
+    relaying = threading.Thread(target=relay, name="benchmark-progress", daemon=True)
+    relaying.start()
+    try:
+        yield
+    finally:
+        session.close(timeout_s=5)
+        relaying.join(timeout=10)
+        status.close()
 
 
 def _dropped(inputs: BenchmarkInputs, elapsed_s: float, timeout_s: float, error: HostError) -> StacksError:

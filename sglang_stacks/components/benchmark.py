@@ -16,6 +16,7 @@ import pulumi
 
 from sglang_stacks.components._benchmark_failure import measured_document
 from sglang_stacks.components._benchmark_model import BenchmarkInputs, BenchmarkOutputs
+from sglang_stacks.components._engine_status import own_urn
 from sglang_stacks.components._provider import TypedProvider
 from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.hostops import claim
@@ -114,4 +115,7 @@ class Benchmark(TypedResource[BenchmarkInputs, BenchmarkOutputs], module="sglang
     def __init__(
         self, name: str, args: Args[BenchmarkInputs], opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        # Its progress goes to its own row of `pulumi up`: the provider is told where that is.
+        urn = own_urn(name, "sglang", "Benchmark", opts.parent if opts else None)
+        args = Args(BenchmarkInputs, {**args.values, "own_urn": urn})
         super().__init__(BenchmarkProvider(), name, args, opts)

@@ -1,6 +1,8 @@
 # A stack's server log and benchmark progress, for `sglang-stacks logs`.
-#   MODE      show:   the last LINES lines of the newest server log and of the progress file
-#             follow: the same, then every new line, until this session's stdin ends
+#   MODE      show:     the last LINES lines of the newest server log and of the progress file
+#             follow:   the same, then every new line, until this session's stdin ends
+#             progress: empty the progress file for a benchmark about to start, say `ready`, then
+#                       print each line written to it, until this session's stdin ends
 #   LOG_DIR   the folder of the server's logs (absolute: the caller's HostPath expands ~/)
 #   STACK     the stack; each launch of its server writes <STACK>-<12 hex digits>.log
 #   PROGRESS  the benchmark's progress file (absent until the first benchmark)
@@ -51,9 +53,22 @@ follow() {
     done
 }
 
+progress() {
+    local follower
+    mkdir -p "$(dirname "$PROGRESS")"
+    : >"$PROGRESS"
+    echo ready
+    tail -n +1 -F "$PROGRESS" 2>/dev/null &
+    follower=$!
+    trap 'kill "$follower" 2>/dev/null' EXIT
+    while read -r _; do :; done
+    exit 0
+}
+
 case "$MODE" in
     show) show ;;
     follow) follow ;;
+    progress) progress ;;
     *)
         echo "logs.sh: unknown MODE '$MODE'" >&2
         exit 2

@@ -14,7 +14,7 @@ from sglang_stacks.hostops.programs.contract import ON_HOST, Program, ProgramExi
 from sglang_stacks.hostops.session import Session
 from sglang_stacks.hostops.transport import CommandResult
 
-__all__ = ["LOGS", "FollowLogs", "LogsExit", "LogsMode", "ShowLogs"]
+__all__ = ["LOGS", "FollowLogs", "FollowProgress", "LogsExit", "LogsMode", "ShowLogs"]
 
 
 class LogsMode(StrEnum):
@@ -22,6 +22,7 @@ class LogsMode(StrEnum):
 
     SHOW = "show"
     FOLLOW = "follow"
+    PROGRESS = "progress"
 
 
 class LogsExit(ProgramExit):
@@ -73,4 +74,26 @@ class FollowLogs(_LogsCall[Session]):
     held: ClassVar[bool] = True
 
     def held_answer(self, conn: Connection, session: Session) -> Session:
+        return session
+
+
+class FollowProgress(Request[Session]):
+    """``progress``: empties the progress file of a benchmark about to start, then prints each
+    line the benchmark writes to it; the answer is the session to read them from, once the file is
+    empty (a line read later is this benchmark's, never the previous one's)."""
+
+    program: ClassVar[Program] = LOGS
+    mode: ClassVar[LogsMode] = LogsMode.PROGRESS
+    held: ClassVar[bool] = True
+
+    progress: Annotated[str, ON_HOST]
+    """The benchmark's progress file."""
+
+    def held_answer(self, conn: Connection, session: Session) -> Session:
+        said = session.read_line(timeout_s=conn.connect_timeout_s + 30)
+        if said != "ready":
+            raise HostError(
+                f"Following the benchmark's progress on {conn.label} did not start (it said {said!r}). "
+                "Check that the host's state folder is writable."
+            )
         return session
