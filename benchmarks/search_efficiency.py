@@ -69,6 +69,7 @@ from sglang_stacks.campaign.plan import Plan, PlanRow, make_plan
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.campaign.trial import TrialFailure
+from sglang_stacks.hostops.server_failure import classify_failure
 from sglang_stacks.results.stats import BenchmarkResult, ci95, stdev
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -429,7 +430,7 @@ class EmulatedTrials:
         return _levels(self.space, self.running.measure(repetitions))
 
     def failure(self, stack: str, error: Exception) -> TrialFailure:
-        return TrialFailure("launch", str(error))
+        return TrialFailure(classify_failure(str(error)).kind, str(error))
 
     def destroy(self, stack: str, *, clear_pending: bool = False) -> None:
         if self.running is not None:

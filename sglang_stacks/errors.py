@@ -8,7 +8,7 @@ StacksError                  base: a sentence saying what went wrong and how to 
 ├── HostError                the GPU host cannot be reached, or differs from its declared facts
 │   └── ClaimError           another stack holds, or is taking, this host's GPUs
 ├── ArtifactError            the draft model is missing or does not match its manifest
-├── ServerError              SGLang did not become ready (its cause: out_of_memory, bad_flag, nccl, ...)
+├── ServerError              SGLang did not become ready (its `Cause`: out_of_memory, bad_flag, nccl, ...)
 │   └── ServingError         SGLang failed while benchmarked (crash, out_of_memory, hang, error_responses)
 ├── RouterError              SGLang's router did not start, or would not add or drain a worker
 └── BenchmarkError           the post-deploy benchmark failed
@@ -25,6 +25,7 @@ it back into the exception type with its fields.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -34,6 +35,7 @@ __all__ = [
     "ArtifactError",
     "BenchmarkError",
     "CanaryRegressionError",
+    "Cause",
     "ClaimError",
     "FailureRecord",
     "FlagError",
@@ -54,6 +56,41 @@ FAILURE_TAG = "sglang-stacks-failure:"
 """What starts the line of an error's record in a message that crossed the engine."""
 
 
+class Cause(StrEnum):
+    """What kind of failure an error is: its class's own, or, for a server, how it ended."""
+
+    OTHER = "other"
+    """Nothing more specific is known."""
+    SPEC = "spec"
+    FLAG = "flag"
+    PREFLIGHT = "preflight"
+    HOST = "host"
+    CLAIM = "claim"
+    ARTIFACT = "artifact"
+    ROUTER = "router"
+    BENCHMARK = "benchmark"
+    GATE = "gate"
+    CANARY = "canary"
+    OUT_OF_MEMORY = "out_of_memory"
+    """A server ran out of GPU memory (starting, or while serving)."""
+    BAD_FLAG = "bad_flag"
+    """A server's release refused a launch flag."""
+    NCCL = "nccl"
+    """A server's collective communication failed (NCCL, or a multi-node rendezvous)."""
+    UNSUPPORTED_GPU = "unsupported_gpu"
+    """A kernel a flag selects does not support the host's GPU."""
+    PYTHON_MISSING = "python_missing"
+    """A server's Python is not on the host any more."""
+    PORT_IN_USE = "port_in_use"
+    """Another process holds a server's port."""
+    CRASH = "crash"
+    """A server exited while it was benchmarked, for a reason its log does not name."""
+    HANG = "hang"
+    """A server still runs but stopped answering while it was benchmarked."""
+    ERROR_RESPONSES = "error_responses"
+    """A server answered requests of the benchmark with errors."""
+
+
 class FailureRecord(BaseModel):
     """One error as it crosses Pulumi's engine: its class in this module and its fields."""
 
@@ -61,10 +98,8 @@ class FailureRecord(BaseModel):
 
     error: str
     """The class's name, e.g. ``ServerError``."""
-    cause: str
-    """What kind of failure: the class's own (``preflight``, ``claim``, ``gate``, ...) or, for a
-    server, how it ended (``out_of_memory``, ``nccl``, ``bad_flag``, ``port_in_use``, ``other``, ...;
-    while benchmarked ``crash``, ``hang``, ``error_responses``)."""
+    cause: Cause
+    """What kind of failure it is."""
     summary: str
     """The first sentence, without the output attached to it (a server's log lines). The whole
     message is the text the record follows; the record does not repeat it."""
@@ -83,7 +118,7 @@ class FailureRecord(BaseModel):
 class StacksError(Exception):
     """Base of every deliberate error; its message is whole sentences ending with the fix."""
 
-    cause: ClassVar[str] = "other"
+    cause: ClassVar[Cause] = Cause.OTHER
     """The kind of failure the class stands for; a ServerError's instances have their own."""
 
     def __init__(self, message: str, *, stack: str | None = None, summary: str | None = None) -> None:
@@ -114,25 +149,25 @@ class StacksError(Exception):
 class SpecError(StacksError):
     """A stack file or config value is malformed."""
 
-    cause = "spec"
+    cause = Cause.SPEC
 
 
 class FlagError(StacksError):
     """A launch flag is unknown to, or has no rendering for, the target SGLang release."""
 
-    cause = "flag"
+    cause = Cause.FLAG
 
 
 class PreflightError(StacksError):
     """Preflight found errors that would make the launch fail."""
 
-    cause = "preflight"
+    cause = Cause.PREFLIGHT
 
 
 class HostError(StacksError):
     """The GPU host is unreachable or does not match its declared facts."""
 
-    cause = "host"
+    cause = Cause.HOST
 
     def __init__(
         self, message: str, *, stack: str | None = None, summary: str | None = None, last_output: str = ""
@@ -145,20 +180,25 @@ class HostError(StacksError):
 class ClaimError(HostError):
     """The host's GPUs are claimed by another stack, or two updates raced for them."""
 
-    cause = "claim"
+    cause = Cause.CLAIM
 
 
 class ArtifactError(StacksError):
     """A draft-model artifact is missing or corrupt."""
 
-    cause = "artifact"
+    cause = Cause.ARTIFACT
 
 
 class ServerError(StacksError):
     """The SGLang server failed to start or to become ready."""
 
     def __init__(
-        self, message: str, *, cause: str = "other", stack: str | None = None, summary: str | None = None
+        self,
+        message: str,
+        *,
+        cause: Cause = Cause.OTHER,
+        stack: str | None = None,
+        summary: str | None = None,
     ) -> None:
         super().__init__(message, stack=stack, summary=summary)
         self.cause = cause  # type: ignore[misc]  # each server failure has its own class of cause
@@ -174,26 +214,26 @@ class ServingError(ServerError):
 class RouterError(StacksError):
     """SGLang's router (sglang-router) failed to start, or to add, list or drain a worker."""
 
-    cause = "router"
+    cause = Cause.ROUTER
 
 
 class BenchmarkError(StacksError):
     """The benchmark could not run, or its numbers are no measure of the server."""
 
-    cause = "benchmark"
+    cause = Cause.BENCHMARK
 
 
 class GateError(BenchmarkError):
     """The regression gate could not judge a result (its baseline has no comparable one)."""
 
-    cause = "gate"
+    cause = Cause.GATE
 
 
 class RegressionError(BenchmarkError):
     """A result is slower than its reference beyond the tolerance: the regression gate's verdict
     against the baseline stack (and, as `CanaryRegressionError`, a fleet's canary's)."""
 
-    cause = "gate"
+    cause = Cause.GATE
 
     def __init__(
         self, message: str, *, measurements: str, stack: str | None = None, summary: str | None = None
@@ -207,7 +247,7 @@ class CanaryRegressionError(RegressionError):
     """A fleet's canary is slower than a replica on the current configuration beyond the rollout's
     tolerances: the update stops before the other hosts, and ``rollout`` rolls the canary back."""
 
-    cause = "canary"
+    cause = Cause.CANARY
 
 
 _EXTRA_FIELDS = ("last_output", "measurements")

@@ -23,7 +23,7 @@ from sglang_stacks.campaign.plan import Plan, PlanRow, format_plan, make_plan
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.campaign.trial import TrialFailure
-from sglang_stacks.errors import SpecError
+from sglang_stacks.errors import Cause, SpecError
 from tests._pulumi import emulator_stack
 
 SIZES = list(range(8, 488, 8))  # 60 candidates
@@ -72,7 +72,7 @@ class _Measured:
         return []
 
     def failure(self, stack: str, error: Exception) -> TrialFailure:
-        return TrialFailure("other", str(error))
+        return TrialFailure(Cause.OTHER, str(error))
 
 
 def _sweep(tmp_path: Path, trials: object, extra: str = "", earlier_s: float = 0.0) -> Sweep:

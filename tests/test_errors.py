@@ -4,11 +4,13 @@ its fields from the CLI's text, never the words of the message."""
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from sglang_stacks import errors
 from sglang_stacks.campaign.trial import TrialFailure, classify
 from sglang_stacks.errors import (
     CanaryRegressionError,
+    Cause,
     ClaimError,
     HostError,
     PreflightError,
@@ -29,7 +31,9 @@ def _example(kind: type[StacksError]) -> StacksError:
     if issubclass(kind, RegressionError):
         return kind(message, measurements="tok/s 40.1 against 88.0 (-54.4 %, tolerance 5 %)", stack="s")
     if issubclass(kind, ServerError):
-        return kind(message, cause="out_of_memory", stack="s", summary="SGLang on x exited (out_of_memory).")
+        return kind(
+            message, cause=Cause.OUT_OF_MEMORY, stack="s", summary="SGLang on x exited (out_of_memory)."
+        )
     if issubclass(kind, HostError):
         return kind(message, last_output="ssh: connect | Connection reset", stack="s")
     return kind(message, stack="s")
@@ -86,7 +90,7 @@ def test_output_without_a_record_names_no_failure_and_a_cut_record_is_skipped() 
 
 def test_the_same_record_printed_twice_is_one_failure_in_order_of_appearance() -> None:
     claim = ClaimError("The GPUs of x belong to stack 'a'.")
-    server = ServerError("SGLang on x exited before it became ready (nccl).", cause="nccl")
+    server = ServerError("SGLang on x exited before it became ready (nccl).", cause=Cause.NCCL)
     # The engine prints a diagnostic where it happens and again in the summary at the end.
     text = "\n".join([claim.with_record(), server.with_record(), claim.with_record()])
 
@@ -96,21 +100,31 @@ def test_the_same_record_printed_twice_is_one_failure_in_order_of_appearance() -
 def test_a_trial_is_classified_by_the_type_and_fields_of_its_failure() -> None:
     server = ServerError(
         "SGLang on the local host exited before it became ready (nccl). Last log lines of /l:\nNCCL WARN",
-        cause="nccl",
+        cause=Cause.NCCL,
         summary="SGLang on the local host exited before it became ready (nccl).",
     )
     gate = RegressionError("s ran at 40.0 tok/s, beyond the 5 % tolerance.", measurements="tok/s 40.0")
 
     assert classify(_as_pulumi_prints_it(server)) == TrialFailure(
-        "nccl", "SGLang on the local host exited before it became ready (nccl)."
+        Cause.NCCL, "SGLang on the local host exited before it became ready (nccl)."
     )
     assert classify(_as_pulumi_prints_it(gate)).cause == "gate"
     assert classify(_as_pulumi_prints_it(PreflightError("Preflight found 2 error(s)."))).cause == "preflight"
     assert classify(_as_pulumi_prints_it(ClaimError("The claim lock stayed taken."))).cause == "claim"
     # A failure of Pulumi's own (no record) is "other", with its last error line.
-    assert classify("error: one\nerror: update failed\n") == TrialFailure("other", "error: update failed")
+    assert classify("error: one\nerror: update failed\n") == TrialFailure(Cause.OTHER, "error: update failed")
 
 
 def test_the_hierarchy_the_docstring_draws_is_the_one_the_module_has() -> None:
     drawn = {word for word in (errors.__doc__ or "").split() if word.endswith("Error")}
     assert drawn == {kind.__name__ for kind in _every_class()}
+
+
+def test_every_cause_a_failure_carries_is_one_of_the_one_enum() -> None:
+    from sglang_stacks.errors import FailureRecord, _classes
+    from sglang_stacks.hostops import server_failure
+
+    assert {type(kind.cause) for kind in _classes().values()} == {Cause}
+    assert {type(failure.kind) for _, failure in server_failure._FAILURES} == {Cause}
+    with pytest.raises(ValidationError, match="cause"):
+        FailureRecord.model_validate({"error": "ServerError", "cause": "out of memory", "summary": "s"})

@@ -121,10 +121,8 @@ class TrialAttributes(BaseModel):
     levels: list[dict[str, Any]] = Field(default_factory=list)
     """The benchmark's result per load level (``BenchmarkResult`` as JSON)."""
     cause: str | None = None
-    """A failed trial's class (the server's: ``out_of_memory``, ``nccl``, ``bad_flag``,
-    ``unsupported_gpu``, ``python_missing``, ``port_in_use``, ``crash``, ``hang``,
-    ``error_responses``; or ``claim``, ``gate``, ``benchmark``, ``other``), or a discarded one's
-    preflight rule."""
+    """A failed trial's `sglang_stacks.errors.Cause`, or a discarded one's preflight rule (kept as
+    text: a campaign's saved state is read by later versions)."""
     message: str | None = None
     """A failed or discarded trial's explanation."""
     stopped_early: str | None = None

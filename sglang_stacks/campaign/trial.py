@@ -26,7 +26,7 @@ from sglang_stacks.campaign.plan import PlanRow
 from sglang_stacks.config.stackfile import stack_path
 from sglang_stacks.drive import automation, recover
 from sglang_stacks.drive.state import resources_of
-from sglang_stacks.errors import SpecError, failure_from_output
+from sglang_stacks.errors import Cause, SpecError, failure_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 from sglang_stacks.results.outputs import DeploymentOutputs
@@ -38,21 +38,19 @@ __all__ = ["TrialFailure", "TrialRunner", "classify"]
 class TrialFailure:
     """Why an update failed: a class and the line that says so."""
 
-    cause: str
+    cause: Cause
     message: str
 
 
 def classify(output: str) -> TrialFailure:
     """The cause of a failed ``pulumi up`` from the error record in its output (see
-    `sglang_stacks.errors`): the server's class (``out_of_memory``, ``nccl``, ``bad_flag``,
-    ``unsupported_gpu``, ``python_missing``, ``port_in_use``, ``other``) when it did not start,
-    else preflight, claim, gate, benchmark, ...; ``other`` with Pulumi's last error line when no
-    error of this tool failed the update."""
+    `sglang_stacks.errors`); ``other`` with Pulumi's last error line when no error of this tool
+    failed the update."""
     error = failure_from_output(output)
     if error is not None:
         return TrialFailure(error.cause, error.summary)
     errors = [line.strip() for line in output.splitlines() if "error" in line.lower()]
-    return TrialFailure("other", errors[-1] if errors else "pulumi up failed; see the trial's log")
+    return TrialFailure(Cause.OTHER, errors[-1] if errors else "pulumi up failed; see the trial's log")
 
 
 class TrialRunner:
@@ -132,7 +130,7 @@ class TrialRunner:
         """The classified cause of the last failed update, from the trial's log (or the error, when
         the update never started)."""
         if not isinstance(error, auto.CommandError):
-            return TrialFailure("other", (str(error).splitlines() or [type(error).__name__])[0])
+            return TrialFailure(Cause.OTHER, (str(error).splitlines() or [type(error).__name__])[0])
         text = self.log_path(stack).read_text(encoding="utf-8") if self.log_path(stack).exists() else ""
         return classify(text.rsplit("=== pulumi up", 1)[-1])
 

@@ -8,15 +8,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from sglang_stacks.errors import ServerError, ServingError
+from sglang_stacks.errors import Cause, ServerError, ServingError
 from sglang_stacks.hostops.connection import Connection
 
-FailureClass = Literal[
-    "out_of_memory", "bad_flag", "nccl", "unsupported_gpu", "python_missing", "port_in_use", "other"
-]
-"""Why a start failed, named whenever the log makes the cause recognisable; ``other`` when not."""
-ServingFailureClass = Literal["crash", "out_of_memory", "nccl", "hang", "error_responses"]
-"""How a server that was ready failed while serving; a log's recognisable cause names an exit."""
 Health = Literal["exited", "healthy", "unhealthy", "unresponsive"]
 """How a server process is now: gone, or how it answers its health check (a status other than
 200 or a refused connection is ``unhealthy``; no answer within the wait is ``unresponsive``)."""
@@ -30,7 +24,8 @@ _RENDER_HINT = "`sglang-stacks render <stack>`"
 class Failure:
     """Why a server did not become ready, in the terms a user acts on."""
 
-    kind: FailureClass
+    kind: Cause
+    """Why a start failed, named whenever the log makes the cause recognisable; ``other`` when not."""
     fix: str
 
 
@@ -40,7 +35,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
     (
         re.compile(r"error: (unrecognized arguments|ambiguous option|argument [^:]+: invalid)"),
         Failure(
-            "bad_flag",
+            Cause.BAD_FLAG,
             "The SGLang release on the host rejects a launch flag. Run "
             "`sglang-stacks render <stack> --release <host release>` to see the argv, and "
             "set environment.sglang_release to the release the host really has.",
@@ -51,7 +46,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
         # generic NCCL pattern, whose fix is about NCCL_ALGO.
         re.compile(r"ncclRemoteError|left the process group"),
         Failure(
-            "nccl",
+            Cause.NCCL,
             "Another node of this multi-node server failed or lost the network: read its log on its "
             "host (it names the cause), fix that and run `pulumi up` again; the group is relaunched "
             "together.",
@@ -60,7 +55,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
     (
         re.compile(r"DistNetworkError|DistStoreError"),
         Failure(
-            "nccl",
+            Cause.NCCL,
             "The nodes of this multi-node server did not meet at the init address: check that every "
             "node reaches rank 0's fleet.hosts[i].node_address on fleet.dist_init_port, that "
             "fleet.socket_ifname names their shared network, and that every node was launched.",
@@ -69,7 +64,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
     (
         re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|NCCL_ALGO"),
         Failure(
-            "nccl",
+            Cause.NCCL,
             "Check the NCCL settings in environment.env (NCCL_ALGO=Tree cannot run with CUDA graphs) "
             "and keep server.disable_custom_all_reduce on PCIe hosts.",
         ),
@@ -79,7 +74,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
         # error, so they are looked for before out-of-memory.
         re.compile(r"FlashInfer JIT failed|torch symmetric memory|not supported on (this GPU|SM)"),
         Failure(
-            "unsupported_gpu",
+            Cause.UNSUPPORTED_GPU,
             "A kernel this flag selects does not support the host's GPU architecture. Remove the flag "
             f"(preflight knows the SM120 cases: {_RENDER_HINT}).",
         ),
@@ -87,7 +82,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
     (
         re.compile(r"Not enough memory|CUDA out of memory|OutOfMemoryError|Capture cuda graph failed"),
         Failure(
-            "out_of_memory",
+            Cause.OUT_OF_MEMORY,
             "Raise server.mem_fraction_static to at least the smallest fraction the memory plan of "
             f"{_RENDER_HINT} gives, or lower server.cuda_graph_max_bs.",
         ),
@@ -96,7 +91,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
         # nohup's and env's words when the program to run is missing.
         re.compile(r"failed to run command|^env: .*No such file or directory", re.MULTILINE),
         Failure(
-            "python_missing",
+            Cause.PYTHON_MISSING,
             "The server's Python is not on the host any more. Run `pulumi refresh` so that the Python "
             "environment is seen gone, then `pulumi up` installs it again.",
         ),
@@ -104,7 +99,7 @@ _FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
     (
         re.compile(r"[Aa]ddress already in use"),
         Failure(
-            "port_in_use",
+            Cause.PORT_IN_USE,
             "Another process holds the server's port on the host. Stop it, "
             "or set server.port to a free port.",
         ),
@@ -117,7 +112,7 @@ def classify_failure(log_text: str) -> Failure:
     for pattern, failure in _FAILURES:
         if pattern.search(log_text):
             return failure
-    return Failure("other", "Read the log lines above; fix the cause and run `pulumi up` again.")
+    return Failure(Cause.OTHER, "Read the log lines above; fix the cause and run `pulumi up` again.")
 
 
 def _shorten_lines(text: str) -> str:
@@ -144,7 +139,7 @@ def start_failure(
     fix = failure.fix
     if verdict == "timeout":
         why = f"was not ready within {ready_timeout_s:g} s and was stopped"
-        if failure.kind == "other":
+        if failure.kind is Cause.OTHER:
             fix = (
                 "If the log shows it still loading, raise launch.ready_timeout_s; if it stopped making "
                 "progress, fix what its last lines name and run `pulumi up` again."
@@ -171,24 +166,25 @@ def serving_failure(
     """The server's own failure during a benchmark, from its state after it, or None when it serves
     as it should (then any failed requests were the benchmark's own fault). ``answered_errors``
     names the requests the server answered with an error status, event or abort, if any."""
-    kind: ServingFailureClass
+    # How a server that was ready failed while serving; a log's recognisable cause names an exit.
+    kind: Cause
     if state.health == "exited":
         found = classify_failure(state.log_tail)
-        kind = "crash"
-        if found.kind in ("out_of_memory", "nccl"):  # a cause its log makes recognisable
-            kind = "out_of_memory" if found.kind == "out_of_memory" else "nccl"
+        kind = Cause.CRASH
+        if found.kind in (Cause.OUT_OF_MEMORY, Cause.NCCL):  # a cause its log makes recognisable
+            kind = found.kind
         why = "exited while it was being benchmarked"
-        cause = found.fix if kind != "crash" else "Its last log lines above say why; fix that."
+        cause = found.fix if kind is not Cause.CRASH else "Its last log lines above say why; fix that."
         fix = f"{cause} `pulumi up -s {stack}` then relaunches it (its refresh finds it gone)."
     elif state.health == "unresponsive":
-        kind = "hang"
+        kind = Cause.HANG
         why = "still runs but stopped answering during the benchmark (its health check got no answer)"
         fix = (
             f"Its last log lines above show where it stopped. `pulumi destroy -s {stack}` stops it; "
             f"`pulumi up -s {stack}` then launches it anew."
         )
     elif state.health == "unhealthy" or answered_errors:
-        kind = "error_responses"
+        kind = Cause.ERROR_RESPONSES
         why = (
             f"answered {answered_errors} with errors during the benchmark"
             if answered_errors
