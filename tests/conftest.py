@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests._pulumi import Workspace
+
+if TYPE_CHECKING:
+    from toolchain.local_cluster import Cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -26,6 +31,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def workspace(tmp_path: Path) -> Workspace:
     """A throwaway project folder and local backend for driving the real Pulumi CLI."""
     return Workspace.create(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[Cluster]:
+    """A real local Kubernetes cluster on 127.0.0.1, one per session (tests/kube.py)."""
+    from tests.kube import session_cluster
+
+    yield from session_cluster()
 
 
 @pytest.fixture(scope="session", autouse=True)
