@@ -47,3 +47,18 @@ class Api:
         response.raise_for_status()
         result: dict[str, Any] = response.json()
         return result
+
+    def apply(self, document: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply of a cluster-scoped object of a named API group whose plural is its
+        kind's name with an ``s`` (a CRD, a webhook configuration)."""
+        plural = document["kind"].lower() + "s"
+        path = f"/apis/{document['apiVersion']}/{plural}/{document['metadata']['name']}"
+        response = self._client.patch(
+            path,
+            params={"fieldManager": "sglang-stacks-local-cluster", "force": "true"},
+            content=json.dumps(document),
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result

@@ -10,7 +10,6 @@ and the webhook configurations call it there by URL instead of through a Service
 from __future__ import annotations
 
 import base64
-import json
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -23,10 +22,18 @@ from toolchain.local_cluster.cluster import Cluster
 from toolchain.local_cluster.kubeconfig import write_kubeconfig
 from toolchain.local_cluster.pki import Authority
 from toolchain.local_cluster.processes import Program, wait_until
+from toolchain.local_cluster.programs import Programs
 
 CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
 # The release names its webhook configurations with this prefix (its config/default kustomization).
 NAME_PREFIX = "lws-"
+
+
+def apply_crd(api: Api, programs: Programs) -> None:
+    """Apply the release's CRD (the API server establishes it while the rest starts)."""
+    # libyaml's loader when there is one: the CRD (it embeds the pod template's schema) is 1.2 MB.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    api.apply(yaml.load(programs.lws_crd.read_text(), Loader=loader))
 
 
 def start(
@@ -36,20 +43,18 @@ def start(
     launch: Callable[..., Program],
     watched: list[Program],
     timeout_s: float,
-) -> None:
-    """Apply the CRD, start the controller, and register its webhooks once it serves them."""
+) -> Program:
+    """Once the CRD is established, start the controller, and register its webhooks once it
+    serves them."""
     programs, ports, folder = cluster.programs, cluster.ports, cluster.folder / "lws"
     certs = folder / "certs"
     certs.mkdir(parents=True, exist_ok=True)
     serving = pki.issue("lws-webhook", "lws-webhook", ips=["127.0.0.1"], dns=["localhost"])
     (certs / "tls.crt").write_bytes(serving.cert.read_bytes())
     (certs / "tls.key").write_bytes(serving.key.read_bytes())
+    identity = pki.issue("lws-controller", "lws-controller", "system:masters")
     kubeconfig = write_kubeconfig(
-        folder / "kubeconfig",
-        server=cluster.server,
-        ca=pki.ca.cert,
-        client=pki.issue("lws-controller", "lws-controller", "system:masters"),
-        context="local",
+        folder / "kubeconfig", server=cluster.server, ca=pki.ca.cert, client=identity, context="local"
     )
     config = {
         "apiVersion": "config.lws.x-k8s.io/v1alpha1",
@@ -61,14 +66,15 @@ def start(
         "health": {"healthProbeBindAddress": f"127.0.0.1:{ports.lws_health}"},
     }
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    cluster.kubectl("apply", "--server-side", f"--filename={programs.lws_crd}")
     wait_until(
         "the LeaderWorkerSet CRD established", lambda: _established(api), watch=watched, timeout_s=timeout_s
     )
-    controller = launch(
-        "lws-controller",
-        [programs.bin("lws-controller"), f"--config={folder / 'config.yaml'}", f"--kubeconfig={kubeconfig}"],
-    )
+    argv = [
+        programs.bin("lws-controller"),
+        f"--config={folder / 'config.yaml'}",
+        f"--kubeconfig={kubeconfig}",
+    ]
+    controller = launch("lws-controller", argv)
     watch = [*watched, controller]
     wait_until(
         "the LeaderWorkerSet controller ready",
@@ -76,19 +82,12 @@ def start(
         watch=watch,
         timeout_s=timeout_s,
     )
-    wait_until(
-        "the LeaderWorkerSet webhooks served",
-        lambda: _listening(ports.lws_webhook),
-        watch=watch,
-        timeout_s=timeout_s,
-    )
-    webhooks = webhook_configurations(
+    wait_until("its webhooks served", lambda: _listening(ports.lws_webhook), watch=watch, timeout_s=timeout_s)
+    for webhook in webhook_configurations(
         programs.lws_webhooks.read_text(), ports.lws_webhook, pki.ca.cert.read_bytes()
-    )
-    cluster.kubectl(
-        "apply", "--filename=-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": webhooks})
-    )
-    watched.append(controller)
+    ):
+        api.apply(webhook)
+    return controller
 
 
 def webhook_configurations(rendered: str, port: int, ca: bytes) -> list[dict[str, Any]]:

@@ -132,6 +132,8 @@ def _start(
             cluster.kubeconfig, server=cluster.server, ca=credentials.ca.cert, client=admin, context=CONTEXT
         )
         watched = [etcd, api_server, containerd]
+        if leader_worker_set:
+            lws.apply_crd(api, programs)
         for name, argv in (
             (
                 "kube-controller-manager",
@@ -152,6 +154,9 @@ def _start(
         )
         watched.append(launch("kubelet", node.kubelet_argv(programs, files), **in_node))
         _advertise_gpus(api, profile, watched, left())
+        if leader_worker_set:
+            watched.append(lws.start(cluster, api, pki, launch, watched, left()))
+        # The service-account controller's first work: until it is done no pod can be created.
         default_account = "/api/v1/namespaces/default/serviceaccounts/default"
         wait_until(
             "the default service account",
@@ -159,8 +164,6 @@ def _start(
             watch=watched,
             timeout_s=left(),
         )
-        if leader_worker_set:
-            lws.start(cluster, api, pki, launch, watched, left())
         if imported is not None:
             imported.result(timeout=left())
     finally:
