@@ -2,12 +2,16 @@
 a real control plane and kubelet on 127.0.0.1 whose node shows the emulator profile's GPUs as a GPU
 node does, the emulator's image served by a pod on the host's network at 127.0.0.1, the
 LeaderWorkerSet controller with its webhooks, and a stop that leaves nothing behind (checked when
-the session's cluster stops, tests/kube.py)."""
+the session's cluster stops, tests/kube.py), even for the cluster of a test session that was killed."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,7 +20,10 @@ import pytest
 from sglang_emulator.profile import load_profile
 from sglang_stacks.results.summary import read_document
 from tests._ports import free_port
+from tests._pulumi import ROOT
 from toolchain.local_cluster import GPU_RESOURCE, Cluster
+from toolchain.local_cluster.cluster import stop_orphans
+from toolchain.local_cluster.start import TEMPORARY_PREFIX
 
 pytestmark = pytest.mark.integration
 
@@ -194,3 +201,26 @@ def test_a_leader_worker_set_makes_its_group_with_the_controllers_webhooks(kube_
         assert all(pod["status"]["podIP"].startswith("10.244.0.") for pod in pods)
     finally:
         kube_cluster.kubectl("delete", "leaderworkerset", "group", "--ignore-not-found", "--wait=true")
+
+
+def test_a_cluster_whose_test_session_was_killed_is_stopped_by_the_next_start() -> None:
+    # A session's own cluster (no folder given), started by a process that is then killed.
+    program = (
+        "import sys, time\n"
+        "from tests._ports import free_port\n"
+        "from toolchain.local_cluster import start_cluster\n"
+        "cluster = start_cluster(free_port=free_port, leader_worker_set=False, images=False)\n"
+        "print(cluster.folder, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    session = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert session.stdout is not None
+        folder = Path(session.stdout.readline().strip())
+    finally:
+        session.kill()
+        session.wait()
+    orphan = Cluster.load(folder)
+    assert orphan.cgroup.pids(), "the cluster died with its session: there is nothing to show"
+    assert folder in stop_orphans(Path(tempfile.gettempdir()), TEMPORARY_PREFIX)
+    assert orphan.leftovers() == []

@@ -37,6 +37,9 @@ class Cluster:
     """The programs this process started (empty in a process that loaded the cluster)."""
     emulator_image: str | None = None
     """The emulator image's reference, once ``import_emulator_image`` imported it."""
+    owner: str | None = None
+    """For a cluster that lives as long as the process that started it (a test session's): that
+    process (``process_identity``). Once it is gone, the next such start stops the cluster."""
 
     @property
     def kubeconfig(self) -> Path:
@@ -113,7 +116,12 @@ class Cluster:
 
     def save(self) -> None:
         """Write what another process needs to reach or stop the cluster."""
-        state = {"ports": asdict(self.ports), "cgroup": self.cgroup.name, "bridge": self.bridge}
+        state = {
+            "ports": asdict(self.ports),
+            "cgroup": self.cgroup.name,
+            "bridge": self.bridge,
+            "owner": self.owner,
+        }
         (self.folder / STATE_FILE).write_text(json.dumps(state, indent=2))
 
     @classmethod
@@ -123,9 +131,8 @@ class Cluster:
             state = json.loads((folder / STATE_FILE).read_text())
         except FileNotFoundError:
             raise ClusterError(f"{folder} holds no local cluster (no {STATE_FILE}).") from None
-        return cls(
-            folder, Ports(**state["ports"]), CgroupTree(state["cgroup"]), state["bridge"], find_programs()
-        )
+        ports, cgroup = Ports(**state["ports"]), CgroupTree(state["cgroup"])
+        return cls(folder, ports, cgroup, state["bridge"], find_programs(), owner=state.get("owner"))
 
     def stop(self, *, remove_folder: bool = True) -> None:
         """Kill everything the cluster started (its cgroup's processes: the control plane, the node,
@@ -168,6 +175,31 @@ class Cluster:
                 f"{(result.stderr or result.stdout).strip()}"
             )
         return result
+
+
+def process_identity(pid: int) -> str | None:
+    """``<pid>:<start time>`` of a running process (a pid alone may be reused); None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces; the start time is field 22.
+    return f"{pid}:{stat.rpartition(')')[2].split()[19]}"
+
+
+def stop_orphans(parent: Path, prefix: str) -> list[Path]:
+    """Stop the clusters in ``parent``'s ``<prefix>*`` folders whose owner is gone (a test session
+    that was killed); their folders."""
+    stopped = []
+    for state in sorted(parent.glob(f"{prefix}*/{STATE_FILE}")):
+        try:
+            owner = json.loads(state.read_text()).get("owner")
+        except (OSError, ValueError):
+            continue
+        if owner and process_identity(int(owner.split(":")[0])) != owner:
+            Cluster.load(state.parent).stop()
+            stopped.append(state.parent)
+    return stopped
 
 
 def mounts_under(folder: Path) -> list[str]:

@@ -21,7 +21,7 @@ import httpx
 from toolchain.local_cluster import control_plane, lws, node
 from toolchain.local_cluster.api import Api
 from toolchain.local_cluster.cgroups import CgroupTree
-from toolchain.local_cluster.cluster import CONTEXT, Cluster
+from toolchain.local_cluster.cluster import CONTEXT, Cluster, process_identity, stop_orphans
 from toolchain.local_cluster.control_plane import Credentials, Ports
 from toolchain.local_cluster.errors import ClusterError
 from toolchain.local_cluster.gpus import GPU_RESOURCE, gpu_labels
@@ -31,6 +31,7 @@ from toolchain.local_cluster.processes import Program, start, wait_until
 from toolchain.local_cluster.programs import find_programs
 
 PAUSE_IMAGE = "sglang-stacks.local/pause"
+TEMPORARY_PREFIX = "sglang-stacks-kube-"
 API_SERVER_NAMES = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
 
 
@@ -74,17 +75,25 @@ def start_cluster(
     images: bool = True,
     timeout_s: float = 300.0,
 ) -> Cluster:
-    """Start a cluster with its state in ``folder`` (a new temporary folder if None) and return it
+    """Start a cluster with its state in ``folder`` and return it
     once its node is Ready with the GPUs of the emulator ``profile`` (the shipped default if None)
     and, with ``leader_worker_set``, the LeaderWorkerSet controller serves; with ``images``, the
     emulator's image imported (``cluster.emulator_image``). A failed start stops what it started
-    and raises a ClusterError naming the program and its last log lines."""
+    and raises a ClusterError naming the program and its last log lines.
+
+    Without ``folder``, the cluster is this process's: it lives in a new temporary folder, and
+    if this process dies without stopping it (a killed test session), the next such start does."""
     programs = find_programs()
-    folder = Path(tempfile.mkdtemp(prefix="sglang-stacks-kube-")) if folder is None else folder
+    owner = None
+    if folder is None:
+        stop_orphans(Path(tempfile.gettempdir()), TEMPORARY_PREFIX)
+        folder, owner = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX)), process_identity(os.getpid())
     folder.mkdir(parents=True, exist_ok=True)
     unique = secrets.token_hex(4)
     ports = Ports(*(free_port() for _ in range(len(Ports.__dataclass_fields__))))
-    cluster = Cluster(folder, ports, CgroupTree(f"sglang-stacks-kube-{unique}"), f"sgk{unique}", programs)
+    cluster = Cluster(
+        folder, ports, CgroupTree(f"sglang-stacks-kube-{unique}"), f"sgk{unique}", programs, owner=owner
+    )
     cluster.save()
     try:
         _start(cluster, profile, leader_worker_set, images, time.monotonic() + timeout_s)
