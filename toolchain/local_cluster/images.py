@@ -37,6 +37,8 @@ LOCAL_TAG = "local"
 APP = "/opt/sglang-stacks"
 """Where the project's code is in the image (its working folder, on PYTHONPATH)."""
 SITE = f"{APP}/site-packages"
+KEPT = 3
+"""Built images kept in the cache (each about 75 MB): a few checkouts' worth."""
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Debian bookworm's python3 and C library (glibc 2.36): the wheels that fit it, as pip would
 # choose them on that system.
@@ -67,17 +69,29 @@ def cache_folder() -> Path:
 
 
 def emulator_image(programs: Programs) -> Image:
-    """The emulator's image for this checkout, built unless the cache has it."""
-    base_index = (programs.debian_python / "index.json").read_bytes()
+    """The emulator's image for this checkout, built unless the cache has it. The cache keeps the
+    ``KEPT`` images used last."""
     digest = hashlib.sha256()
-    for part in (emulator_digest().encode(), loadgen.bundle(), "\n".join(LOADGEN_PINS).encode(), base_index):
-        digest.update(hashlib.sha256(part).digest())
-    image = Image(
-        EMULATOR_IMAGE, digest.hexdigest()[:16], cache_folder() / f"emulator-{digest.hexdigest()[:16]}.tar"
-    )
-    if not image.tarball.exists():
+    digest.update(emulator_digest().encode())
+    for source in sorted(Path(loadgen.__file__).parent.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + hashlib.sha256(source.read_bytes()).digest())
+    digest.update("\n".join(LOADGEN_PINS).encode())
+    digest.update((programs.debian_python / "index.json").read_bytes())
+    tag = digest.hexdigest()[:16]
+    image = Image(EMULATOR_IMAGE, tag, cache_folder() / f"emulator-{tag}.tar")
+    if image.tarball.exists():
+        image.tarball.touch()
+    else:
         _build(programs, image)
+    _prune(image.tarball.parent)
     return image
+
+
+def _prune(folder: Path) -> None:
+    """Remove all but the ``KEPT`` images used last (a tarball is touched when used)."""
+    tarballs = sorted(folder.glob("emulator-*.tar"), key=lambda path: path.stat().st_mtime, reverse=True)
+    for old in tarballs[KEPT:]:
+        old.unlink(missing_ok=True)
 
 
 def _build(programs: Programs, image: Image) -> None:
