@@ -9,22 +9,21 @@ told to the study: ``done`` (complete, or pruned when it stopped early), ``faile
 infeasible: it failed on its host), ``infeasible`` (preflight discarded it: never launched),
 ``duplicate`` (a candidate already run: its result again, nothing launched). A trial interrupted
 (Ctrl-C) or whose driver was killed is told failed (``interrupted``, or its last status) once its
-stack is destroyed, and a trial that ``replaces`` it tells its result or runs its candidate again.
+stack is destroyed, and a trial that ``replaces`` it tells its result or runs its candidate again;
+so is a trial whose host another stack held (``requeued``: not the candidate's failure).
 """
 
 from __future__ import annotations
 
-import os
-import socket
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sglang_stacks.campaign.driver import Driver
 from sglang_stacks.errors import SpecError
 
 __all__ = [
@@ -44,48 +43,8 @@ __all__ = [
 ]
 
 TrialStatus = Literal[
-    "queued", "running", "measured", "done", "failed", "infeasible", "duplicate", "interrupted"
+    "queued", "running", "measured", "done", "failed", "infeasible", "duplicate", "interrupted", "requeued"
 ]
-
-
-class Driver(BaseModel):
-    """The ``sweep run`` process that runs a trial: on another machine it is alive while its
-    heartbeat is; on this one, while its process is."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    machine: str
-    pid: int
-    start_ticks: int | None = None
-    """The process's start time (``/proc/<pid>/stat``), so a reused pid is not taken for it."""
-
-    @classmethod
-    def this(cls) -> Driver:
-        """This process."""
-        return cls(machine=socket.gethostname(), pid=os.getpid(), start_ticks=_start_ticks(os.getpid()))
-
-    def alive_here(self) -> bool | None:
-        """Whether the driver still runs, when it ran on this machine; None for another machine."""
-        if self.machine != socket.gethostname():
-            return None
-        if self.start_ticks is None:  # no /proc where it ran: its pid alone says it
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-            return True
-        return _start_ticks(self.pid) == self.start_ticks
-
-
-def _start_ticks(pid: int) -> int | None:
-    """Process ``pid``'s start time in clock ticks since boot; None when it is gone or a zombie."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
 
 
 class TrialAttributes(BaseModel):
@@ -102,6 +61,9 @@ class TrialAttributes(BaseModel):
     status: TrialStatus = "running"
     host: str | None = None
     """The pool host it ran on."""
+    host_place: str | None = None
+    """Where that host's GPUs are, as every driver names them (``hosts.place``): while the trial
+    runs, no other trial is started there."""
     host_gpus: int | None = None
     """GPUs of that host: the claim holds them all while the trial runs."""
     gpus: int = 1
@@ -132,7 +94,8 @@ class TrialAttributes(BaseModel):
     duplicate_of: int | None = None
     """The earlier trial (number) whose candidate this suggestion repeated."""
     replaces: int | None = None
-    """The trial (number) whose driver died before telling it; this one settles or re-runs it."""
+    """The trial (number) that this one settles or runs again: its driver died before telling it,
+    Ctrl-C cut it short, or its host was held by another stack."""
 
     def with_gpu_hours(self) -> TrialAttributes:
         """These attributes with the trial's GPU time: its time on the host times the host's GPUs."""

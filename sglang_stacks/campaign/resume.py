@@ -1,10 +1,17 @@
-"""Resuming a campaign whose ``sweep run`` was killed outright (SIGKILL of its process group): its
-trials stay running in the study under a driver that is gone. The next ``sweep run`` on this
-machine settles each (``TrialRunner.settle``: the dead update's Pulumi lock, a server its create had
-launched, pending operations, then destroy), keeps a result it had saved or that the results history
-recorded, and queues its candidate again otherwise, as the trial that ``replaces`` it. Trials of a
-driver on another machine are that machine's to settle (its stacks live in its backend). A trial
-that Ctrl-C cut short keeps a recorded result the same way (``recorded_levels``).
+"""Taking over the trials of a driver that is gone. A ``sweep run`` killed outright (SIGKILL of its
+process group, a crash, a reboot) leaves its trials running in the study.
+
+- The next ``sweep run`` in the same project on the same machine settles each at its start
+  (``TrialRunner.settle``: the dead update's Pulumi lock, a server its create had launched, pending
+  operations, then destroy), keeps a result it had saved or that the results history recorded, and
+  queues its candidate again otherwise, as the trial that ``replaces`` it.
+- Any other driver of the campaign, on any machine, takes a trial over once its heartbeat is stale
+  (``GRACE_S`` without one: Optuna's ``fail_stale_trials`` fails it, in one driver only, and calls
+  ``take_over``): it keeps the outcome the trial had saved, or queues its candidate again, and
+  settles its stack too when that stack is in its own backend. A stack of this project that another
+  machine's driver took over is settled by the next ``sweep run`` here.
+
+A trial that Ctrl-C cut short keeps a recorded result the same way (``recorded_levels``).
 """
 
 from __future__ import annotations
@@ -12,13 +19,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import FrozenTrial, TrialState
 from pulumi import automation as auto
 
 from sglang_stacks.campaign.attributes import (
@@ -29,8 +38,10 @@ from sglang_stacks.campaign.attributes import (
     suggested,
     write_attributes,
 )
+from sglang_stacks.campaign.driver import Driver
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.search import Search
+from sglang_stacks.campaign.study import GRACE_S, database_of
 from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.errors import BenchmarkError, StacksError
 from sglang_stacks.results import history
@@ -64,19 +75,89 @@ class Resumption:
     db_path: Path
     """The results history, where a trial's benchmark records its result."""
     say: Callable[[str], None]
+    driver: Driver
+    """This driver: its own trials are never taken over by itself."""
+    folder: Path
+    """The campaign's report folder, which holds the settling lock."""
 
     @property
     def study(self) -> optuna.Study:
         return self.search.study
 
     def settle_dead(self) -> None:
-        """Settle every running trial whose driver ran on this machine and is gone."""
+        """Settle every running trial whose driver ran in this project on this machine and is gone,
+        and the stacks of this project's trials that another driver took over."""
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if (attributes := suggested(self.study, trial)) is None or attributes.driver is None:
                 self._orphan(trial)
         for record in records(self.study, (TrialState.RUNNING,)):
-            if record.driver is not None and record.driver.alive_here() is False:
+            if self._dead_here(record):
                 self._settle(record)
+        for record in records(self.study, (TrialState.FAIL,)):
+            # Taken over while it ran (its last status is not what a driver tells a trial it ends).
+            if record.status in ("running", "measured", "failed") and record.host and self._dead_here(record):
+                self._clear(record)
+
+    def _dead_here(self, record: TrialAttributes) -> bool:
+        driver = record.driver
+        return driver is not None and driver.shares_backend(self.driver) and driver.alive_here() is False
+
+    def watch(self) -> None:
+        """Have the study's storage hand each trial it finds stale to ``take_over``."""
+        database = database_of(self.study)
+        if database is not None:
+            database.heartbeat_stale_trial_callback = self.take_over
+
+    def take_over_stale(self) -> None:
+        """Fail every running trial whose heartbeat is stale and take it over (only one driver
+        fails each: Optuna changes its state in one transaction)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)
+
+    def take_over(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """A stale trial, failed: keep its saved outcome or queue its candidate again, and settle
+        its stack when it is in this backend. Never raises: Optuna would skip the other stale
+        trials' callbacks, and their candidates would be lost."""
+        try:
+            self._take_over(trial)
+        except Exception as error:  # said, and the sweep goes on
+            self.say(f"trial {trial.number}: taking it over failed ({error}); run the sweep again to retry")
+
+    def _take_over(self, trial: FrozenTrial) -> None:
+        attributes = suggested(self.study, trial)
+        if attributes is None:
+            return  # asked, and its driver died before writing a thing: nothing to run again
+        driver = attributes.driver
+        whose = (
+            "this driver"
+            if driver == self.driver
+            else (f"its driver (pid {driver.pid} on {driver.machine})" if driver else "its driver")
+        )
+        self.say(f"{attributes.stack}: {whose} was not heard from for {GRACE_S} s; taking its trial over")
+        if attributes.host and self._dead_here(attributes):
+            with settling(self.folder):
+                for line in self.trials.settle(attributes.stack):
+                    self.say(f"{attributes.stack}: {line}")
+        self._keep_or_queue(attributes, trial.number)
+
+    def _clear(self, record: TrialRecord) -> None:
+        """Settle the stack of a trial of this project that another driver took over, if it holds
+        anything still."""
+        if not self.trials.holds(record.stack):
+            return
+        self.say(f"{record.stack}: another driver took its trial over; settling the stack it left here")
+        for line in self._settled(record):
+            self.say(f"{record.stack}: {line}")
+
+    def _settled(self, record: TrialRecord) -> list[str]:
+        try:
+            return self.trials.settle(record.stack)
+        except (StacksError, auto.CommandError) as error:
+            raise StacksError(
+                f"Trial {record.stack} of a killed sweep could not be settled ({error}). See "
+                f"reports/{self.plan.name}/logs/{record.stack}.log, fix the cause, and run the sweep again."
+            ) from None
 
     def _orphan(self, trial: optuna.trial.FrozenTrial) -> None:
         """A trial asked for whose driver died before it wrote its driver: nothing was launched.
@@ -84,38 +165,40 @@ class Resumption:
         started = trial.datetime_start.timestamp() if trial.datetime_start else time.time()
         if time.time() - started < ORPHAN_S:
             return
-        self.study.tell(trial.number, state=TrialState.FAIL)
-        if attributes := suggested(self.study, trial):
-            self.search.enqueue(attributes.labels, {"stack": attributes.stack})
+        with contextlib.suppress(UpdateFinishedTrialError, ValueError):  # another driver did it
+            self.study.tell(trial.number, state=TrialState.FAIL)
+            if attributes := suggested(self.study, trial):
+                self.search.enqueue(attributes.labels, {"stack": attributes.stack})
 
     def _settle(self, record: TrialRecord) -> None:
         driver = record.driver
         assert driver is not None
         self.say(f"{record.stack}: its sweep run (pid {driver.pid}) is gone; settling its stack")
-        try:
-            found = self.trials.settle(record.stack)
-        except (StacksError, auto.CommandError) as error:
-            raise StacksError(
-                f"Trial {record.stack} of a killed sweep could not be settled ({error}). See "
-                f"reports/{self.plan.name}/logs/{record.stack}.log, fix the cause, and run the sweep again."
-            ) from None
-        for line in found:
+        for line in self._settled(record):
             self.say(f"{record.stack}: {line}")
-        saved = self._saved_outcome(record)
-        write_attributes(self.study, record.trial_id, status="interrupted")
-        self.study.tell(record.number, state=TrialState.FAIL)
+        try:
+            write_attributes(self.study, record.trial_id, status="interrupted")
+            self.study.tell(record.number, state=TrialState.FAIL)
+        except (UpdateFinishedTrialError, ValueError):
+            return  # another driver took it over meanwhile, and kept or queued its candidate
+        self._keep_or_queue(record, record.number)
+
+    def _keep_or_queue(self, attributes: TrialAttributes, number: int) -> None:
+        """After a trial's driver is gone: tell its saved outcome as the trial that replaces it, or
+        queue its candidate again."""
+        saved = self._saved_outcome(attributes)
         if saved is not None:
             try:
-                self.search.record(saved.model_copy(update={"replaces": record.number}))
+                self.search.record(saved.model_copy(update={"replaces": number}))
                 kept = "result it had measured" if saved.status == "measured" else f"failure ({saved.cause})"
-                self.say(f"{record.stack}: keeps the {kept}; not run again")
+                self.say(f"{attributes.stack}: keeps the {kept}; not run again")
                 return
             except (KeyError, BenchmarkError) as error:
-                self.say(f"{record.stack}: its saved outcome cannot be read ({error}); it runs again")
-        self.search.enqueue(record.labels, {"stack": record.stack, "replaces": record.number})
-        self.say(f"{record.stack}: queued to run again")
+                self.say(f"{attributes.stack}: its saved outcome cannot be read ({error}); it runs again")
+        self.search.enqueue(attributes.labels, {"stack": attributes.stack, "replaces": number})
+        self.say(f"{attributes.stack}: queued to run again")
 
-    def _saved_outcome(self, record: TrialRecord) -> TrialAttributes | None:
+    def _saved_outcome(self, record: TrialAttributes) -> TrialAttributes | None:
         """The outcome a killed trial had saved (measured, or failed), or the result the history
         recorded since it started; None when it has none (it runs again)."""
         if record.status in ("measured", "failed"):

@@ -103,5 +103,6 @@ def run_sweep(
                 worker.join()
         finally:
             sweep.keep_elapsed()
+            sweep.close()
     print(progress.summary(sweep), file=out, flush=True)
     return ExitCode.INTERRUPTED if interrupted else ExitCode.OK

@@ -42,7 +42,7 @@ from sglang_stacks.campaign.objective import level_for
 from sglang_stacks.campaign.plan import Plan, PlanRow, choose_strategy
 from sglang_stacks.campaign.samplers import make_pruner, make_sampler, report_repetitions
 from sglang_stacks.campaign.space import SearchSpace
-from sglang_stacks.campaign.study import open_study
+from sglang_stacks.campaign.study import asking, open_study
 from sglang_stacks.results.stats import ci95
 
 __all__ = ["Search"]
@@ -98,7 +98,8 @@ class Search:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             # The driver records each trial's heartbeat itself (study.heartbeat), not study.optimize.
             warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-            trial = self.study.ask(self.space.distributions())
+            with asking(self.study):
+                trial = self.study.ask(self.space.distributions())
         return trial, self.space.candidate(trial.params)
 
     def enqueue(self, labels: Mapping[str, str], attributes: Mapping[str, Any]) -> None:
@@ -206,6 +207,15 @@ class Search:
         state = TrialState.PRUNED if stopped_early is not None else TrialState.COMPLETE
         constraints = constraint_values(self.campaign) | evaluation.constraints
         return _Outcome(state, evaluation.values, constraints, fields, intermediate), evaluation
+
+    def requeue(self, trial: optuna.Trial, attributes: TrialAttributes, cause: str, message: str) -> None:
+        """A trial that could not run because its host was held (by another driver's trial, or a
+        claim of another stack): no failure of its candidate. It is failed as ``requeued`` (nothing
+        launched: no GPU time, no budget spent, nothing for the sampler to learn) and its candidate
+        queued again."""
+        write_attributes(self.study, trial._trial_id, status="requeued", cause=cause, message=message)
+        self.study.tell(trial, state=TrialState.FAIL)
+        self.enqueue(attributes.labels, {"stack": attributes.stack, "replaces": trial.number})
 
     def tell_duplicate(
         self, trial: optuna.Trial, earlier: TrialRecord, attributes: Mapping[str, Any]

@@ -1,13 +1,14 @@
 """A campaign's study: an Optuna study, in an SQLite file in the campaign's report folder
 (``reports/<campaign>/study.db``) or in the database the campaign's ``storage`` names (PostgreSQL:
 several ``sweep run`` drivers on different machines share one study), opened once its tables are
-there, and the heartbeat by which a driver says it still runs a trial. Each Optuna trial is one
+there, and the heartbeats by which a driver says it still runs its trials. Each Optuna trial is one
 suggested candidate, its attributes those of ``attributes``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import threading
 import time
 import warnings
@@ -29,7 +30,9 @@ __all__ = [
     "GRACE_S",
     "HEARTBEAT_S",
     "STUDY_FILE",
-    "heartbeat",
+    "Heartbeats",
+    "asking",
+    "database_of",
     "open_storage",
     "open_study",
     "storage_url",
@@ -156,27 +159,75 @@ def open_study(
     return study
 
 
+def database_of(study: optuna.Study) -> RDBStorage | None:
+    """The database storage under the study (Optuna wraps it in a cache); None for a study in
+    memory."""
+    storage = getattr(study._storage, "_backend", study._storage)
+    return storage if isinstance(storage, RDBStorage) else None
+
+
 @contextmanager
-def heartbeat(study: optuna.Study, trial_id: int) -> Iterator[None]:
-    """Record, every ``HEARTBEAT_S`` while the block runs, that this driver still runs the trial
-    (a study in memory keeps no heartbeat)."""
-    record = getattr(study._storage, "record_heartbeat", None)
-    if record is None:
+def asking(study: optuna.Study) -> Iterator[None]:
+    """Hold, while the block asks the study for a trial, the lock that makes an ask exclusive among
+    the drivers of an SQLite study (a file beside it). Optuna hands a queued trial to one asker by
+    changing its state under a row lock, which SQLite does not have: two drivers asking at once
+    could both be handed the same queued trial. A database server needs no such lock."""
+    database = database_of(study)
+    url = database.url if database is not None else ""
+    if not url.startswith("sqlite:///"):
         yield
         return
-    stop = threading.Event()
+    with open(f"{url.removeprefix('sqlite:///')}.ask.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def beat() -> None:
-        while True:
-            with contextlib.suppress(SQLAlchemyError):  # a database hiccup: the next beat tries again
-                record(trial_id)
-            if stop.wait(HEARTBEAT_S):
-                return
 
-    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+class Heartbeats:
+    """This driver's heartbeat for each trial it holds, from the moment it asks for the trial until
+    it has told the study the outcome: every ``HEARTBEAT_S`` one thread records, for all of them, that
+    the driver still runs them (a study in memory keeps no heartbeat). A trial whose heartbeat is
+    older than ``GRACE_S`` is stale: another driver takes it over (``resume``)."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self._record = getattr(study._storage, "record_heartbeat", None)
+        self._held: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, trial_id: int) -> None:
+        """Beat for ``trial_id`` now and from now on."""
+        if self._record is None:
+            return
+        self._beat(trial_id)
+        with self._lock:
+            self._held.add(trial_id)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
+                self._thread.start()
+
+    def release(self, trial_id: int) -> None:
+        """Stop beating for ``trial_id`` (its outcome is told)."""
+        with self._lock:
+            self._held.discard(trial_id)
+
+    def close(self) -> None:
+        """Stop beating for every trial."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _beat(self, trial_id: int) -> None:
+        assert self._record is not None
+        with contextlib.suppress(SQLAlchemyError):  # a database hiccup: the next beat tries again
+            self._record(trial_id)
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with self._lock:
+                held = sorted(self._held)
+            for trial_id in held:
+                self._beat(trial_id)

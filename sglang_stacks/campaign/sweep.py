@@ -1,8 +1,8 @@
-"""One ``sweep run``'s trials: the ``Sweep`` each pool host's worker asks for its next trial (the
-study's suggestion, judged by preflight and the memory planner: a doomed one is told infeasible,
-nothing launched; one already run gets its result again), then runs it as a trial stack on its host
-through the Automation API (deploy, benchmark, destroy) and tells the study the outcome, until the
-strategy's candidates, the budget or the sampler's new suggestions run out (``limits``).
+"""One ``sweep run``'s trials: the ``Sweep`` each pool host's worker asks for its next trial
+(``choose``: the study's suggestion judged by preflight, on a host no other trial holds), then runs
+it as a trial stack on its host through the Automation API (deploy, benchmark, destroy) and tells
+the study the outcome, until the strategy's candidates, the budget or the sampler's new suggestions
+run out (``limits``). A trial whose host another stack held goes back to the queue (``hosts``).
 
 Ctrl-C (``interrupt``) lets Pulumi finish the step in flight; each host's trial stack is destroyed
 and the study told the trial was interrupted: its result is kept when its benchmark reached the
@@ -12,19 +12,21 @@ outright are settled by the next one (``resume``).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 from pulumi import automation as auto
 
 from sglang_stacks.campaign.attributes import (
     Driver,
-    TrialAttributes,
     TrialRecord,
     TrialRecords,
     ran,
@@ -32,31 +34,22 @@ from sglang_stacks.campaign.attributes import (
     write_attributes,
     write_study_attributes,
 )
-from sglang_stacks.campaign.axes import trial_stack_name
+from sglang_stacks.campaign.choose import Chooser, Picked
 from sglang_stacks.campaign.early_stop import IntervalPruner, merge_levels
+from sglang_stacks.campaign.hosts import Rests
 from sglang_stacks.campaign.interrupt import CtrlC
 from sglang_stacks.campaign.legacy import import_sweep_file
-from sglang_stacks.campaign.limits import MAX_REPEATS, earlier_trial, exhausted, over_budget
 from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.campaign.objective import samples
-from sglang_stacks.campaign.plan import Plan, PlanRow, judge
+from sglang_stacks.campaign.plan import Plan, PlanRow
 from sglang_stacks.campaign.resume import Resumption, settling
 from sglang_stacks.campaign.samplers import report_repetitions
 from sglang_stacks.campaign.search import Search
-from sglang_stacks.campaign.study import heartbeat
+from sglang_stacks.campaign.study import Heartbeats
 from sglang_stacks.campaign.trial import TrialRunner
-from sglang_stacks.errors import BenchmarkError, SpecError, StacksError
+from sglang_stacks.errors import BenchmarkError, Cause, SpecError, StacksError
 
 __all__ = ["Sweep"]
-
-
-@dataclass(frozen=True)
-class _Picked:
-    """A trial to run on a host, its plan row and its attributes so far."""
-
-    trial: optuna.Trial
-    row: PlanRow
-    attributes: TrialAttributes
 
 
 @dataclass
@@ -69,26 +62,43 @@ class Sweep:
     db_path: Path
     search: Search
     trials: TrialRunner
-    driver: Driver = field(default_factory=Driver.this)
+    driver: Driver | None = None
+    """This ``sweep run`` (default: this process, in ``project``)."""
     stop: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)
     events: list[str] = field(default_factory=list)
-    ended: str | None = None
-    """Why the search stopped before its candidates ran out (budget, convergence)."""
     ctrl_c: CtrlC = field(init=False)
     """Ctrl-C sets ``stop``, while ``run_sweep`` has it installed; it says at once that it came."""
     resumption: Resumption = field(init=False)
+    chooser: Chooser = field(init=False)
     _lock: threading.RLock = field(default_factory=threading.RLock)
-    _repeats: int = 0
-    _rows: dict[str, PlanRow] = field(default_factory=dict)
+    _rests: Rests = field(default_factory=Rests)
+    _beats: Heartbeats = field(init=False)
     _records: TrialRecords = field(init=False)
     _elapsed_before: float = 0.0
     """The campaign's time sweeping in its earlier runs, read from the study once, in ``prepare``."""
 
     def __post_init__(self) -> None:
+        if self.driver is None:
+            self.driver = Driver.this(self.project)
         self.ctrl_c = CtrlC(self.stop)
-        self.resumption = Resumption(self.plan, self.search, self.trials, self.db_path, self.say)
+        self.resumption = Resumption(
+            self.plan, self.search, self.trials, self.db_path, self.say, self.driver, self.folder
+        )
+        self.resumption.watch()
         self._records = TrialRecords(self.search.study)
+        self._beats = Heartbeats(self.search.study)
+        parts = (self.plan, self.search, self.driver, self.resumption, self.records, self.elapsed_s)
+        self.chooser = Chooser(*parts, self.say, self._beats, self._rests)
+
+    @property
+    def ended(self) -> str | None:
+        """Why the search stopped before its candidates ran out (budget, convergence)."""
+        return self.chooser.ended
+
+    def close(self) -> None:
+        """Stop the heartbeats (every trial is told)."""
+        self._beats.close()
 
     @property
     def study(self) -> optuna.Study:
@@ -115,7 +125,7 @@ class Sweep:
     def prepare(self) -> None:
         """Import the previous release's sweep file, settle the trials of a killed run, and
         queue a grid's candidates."""
-        self._rows = {row.candidate.digest: row for row in self.plan.rows}
+        self.chooser.rows = {row.candidate.digest: row for row in self.plan.rows}
         with settling(self.folder):
             for line in import_sweep_file(self.search, self.folder, self.trials.settle):
                 self.say(line)
@@ -129,52 +139,10 @@ class Sweep:
 
     # -- choosing the next trial ----------------------------------------------------------------
 
-    def next_trial(self, host: PoolHost) -> _Picked | None:
-        """The next trial for ``host``, its attributes written; None when the search is over."""
-        with self._lock:
-            while not self.stop.is_set():
-                found = self.records()
-                self.ended = over_budget(self.plan.campaign.budget, found, self.elapsed_s())
-                if self.ended is not None or exhausted(self.plan, self.search.strategy, found):
-                    return None
-                trial, candidate = self.search.ask()
-                stack = trial_stack_name(self.plan.name, candidate)
-                queued = dict(trial.user_attrs)  # an enqueued trial's (grid, or one run again)
-                written: dict[str, Any] = {
-                    "stack": stack,
-                    "labels": candidate.labels,
-                    "flags": self.search.space.flags(candidate),
-                    "driver": self.driver,
-                }
-                write_attributes(self.study, trial._trial_id, **written)
-                # Read again: a driver on another machine may have begun the same candidate meanwhile.
-                earlier = earlier_trial(self.records(), stack, trial.number)
-                if earlier is not None:
-                    self.search.tell_duplicate(trial, earlier, written)
-                    self._repeats += 1
-                    if self._repeats >= MAX_REPEATS:
-                        self.ended = (
-                            f"converged: the last {MAX_REPEATS} suggestions were candidates already run"
-                        )
-                        return None
-                    continue
-                row = self._rows.get(candidate.digest) or judge(self.plan.name, self.plan.campaign, candidate)
-                if row.verdict == "discarded":
-                    self.search.tell_infeasible(trial, row, written)
-                    why = row.reasons[0].split(":", 1)[0] if row.reasons else "preflight"
-                    self.say(f"{stack} discarded by preflight ({why}); nothing launched")
-                    continue
-                self._repeats = 0
-                running = {
-                    "status": "running",
-                    "host": host.name,
-                    "host_gpus": host.host.gpu_count,
-                    "gpus": row.spec.tp_size if row.spec else 1,
-                    "started_at": time.time(),
-                }
-                write_attributes(self.study, trial._trial_id, **running)
-                return _Picked(trial, row, TrialAttributes.model_validate(queued | written | running))
-        return None
+    def next_trial(self, host: PoolHost) -> Picked | None:
+        """The next trial for ``host``, its attributes written; None when the search is over
+        (``Chooser.next``)."""
+        return self.chooser.next(host, self.stop, self._lock)
 
     # -- running a trial --------------------------------------------------------------------------
 
@@ -187,7 +155,7 @@ class Sweep:
             self.run_trial(picked, host)
 
     def _tell_measured(
-        self, picked: _Picked, levels: list[dict[str, Any]], stopped: str | None, told: dict[str, Any]
+        self, picked: Picked, levels: list[dict[str, Any]], stopped: str | None, told: dict[str, Any]
     ) -> None:
         stack, host = picked.attributes.stack, picked.attributes.host
         try:
@@ -201,35 +169,72 @@ class Sweep:
         if stopped:
             self.say(f"{stack} stopped early: {stopped}")
 
-    def run_trial(self, picked: _Picked, host: PoolHost) -> None:
+    def run_trial(self, picked: Picked, host: PoolHost) -> None:
         """Deploy, benchmark and destroy one trial on ``host``, then tell the study."""
+        try:
+            self._run_trial(picked, host)
+        finally:
+            self._beats.release(picked.trial._trial_id)
+
+    def _run_trial(self, picked: Picked, host: PoolHost) -> None:
         row, trial, stack = picked.row, picked.trial, picked.row.stack
         self.say(f"{stack} started on {host.name}")
-        with heartbeat(self.study, trial._trial_id):
-            outcome: dict[str, Any]
-            try:
-                levels, stopped = self.measure(row, host, trial)
-                outcome = {"status": "measured", "levels": levels, "stopped_early": stopped}
-            except Exception as error:  # one trial's failure, whatever it is, must not end the sweep
-                # Ctrl-C reaches every Pulumi process of the sweep, whichever step it was in, and
-                # this process at the same moment: noted at once, however late its handler runs.
-                if self.ctrl_c.arrived():
-                    self._interrupted(picked)
-                    return
-                failure = self.trials.failure(stack, error)
-                outcome = {"status": "failed", "cause": failure.cause, "message": failure.message}
-            outcome["finished_at"] = time.time()
+        outcome: dict[str, Any]
+        try:
+            levels, stopped = self.measure(row, host, trial)
+            outcome = {"status": "measured", "levels": levels, "stopped_early": stopped}
+        except Exception as error:  # one trial's failure, whatever it is, must not end the sweep
+            # Ctrl-C reaches every Pulumi process of the sweep, whichever step it was in, and
+            # this process at the same moment: noted at once, however late its handler runs.
+            if self.ctrl_c.arrived():
+                self._interrupted(picked)
+                return
+            failure = self.trials.failure(stack, error)
+            if failure.cause == Cause.CLAIM:
+                self._held(picked, host, failure.message)
+                return
+            outcome = {"status": "failed", "cause": failure.cause, "message": failure.message}
+        self._rests.served(host.name)
+        outcome["finished_at"] = time.time()
+        with self._unless_taken_over(stack):
             write_attributes(self.study, trial._trial_id, **outcome)  # kept should the sweep die now
-            if not self._destroyed(stack):
-                self.say(f"{stack}: destroy failed; the next sweep run destroys it (see its log)")
-                return  # running, under this driver: the next sweep run settles it
+        if not self._destroyed(stack):
+            self.say(f"{stack}: destroy failed; the next sweep run destroys it (see its log)")
+            return  # running, under this driver: the next sweep run settles it
         told = ran(picked.attributes, finished_at=outcome["finished_at"])
-        with self._lock:
+        with self._lock, self._unless_taken_over(stack):
             if outcome["status"] == "measured":
                 self._tell_measured(picked, outcome["levels"], outcome["stopped_early"], told)
             else:
                 self.search.tell_failed(trial, outcome["cause"], outcome["message"], told)
                 self.say(f"{stack} failed on {host.name} ({outcome['cause']}); the sweep goes on")
+
+    def _held(self, picked: Picked, host: PoolHost, why: str) -> None:
+        """Another stack held the host's claim: the trial goes back to the queue, and the host
+        rests before this driver tries it again."""
+        stack = picked.row.stack
+        if not self._destroyed(stack):
+            self.say(f"{stack}: destroy failed; the next sweep run destroys it (see its log)")
+            return
+        with self._lock, self._unless_taken_over(stack):
+            self.search.requeue(picked.trial, picked.attributes, "claim", why)
+            rest = self._rests.refused(host.name)
+            self.say(
+                f"{stack}: {host.name} is held by another stack ({why}); the trial goes back to the queue, "
+                f"and {host.name} is tried again in {rest:g} s"
+            )
+
+    @contextlib.contextmanager
+    def _unless_taken_over(self, stack: str) -> Iterator[None]:
+        """Tell the study of a trial, unless another driver has taken it over (this driver was not
+        heard from for ``GRACE_S``): its candidate is queued there, and this outcome is dropped."""
+        try:
+            yield
+        except UpdateFinishedTrialError:
+            self.say(
+                f"{stack}: another driver took this trial over while this driver was not heard from; "
+                "its outcome here is dropped (the candidate runs again)"
+            )
 
     def measure(
         self, row: PlanRow, host: PoolHost, trial: optuna.Trial
@@ -272,14 +277,14 @@ class Sweep:
                 interrupted = True
         return False
 
-    def _interrupted(self, picked: _Picked) -> None:
+    def _interrupted(self, picked: Picked) -> None:
         """Ctrl-C cut the trial short: destroy its stack, keep a result that reached the history,
         else queue its candidate again."""
         stack = picked.attributes.stack
         levels = self.resumption.recorded_levels(picked.attributes)
         if not self._destroyed(stack, interrupted=True):
             return  # running, under this driver: the next sweep run settles it
-        with self._lock:
+        with self._lock, self._unless_taken_over(stack):
             if levels:
                 self._tell_measured(picked, levels, None, ran(picked.attributes, finished_at=time.time()))
                 return

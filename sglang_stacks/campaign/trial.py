@@ -158,6 +158,14 @@ class TrialRunner:
         self.destroy(stack, clear_pending=left != ExitCode.OK)
         return found
 
+    def holds(self, stack: str) -> bool:
+        """Whether the trial's stack is in this project's backend with resources in its state."""
+        try:
+            selected = automation.select_stack(self.project, stack)
+        except SpecError:
+            return False
+        return bool(resources_of(selected))
+
     def destroy(self, stack: str, *, clear_pending: bool = False) -> None:
         """Stop the trial's server and release its host: ``pulumi destroy`` of its stack, until the
         state holds no resource (a destroy cut short by Ctrl-C still exits 0, with the claim left).
