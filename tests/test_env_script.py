@@ -1,0 +1,53 @@
+"""``. scripts/env.sh``, as a newcomer's shell sources it: the shipped stacks are created in the
+backend, and the stack a bare ``pulumi up`` targets is baseline, the one that deploys, or the one
+the user selected."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests._pulumi import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def _in_shell(tmp_path: Path, commands: str) -> str:
+    """``commands`` run in bash after ``. scripts/env.sh``, with a backend and a Pulumi home
+    (where the selected stack is kept) of the test's own."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"))
+    }
+    env.update(PULUMI_BACKEND_URL=f"file://{tmp_path / 'state'}", PULUMI_HOME=str(tmp_path / "home"))
+    done = subprocess.run(
+        ["bash", "-c", f". scripts/env.sh && {commands}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_sourcing_env_creates_the_shipped_stacks_and_selects_baseline(tmp_path: Path) -> None:
+    listed = _in_shell(
+        tmp_path, "pulumi stack ls --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'"
+    )
+    shipped = len(list((ROOT / "stacks").glob("Pulumi.*.yaml")))
+
+    assert int(listed) == shipped
+    assert _in_shell(tmp_path, "pulumi stack --show-name") == "baseline"
+
+
+def test_a_stack_the_user_selected_stays_selected(tmp_path: Path) -> None:
+    _in_shell(tmp_path, "pulumi stack select eagle3-bs128")
+
+    assert _in_shell(tmp_path, "pulumi stack --show-name") == "eagle3-bs128"
