@@ -21,6 +21,7 @@ from pulumi.output import Unknown
 from pulumi.runtime import rpc
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from sglang_stacks.components._engine_status import engine_address
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import lifetime
 from sglang_stacks.hostops.connection import Connection
@@ -268,7 +269,8 @@ class _sentences_only:
     Python traceback: Pulumi's provider host prints `traceback.format_exc()`, which honours
     `sys.tracebacklimit`. The process serves one update, which fails here anyway. The error leaves
     with its typed record as a note (PEP 678), which the printed traceback shows after the message
-    for the driver to read back, while the message itself stays the sentence."""
+    for the driver to read back, while the message itself stays the sentence, on a line after the
+    error's class."""
 
     def __enter__(self) -> None:
         # Whatever a provider does on a host ends with the update that asked for it.
@@ -280,3 +282,8 @@ class _sentences_only:
             line = error.record().line()
             if line not in getattr(error, "__notes__", ()):
                 error.add_note(line)
+            # In a provider process, its sentence starts on a line of its own: the engine's progress
+            # rows show a failed resource's first line (twice: as it fails, and failed), so they name
+            # the error's class and the diagnostics at the end say the sentence, once.
+            if engine_address() and error.args and not str(error.args[0]).startswith("\n"):
+                error.args = ("\n" + str(error.args[0]), *error.args[1:])

@@ -16,23 +16,24 @@ import json
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 from urllib.parse import unquote, urlparse
 
 from pulumi import automation as auto
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sglang_stacks.config.stackfile import stack_path, write_stack_file
-from sglang_stacks.errors import SpecError, StacksError
+from sglang_stacks.errors import FAILURE_TAG, SpecError, StacksError
 from sglang_stacks.project import find_project_dir, stacks_dir
 
 __all__ = [
     "LOCK_HOLDER_EXIT_S",
     "cancel_dead_lock",
     "copy_secret",
+    "for_people",
     "outputs_of",
     "pulumi_command",
     "read_outputs",
@@ -41,6 +42,19 @@ __all__ = [
     "stack_outputs",
     "write_stack",
 ]
+
+
+def for_people(stream: TextIO) -> Callable[[str], None]:
+    """Writes the lines of Pulumi's output a person reads to ``stream``: the tagged record that
+    follows each error of this tool (`sglang_stacks.errors.FAILURE_TAG`) is left out. It repeats
+    the message printed just above it, for a driver to read back, and the driver reads it from the
+    engine's events or its own log, not from what it shows."""
+
+    def write(line: str) -> None:
+        if FAILURE_TAG not in line:
+            print(line, file=stream, flush=True)
+
+    return write
 
 
 def select_stack(project_dir: Path, stack: str) -> auto.Stack:

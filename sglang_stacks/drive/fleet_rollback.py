@@ -22,7 +22,7 @@ from pulumi import automation as auto
 
 from sglang_stacks.config.fleet import FleetSpec
 from sglang_stacks.config.stackfile import StackText, stack_path
-from sglang_stacks.drive.automation import outputs_of
+from sglang_stacks.drive.automation import for_people, outputs_of
 from sglang_stacks.errors import CanaryRegressionError, failures_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
@@ -99,8 +99,8 @@ class FleetRollout:
         self.say(f"pulumi up -s {self.target.name}" + (" (rolling back)" if options else ""))
         try:
             return self.target.up(
-                on_output=lambda line: print(line, file=self.out, flush=True),
-                on_error=lambda line: print(line, file=self.err, flush=True),
+                on_output=for_people(self.out),
+                on_error=for_people(self.err),
                 on_event=on_event,
                 color="always" if self.out.isatty() else "never",
                 **options,
@@ -128,18 +128,17 @@ class FleetRollout:
                 "restores the others."
             )
             return ExitCode.UPDATE_FAILED
-        self.say(f"the canary of {name} regressed: {regressed.measurements}.")
+        # The gate's error above gives the measurements: they are not said again.
+        self.say(f"the canary of {name} regressed, as its gate's error above says.")
         if self.fleet.rollout.on_regression == "stop":
             self.say("fleet.rollout.on_regression is stop: the canary stays out of the router.")
             return ExitCode.REGRESSION
         if before is None:
             self.say(f"{name} has no earlier successful update to roll back to: the canary stays out.")
             return ExitCode.REGRESSION
-        return self._roll_back(*before, regressed)
+        return self._roll_back(*before)
 
-    def _roll_back(
-        self, started: str, config: dict[str, auto.ConfigValue], regressed: CanaryRegressionError
-    ) -> int:
+    def _roll_back(self, started: str, config: dict[str, auto.ConfigValue]) -> int:
         name = self.target.name
         self.say(
             "rolling the changed hosts back to the fleet's current configuration (that of the update "
@@ -157,6 +156,6 @@ class FleetRollout:
         self.say(
             f"rolled back: all {self.fleet.replica_count} replicas serve the configuration of the update of "
             f"{started} through the router again. The change stays in the stack file, rejected by its "
-            f"canary ({regressed.measurements}): fix it, or restore the previous file."
+            "canary: fix it, or restore the previous file."
         )
         return ExitCode.REGRESSION

@@ -18,7 +18,7 @@ from pulumi import automation as auto
 from sglang_stacks.config.spec import GateSpec
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.drive import recover
-from sglang_stacks.drive.automation import outputs_of, select_stack
+from sglang_stacks.drive.automation import for_people, outputs_of, select_stack
 from sglang_stacks.drive.fleet_rollback import FleetRollout
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.exits import ExitCode
@@ -55,8 +55,8 @@ class _Rollout:
         self.say(f"pulumi up -s {stack.name}")
         try:
             return stack.up(
-                on_output=lambda line: print(line, file=self.out, flush=True),
-                on_error=lambda line: print(line, file=self.err, flush=True),
+                on_output=for_people(self.out),
+                on_error=for_people(self.err),
                 color="always" if self.out.isatty() else "never",
             )
         except auto.CommandError:
@@ -100,7 +100,8 @@ class _Rollout:
         if verdict is None or verdict.passed:
             self.say(f"the update of {name} failed (see above), not at its regression gate.")
             return ExitCode.UPDATE_FAILED
-        self.say(f"{name} regressed: {verdict.message}")
+        # The gate's error above gives the measurements: they are not said again.
+        self.say(f"{name} regressed, as its gate's error above says.")
         if spec_gate.on_regression != "hand_back":
             self.say(f"{name}'s gate says on_regression: fail, so the host stays with it.")
             return ExitCode.REGRESSION
