@@ -49,10 +49,23 @@ def test_show_prints_the_newest_log_and_progress_as_sentences(tmp_path: Path) ->
 
     assert "The server is fired up and ready to roll!" in lines
     assert (
-        "benchmark: concurrency 16, measure 2/5: 12 requests, 812.5 tok/s so far, 1 errors, "
+        "benchmark: concurrency 16, measure 2/5: 12 requests, 812.5 tok/s so far, 1 error, "
         "last: HTTP 500: boom"
     ) in lines
     assert "an earlier launch" not in lines and "not demo's" not in lines
+
+
+def test_a_phase_that_begins_and_the_end_read_as_such() -> None:
+    begins = {**STEP, "requests_done": 0, "tok_s_so_far": 0.0, "errors": 0, "last_error": None}
+    one = {**begins, "requests_done": 1, "tok_s_so_far": 80.1}
+
+    assert logs.describe_progress(json.dumps(begins)) == "benchmark: concurrency 16, measure 2/5: starting"
+    assert logs.describe_progress(json.dumps(one)) == (
+        "benchmark: concurrency 16, measure 2/5: 1 request, 80.1 tok/s so far, 0 errors"
+    )
+    assert (
+        logs.describe_progress(json.dumps({**begins, "phase": "done"})) == "benchmark: concurrency 16, done"
+    )
 
 
 def test_show_of_a_stack_never_launched_prints_nothing(tmp_path: Path) -> None:

@@ -38,21 +38,30 @@ class StackLogs:
     """Its benchmark's progress file."""
 
 
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'' if number == 1 else 's'}"
+
+
 def describe_progress(line: str) -> str:
-    """A progress line as a sentence; any other line as it is."""
+    """A progress line as a sentence (``benchmark: concurrency 1, measure 2/5: 1 request, 80.1 tok/s
+    so far, 0 errors``); any other line as it is."""
     if not line.startswith('{"time_unix_s"'):
         return line
     try:
         step = json.loads(line)
     except ValueError:
         return line
-    where = f"{step['level']}, " if step.get("level") else ""
-    repetition = f" {step['repetition']}/{step['of']}" if step.get("phase") == "measure" else ""
-    errors = f", last: {step['last_error']}" if step.get("last_error") else ""
-    return (
-        f"benchmark: {where}{step.get('phase')}{repetition}: {step.get('requests_done', 0)} requests, "
-        f"{step.get('tok_s_so_far', 0)} tok/s so far, {step.get('errors', 0)} errors{errors}"
-    )
+    where = f"benchmark: {step['level']}, " if step.get("level") else "benchmark: "
+    phase = step.get("phase")
+    if phase == "done":
+        return f"{where}done"
+    repetition = f" {step['repetition']}/{step['of']}" if phase == "measure" else ""
+    done, tok_s, errors = step.get("requests_done", 0), step.get("tok_s_so_far", 0), step.get("errors", 0)
+    if not (done or tok_s or errors):
+        return f"{where}{phase}{repetition}: starting"
+    last = f", last: {step['last_error']}" if step.get("last_error") else ""
+    counts = f"{_count(done, 'request')}, {tok_s} tok/s so far, {_count(errors, 'error')}"
+    return f"{where}{phase}{repetition}: {counts}{last}"
 
 
 def show(conn: Connection, logs: StackLogs, lines: int = 40) -> list[str]:
