@@ -1,14 +1,19 @@
 """The Pulumi program: wiring only. Reads the stack's config once into the typed spec, builds the
-deployment (or, for a stack with a fleet section, the fleet), exports its outputs."""
+deployment (a fleet for a stack with a fleet section, pods for a kubernetes host), exports its
+outputs."""
+
+from typing import Any
 
 import pulumi
 
+from sglang_stacks.components._resource import Args
 from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment, connection_args
 from sglang_stacks.config.spec import SECTION_KEYS, load_spec
 from sglang_stacks.errors import StacksError
 
 config = pulumi.Config()
 stack = pulumi.get_stack()
+outputs: Args[Any]
 try:
     spec = load_spec(
         {key: config.get_object(key) for key in SECTION_KEYS if config.get(key) is not None}, stack
@@ -25,6 +30,11 @@ try:
                 hub_token=config.get_secret("hubToken"),
             ),
         )
+        outputs = fleet.outputs
+    elif spec.host.kind == "kubernetes":
+        from sglang_stacks.kube.deployment import KubeDeployment, KubeDeploymentArgs  # a cluster's parts
+
+        outputs = KubeDeployment(stack, KubeDeploymentArgs(stack=stack, spec=spec)).outputs
     else:
         deployment = SGLangDeployment(
             stack,
@@ -35,9 +45,10 @@ try:
                 hub_token=config.get_secret("hubToken"),
             ),
         )
+        outputs = deployment.outputs
 except StacksError as error:
     # The message already says what to fix; a traceback would only hide it. Its typed record
     # follows, for a driver (rollout, a sweep) to read back.
     raise pulumi.RunError(error.with_record()) from None
 
-(fleet.outputs if spec.fleet is not None else deployment.outputs).export()
+outputs.export()

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from sglang_stacks.errors import PreflightError as PreflightError
     from sglang_stacks.errors import RegressionError as RegressionError
     from sglang_stacks.errors import RouterError as RouterError
+    from sglang_stacks.errors import SchedulingError as SchedulingError
     from sglang_stacks.errors import ServerError as ServerError
     from sglang_stacks.errors import ServingError as ServingError
     from sglang_stacks.errors import SpecError as SpecError

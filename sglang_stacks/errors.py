@@ -6,7 +6,8 @@ StacksError                  base: a sentence saying what went wrong and how to 
 ├── FlagError                a launch flag is unknown to, or renamed in, the target release
 ├── PreflightError           the configuration is knowably doomed on this host
 ├── HostError                the GPU host cannot be reached, or differs from its declared facts
-│   └── ClaimError           another stack holds, or is taking, this host's GPUs
+│   ├── ClaimError           another stack holds, or is taking, this host's GPUs
+│   └── SchedulingError      a Kubernetes cluster leaves a server's pod Pending (the scheduler's reason)
 ├── ArtifactError            the draft model is missing or does not match its manifest
 ├── ServerError              SGLang did not become ready (its `Cause`: out_of_memory, bad_flag, nccl, ...)
 │   └── ServingError         SGLang failed while benchmarked (crash, out_of_memory, hang, error_responses)
@@ -25,10 +26,11 @@ it back into the exception type with its fields.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from sglang_stacks.causes import Cause
 
 __all__ = [
     "FAILURE_TAG",
@@ -44,6 +46,7 @@ __all__ = [
     "PreflightError",
     "RegressionError",
     "RouterError",
+    "SchedulingError",
     "ServerError",
     "ServingError",
     "SpecError",
@@ -54,41 +57,6 @@ __all__ = [
 
 FAILURE_TAG = "sglang-stacks-failure:"
 """What starts the line of an error's record in a message that crossed the engine."""
-
-
-class Cause(StrEnum):
-    """What kind of failure an error is: its class's own, or, for a server, how it ended."""
-
-    OTHER = "other"
-    """Nothing more specific is known."""
-    SPEC = "spec"
-    FLAG = "flag"
-    PREFLIGHT = "preflight"
-    HOST = "host"
-    CLAIM = "claim"
-    ARTIFACT = "artifact"
-    ROUTER = "router"
-    BENCHMARK = "benchmark"
-    GATE = "gate"
-    CANARY = "canary"
-    OUT_OF_MEMORY = "out_of_memory"
-    """A server ran out of GPU memory (starting, or while serving)."""
-    BAD_FLAG = "bad_flag"
-    """A server's release refused a launch flag."""
-    NCCL = "nccl"
-    """A server's collective communication failed (NCCL, or a multi-node rendezvous)."""
-    UNSUPPORTED_GPU = "unsupported_gpu"
-    """A kernel a flag selects does not support the host's GPU."""
-    PYTHON_MISSING = "python_missing"
-    """A server's Python is not on the host any more."""
-    PORT_IN_USE = "port_in_use"
-    """Another process holds a server's port."""
-    CRASH = "crash"
-    """A server exited while it was benchmarked, for a reason its log does not name."""
-    HANG = "hang"
-    """A server still runs but stopped answering while it was benchmarked."""
-    ERROR_RESPONSES = "error_responses"
-    """A server answered requests of the benchmark with errors."""
 
 
 class FailureRecord(BaseModel):
@@ -109,6 +77,8 @@ class FailureRecord(BaseModel):
     """HostError: the host's last output lines before a session ended."""
     measurements: str | None = None
     """RegressionError: what was measured, as the verdict says it (``tok/s 40.1 against 88.0 ...``)."""
+    scheduler_message: str | None = None
+    """SchedulingError: the Kubernetes scheduler's own message (``0/1 nodes are available: ...``)."""
 
     def line(self) -> str:
         """The tagged line that follows the message."""
@@ -183,6 +153,20 @@ class ClaimError(HostError):
     cause = Cause.CLAIM
 
 
+class SchedulingError(HostError):
+    """A Kubernetes cluster leaves a server's pod Pending: no node has the GPUs free, or no node
+    matches its selector. The scheduler's own message says which."""
+
+    cause = Cause.SCHEDULING
+
+    def __init__(
+        self, message: str, *, scheduler_message: str, stack: str | None = None, summary: str | None = None
+    ) -> None:
+        super().__init__(message, stack=stack, summary=summary)
+        self.scheduler_message = scheduler_message
+        """What the scheduler said about the pod (its ``PodScheduled`` condition or last event)."""
+
+
 class ArtifactError(StacksError):
     """A draft-model artifact is missing or corrupt."""
 
@@ -250,7 +234,7 @@ class CanaryRegressionError(RegressionError):
     cause = Cause.CANARY
 
 
-_EXTRA_FIELDS = ("last_output", "measurements")
+_EXTRA_FIELDS = ("last_output", "measurements", "scheduler_message")
 """The record's fields that only some classes have, read from the instance."""
 
 
@@ -268,6 +252,8 @@ def _from_record(record: FailureRecord) -> StacksError:
         return kind(said, measurements=record.measurements or "", **common)
     if issubclass(kind, ServerError):
         return kind(said, cause=record.cause, **common)
+    if issubclass(kind, SchedulingError):
+        return kind(said, scheduler_message=record.scheduler_message or "", **common)
     if issubclass(kind, HostError):
         return kind(said, last_output=record.last_output or "", **common)
     return kind(said, **common)

@@ -15,6 +15,7 @@ from sglang_stacks.errors import (
     HostError,
     PreflightError,
     RegressionError,
+    SchedulingError,
     ServerError,
     StacksError,
     failure_from_output,
@@ -33,6 +34,10 @@ def _example(kind: type[StacksError]) -> StacksError:
     if issubclass(kind, ServerError):
         return kind(
             message, cause=Cause.OUT_OF_MEMORY, stack="s", summary="SGLang on x exited (out_of_memory)."
+        )
+    if issubclass(kind, SchedulingError):
+        return kind(
+            message, scheduler_message="0/1 nodes are available: 1 Insufficient nvidia.com/gpu.", stack="s"
         )
     if issubclass(kind, HostError):
         return kind(message, last_output="ssh: connect | Connection reset", stack="s")
@@ -76,6 +81,9 @@ def test_the_fields_of_a_failure_travel_with_it() -> None:
     assert isinstance(canary, RegressionError) and canary.cause == "canary"
     assert canary.measurements == "tok/s 40.1 against 88.0 (-54.4 %, tolerance 5 %)"
     assert isinstance(host, HostError) and host.last_output == "ssh: connect | Connection reset"
+    pending = failure_from_output(_as_pulumi_prints_it(_example(SchedulingError)))
+    assert isinstance(pending, SchedulingError)
+    assert pending.scheduler_message == "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
 
 
 def test_output_without_a_record_names_no_failure_and_a_cut_record_is_skipped() -> None:

@@ -84,7 +84,7 @@ class HostInputs(Props):
     a `Connection` as a secret Output (`_wiring.host_connection`)."""
 
 
-InputsT = TypeVar("InputsT", bound=HostInputs)
+InputsT = TypeVar("InputsT", bound=Props)
 OutputsT = TypeVar("OutputsT", bound=BaseModel)
 
 
@@ -163,7 +163,7 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
     project's own errors reach the user as their sentence, without a Python traceback.
     """
 
-    inputs: ClassVar[type[HostInputs]]
+    inputs: ClassVar[type[Props]]
     outputs: ClassVar[type[BaseModel]]
     stables: ClassVar[tuple[str, ...]] = ()
     """Outputs an update in place never changes: a preview keeps them known for dependents."""
@@ -259,6 +259,8 @@ def _import_providers(own_module: str) -> None:
     (each waiting to unpickle its provider) reach `gathering` within milliseconds of this one and
     share its session to the host. A refresh reads every resource: each module is needed anyway."""
     package, _, own = own_module.rpartition(".")
+    if package != __name__.rpartition(".")[0]:
+        return  # a provider of another room (a cluster's) reaches no host over a session: nothing to share
     fleet = _FLEET_PROVIDERS if own in _FLEET_PROVIDERS else ()
     for name in (*_HOST_PROVIDERS, *fleet):
         importlib.import_module(f"{package}.{name}")

@@ -25,12 +25,12 @@ import pulumi
 import pulumi.dynamic as dynamic
 from pydantic import BaseModel, TypeAdapter
 
-from sglang_stacks.components._provider import SECRET, HostInputs, TypedProvider, field_adapter
+from sglang_stacks.components._provider import SECRET, Props, TypedProvider, field_adapter
 
 __all__ = ["Args", "TypedResource", "args_for", "register"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
-InputsT = TypeVar("InputsT", bound=HostInputs)
+InputsT = TypeVar("InputsT", bound=Props)
 OutputsT = TypeVar("OutputsT", bound=BaseModel)
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sglang_flags import known_releases, nearest_releases
 from sglang_stacks.config.docstrings import FileSection
+from sglang_stacks.config.kube import ClusterSpec, host_problems
 from sglang_stacks.config.names import is_env_name
 
 CONFIG_NAMESPACE = "sglang-stacks"
@@ -39,14 +40,18 @@ _NO_CONTROL = r"^[^\x00-\x1f\x7f]+$"
 
 
 class HostSpec(FileSection):
-    """The GPU host: the local emulator, or a machine reached over SSH, with its declared facts.
+    """The GPU host: the local emulator, a machine reached over SSH with its declared facts, or a
+    Kubernetes cluster whose nodes say their facts.
 
     The facts default to the emulator's; an SSH host must declare all of them, and the host
     component compares them with what ``nvidia-smi`` reports before anything launches.
     """
 
-    kind: Literal["emulator", "ssh"] = "emulator"
-    """``emulator`` runs the built-in SGLang emulator locally; ``ssh`` reaches a real GPU host."""
+    kind: Literal["emulator", "ssh", "kubernetes"] = "emulator"
+    """``emulator`` runs the built-in SGLang emulator locally; ``ssh`` reaches a real GPU host;
+    ``kubernetes`` runs the server as pods of the cluster named by ``cluster``."""
+    cluster: ClusterSpec | None = None
+    """The Kubernetes cluster (kubernetes only)."""
     address: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.:_-]+$")
     """SSH host name or IP address (ssh only)."""
     port: int = Field(default=22, ge=1, le=65535)
@@ -78,6 +83,13 @@ class HostSpec(FileSection):
 
     @model_validator(mode="after")
     def _facts_fit_the_kind(self) -> HostSpec:
+        ssh = [name for name in ("address", "user", "host_key") if getattr(self, name) is not None]
+        facts = [name for name in _FACT_FIELDS[:4] if name in self.model_fields_set]
+        found = host_problems(self.kind, self.cluster, ssh, facts)
+        if found:
+            raise ValueError("; ".join(found))
+        if self.kind == "kubernetes":
+            return self  # its facts are the nodes' (sglang_stacks.kube.facts)
         if self.kind == "emulator":
             differing = [f for f in _FACT_FIELDS if getattr(self, f) != EMULATOR_HOST_FACTS[f]]
             if differing:

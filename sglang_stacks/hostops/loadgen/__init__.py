@@ -13,7 +13,7 @@ import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["PACKAGE_NAME", "bundle"]
+__all__ = ["PACKAGE_NAME", "bundle", "source_files"]
 
 PACKAGE_NAME = "loadgen"
 """The package's name on the host: ``python -m loadgen`` in the folder it is unpacked into."""
@@ -36,3 +36,9 @@ def bundle(extra: Mapping[str, bytes] | None = None) -> bytes:
             info.mode = 0o644
             archive.addfile(info, io.BytesIO(data))
     return stream.getvalue()
+
+
+def source_files() -> dict[str, str]:
+    """The package's source files by file name: what a cluster's benchmark pod mounts as ``loadgen/``
+    (from a ConfigMap, whose keys are file names)."""
+    return {source.name: source.read_text() for source in sorted(Path(__file__).parent.glob("*.py"))}

@@ -1,0 +1,47 @@
+"""The kinds of failure an error carries (`Cause`): each error class's own, and for a server how it
+ended. `sglang_stacks.errors` gives every error its cause from here; a failure's record, a trial's
+classified cause and the server failure classes name them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["Cause"]
+
+
+class Cause(StrEnum):
+    """What kind of failure an error is: its class's own, or, for a server, how it ended."""
+
+    OTHER = "other"
+    """Nothing more specific is known."""
+    SPEC = "spec"
+    FLAG = "flag"
+    PREFLIGHT = "preflight"
+    HOST = "host"
+    CLAIM = "claim"
+    SCHEDULING = "scheduling"
+    """A Kubernetes cluster left a server's pod Pending."""
+    ARTIFACT = "artifact"
+    ROUTER = "router"
+    BENCHMARK = "benchmark"
+    GATE = "gate"
+    CANARY = "canary"
+    OUT_OF_MEMORY = "out_of_memory"
+    """A server ran out of GPU memory (starting, or while serving)."""
+    BAD_FLAG = "bad_flag"
+    """A server's release refused a launch flag."""
+    NCCL = "nccl"
+    """A server's collective communication failed (NCCL, or a multi-node rendezvous)."""
+    UNSUPPORTED_GPU = "unsupported_gpu"
+    """A kernel a flag selects does not support the host's GPU."""
+    PYTHON_MISSING = "python_missing"
+    """A server's Python is not on the host any more."""
+    PORT_IN_USE = "port_in_use"
+    """Another process holds a server's port."""
+    CRASH = "crash"
+    """A server exited while it was benchmarked, for a reason its log does not name."""
+    HANG = "hang"
+    """A server still runs but stopped answering while it was benchmarked."""
+    ERROR_RESPONSES = "error_responses"
+    """A server answered requests of the benchmark with errors."""

@@ -1,0 +1,103 @@
+"""How the project reads a cluster: the Kubernetes Python client, built from the kubeconfig and
+context the stack names (the same pair the pulumi-kubernetes provider is given), one per call.
+
+`ClusterAccess` is the typed pair every reader and dynamic provider takes; its client is built
+inside each method that uses it (a dynamic provider is pickled: it holds no client).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from sglang_stacks.errors import HostError
+
+if TYPE_CHECKING:
+    from sglang_stacks.config.kube import ClusterSpec
+
+__all__ = ["ClusterAccess", "api_error_text"]
+
+
+class ClusterAccess(BaseModel):
+    """Which cluster, as whom, and where: a kubeconfig file, one of its contexts, a namespace."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    kubeconfig: str
+    """The kubeconfig file, its path expanded."""
+    context: str | None = None
+    """The context; None for the file's current one."""
+    namespace: str = "default"
+    """The namespace of the stack's objects."""
+
+    @classmethod
+    def of(cls, cluster: ClusterSpec) -> ClusterAccess:
+        """The access a cluster section names, the kubeconfig defaulting as kubectl's does."""
+        path = cluster.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or "~/.kube/config"
+        return cls(
+            kubeconfig=str(Path(path).expanduser()), context=cluster.context, namespace=cluster.namespace
+        )
+
+    @property
+    def label(self) -> str:
+        """How messages name the cluster."""
+        context = f"context {self.context!r}" if self.context else "the current context"
+        return f"the cluster of {context} in {self.kubeconfig}"
+
+    def api_client(self) -> Any:
+        """A Kubernetes API client for this access; HostError naming the file and context when the
+        kubeconfig cannot be read."""
+        from kubernetes import config
+        from kubernetes.config.config_exception import ConfigException
+
+        if not Path(self.kubeconfig).is_file():
+            raise HostError(
+                f"The kubeconfig {self.kubeconfig} does not exist. Point "
+                "sglang-stacks:host.cluster.kubeconfig at the cluster's kubeconfig (for the local test "
+                "cluster: scripts/ensure-k8s.sh prints it)."
+            )
+        try:
+            return config.new_client_from_config(
+                config_file=self.kubeconfig, context=self.context, persist_config=False
+            )
+        except (ConfigException, ValueError, OSError) as error:
+            raise HostError(
+                f"The kubeconfig {self.kubeconfig} cannot be used ({error}). Check the file and "
+                "sglang-stacks:host.cluster.context (`kubectl config get-contexts` lists the contexts)."
+            ) from None
+
+    def core(self) -> Any:
+        """The core/v1 API (nodes, pods, logs, events)."""
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client())
+
+    def apps(self) -> Any:
+        """The apps/v1 API (Deployments)."""
+        from kubernetes import client
+
+        return client.AppsV1Api(self.api_client())
+
+    def batch(self) -> Any:
+        """The batch/v1 API (Jobs)."""
+        from kubernetes import client
+
+        return client.BatchV1Api(self.api_client())
+
+    def custom(self) -> Any:
+        """The API of custom resources (LeaderWorkerSets)."""
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api_client())
+
+
+def api_error_text(error: Exception) -> str:
+    """What the API server or the connection said, in one line."""
+    from kubernetes.client.exceptions import ApiException
+
+    if isinstance(error, ApiException):
+        return f"{error.status} {error.reason}".strip()
+    return str(error).splitlines()[0] if str(error) else type(error).__name__

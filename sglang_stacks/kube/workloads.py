@@ -1,0 +1,269 @@
+"""The Kubernetes objects of a stack, as pulumi-kubernetes's typed arguments: the server's pod template
+(on the host's network, SGLang's argv from the one renderer, ``/health_generate`` as its readiness
+probe, ``nvidia.com/gpu`` requested, the draft model as a volume), the Deployment of a one-node
+server, the LeaderWorkerSet of a multi-node one, and the benchmark's Job with the load generator
+mounted from a ConfigMap.
+
+Every object carries ``pulumi.com/skipAwait``: the project's own providers wait for a server's pod
+(`sglang_stacks.kube.server`) and for the benchmark (`sglang_stacks.kube.benchmark`), so that a Pending
+pod, a crash or a failed request is named as it is over SSH rather than after pulumi-kubernetes's
+generic ten-minute wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from sglang_stacks.kube.facts import GPU_RESOURCE
+
+__all__ = [
+    "LOADGEN_DIR",
+    "MANAGED_BY",
+    "ServerPod",
+    "benchmark_job",
+    "loadgen_config_map",
+    "server_annotations",
+    "server_deployment",
+    "server_labels",
+    "server_leader_worker_set",
+    "server_metadata",
+]
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "sglang-stacks"}
+"""The label of every object the project applies."""
+STACK_LABEL = "sglang-stacks.io/stack"
+INSTANCE_LABEL = "sglang-stacks.io/instance"
+"""The digest of a server's pod template: the pods of one launch of one configuration."""
+SERVER_POD_LABEL = "sglang-stacks.io/server-pod"
+"""On a benchmark's pod: the uid of the server pod it measures."""
+SERVING_ANNOTATION = "sglang-stacks.io/serving"
+"""A server's `ServingNote` (stack, release, typed flags, command): what a preview compares with."""
+CLAIM_ANNOTATION = "sglang-stacks.io/claim"
+"""The claim a server object was applied under: a claim taken anew reapplies it (`kube.claim`)."""
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+LOADGEN_DIR = "/opt/sglang-stacks"
+"""Where the benchmark's pod finds the load generator's package (``loadgen/`` below it)."""
+_DRAFT_VOLUME = "draft-model"
+
+
+def server_labels(stack: str, name: str) -> dict[str, str]:
+    """The labels of a stack's server objects and pods."""
+    return {
+        **MANAGED_BY,
+        "app.kubernetes.io/name": "sglang",
+        "app.kubernetes.io/instance": name,
+        STACK_LABEL: stack,
+    }
+
+
+@dataclass(frozen=True)
+class ServerPod:
+    """What a server pod runs and needs: its command, argv and variables, its GPUs and port."""
+
+    image: str
+    pull_policy: str
+    command: Sequence[str]
+    """The image's Python and the launcher module (``python3 -m sglang.launch_server``)."""
+    argv: Sequence[str]
+    """SGLang's argv, from `config.render.render_argv`."""
+    env: Mapping[str, str]
+    gpus: int
+    port: int
+    node_selector: Mapping[str, str]
+    stop_timeout_s: float
+    draft_path: str | None = None
+    """The draft model's folder on the node, mounted at the same path; checked by sha256 first."""
+    draft_sha256: str | None = None
+    probe: bool = True
+    """Whether the pod serves HTTP (a multi-node server's other ranks do not)."""
+
+    def container(self) -> k8s.core.v1.ContainerArgs:
+        """The server's container."""
+        probe = k8s.core.v1.ProbeArgs(
+            http_get=k8s.core.v1.HTTPGetActionArgs(path="/health_generate", port=self.port),
+            period_seconds=2,
+            timeout_seconds=30,
+            failure_threshold=3,
+        )
+        return k8s.core.v1.ContainerArgs(
+            name="sglang",
+            image=self.image,
+            image_pull_policy=self.pull_policy,
+            command=list(self.command),
+            args=list(self.argv),
+            env=[k8s.core.v1.EnvVarArgs(name=key, value=value) for key, value in sorted(self.env.items())],
+            ports=[k8s.core.v1.ContainerPortArgs(container_port=self.port, name="http")]
+            if self.probe
+            else None,
+            readiness_probe=probe if self.probe else None,
+            resources=k8s.core.v1.ResourceRequirementsArgs(limits={GPU_RESOURCE: str(self.gpus)}),
+            volume_mounts=[
+                k8s.core.v1.VolumeMountArgs(name=_DRAFT_VOLUME, mount_path=self.draft_path, read_only=True)
+            ]
+            if self.draft_path
+            else None,
+        )
+
+    def draft_check(self) -> list[k8s.core.v1.ContainerArgs] | None:
+        """An init container that refuses to start the server when the draft model's folder does not
+        hash to its declared digest (sha256 of the sorted ``sha256sum`` listing, as over SSH)."""
+        if not self.draft_path or not self.draft_sha256:
+            return None
+        script = (
+            'cd "$1" && got=$(find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum '
+            '| cut -d" " -f1) && [ "$got" = "$2" ] || { echo "the draft model at $1 hashes to $got, '
+            'not $2: copy the right checkpoint there, or fix draftModel.sha256" >&2; exit 1; }'
+        )
+        return [
+            k8s.core.v1.ContainerArgs(
+                name="draft-model-sha256",
+                image=self.image,
+                image_pull_policy=self.pull_policy,
+                command=["sh", "-c", script, "draft-check", self.draft_path, self.draft_sha256],
+                volume_mounts=[
+                    k8s.core.v1.VolumeMountArgs(
+                        name=_DRAFT_VOLUME, mount_path=self.draft_path, read_only=True
+                    )
+                ],
+            )
+        ]
+
+    def template(self, labels: Mapping[str, str]) -> k8s.core.v1.PodTemplateSpecArgs:
+        """The pod template: on the host's network, the GPUs requested, the draft model mounted."""
+        volumes = None
+        if self.draft_path:
+            source = k8s.core.v1.HostPathVolumeSourceArgs(path=self.draft_path, type="Directory")
+            volumes = [k8s.core.v1.VolumeArgs(name=_DRAFT_VOLUME, host_path=source)]
+        return k8s.core.v1.PodTemplateSpecArgs(
+            metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(labels)),
+            spec=k8s.core.v1.PodSpecArgs(
+                host_network=True,
+                dns_policy="ClusterFirstWithHostNet",
+                node_selector=dict(self.node_selector) or None,
+                termination_grace_period_seconds=int(self.stop_timeout_s),
+                init_containers=self.draft_check(),
+                containers=[self.container()],
+                volumes=volumes,
+            ),
+        )
+
+
+def server_annotations(note: str, claim_id: str) -> dict[str, str]:
+    """A server object's annotations: what it serves (a `ServingNote`'s JSON), the claim it was applied
+    under, and how pulumi-kubernetes applies it."""
+    # Another stack's claim scales this object to no pod (sglang_stacks.kube.claim); this stack's next
+    # update takes the field back, which server-side apply allows only when forced.
+    force = {"pulumi.com/patchForce": "true"}
+    return {**SKIP_AWAIT, **force, SERVING_ANNOTATION: note, CLAIM_ANNOTATION: claim_id}
+
+
+def server_metadata(
+    name: str, labels: Mapping[str, str], annotations: pulumi.Input[Mapping[str, str]]
+) -> k8s.meta.v1.ObjectMetaArgs:
+    """A server object's metadata: its name, its labels (the launch's digest left out), ``annotations``
+    (`server_annotations`)."""
+    labels = {key: value for key, value in labels.items() if key != INSTANCE_LABEL}
+    return k8s.meta.v1.ObjectMetaArgs(name=name, labels=labels, annotations=annotations)
+
+
+def server_deployment(
+    name: str,
+    pod: ServerPod,
+    labels: Mapping[str, str],
+    annotations: pulumi.Input[Mapping[str, str]],
+    *,
+    replicas: int = 1,
+) -> k8s.apps.v1.DeploymentInitArgs:
+    """A one-node server: one pod, recreated (never two at once: they would share the GPUs and the port)."""
+    selector = {key: value for key, value in labels.items() if key != INSTANCE_LABEL}
+    return k8s.apps.v1.DeploymentInitArgs(
+        metadata=server_metadata(name, labels, annotations),
+        spec=k8s.apps.v1.DeploymentSpecArgs(
+            replicas=replicas,
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+            strategy=k8s.apps.v1.DeploymentStrategyArgs(type="Recreate"),
+            template=pod.template(labels),
+        ),
+    )
+
+
+def server_leader_worker_set(
+    leader: ServerPod,
+    worker: ServerPod,
+    size: int,
+    labels: Mapping[str, str],
+    *,
+    replicas: int = 1,
+) -> dict[str, object]:
+    """A multi-node server: one group of ``size`` pods (rank 0 the leader, which serves HTTP), as
+    LeaderWorkerSet's ``spec``; the group is recreated whole when any pod of it fails."""
+    return {
+        "replicas": replicas,
+        "startupPolicy": "LeaderCreated",
+        "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxUnavailable": 1}},
+        "leaderWorkerTemplate": {
+            "size": size,
+            "restartPolicy": "RecreateGroupOnPodRestart",
+            "leaderTemplate": leader.template(labels),
+            "workerTemplate": worker.template(labels),
+        },
+    }
+
+
+def loadgen_config_map(files: Mapping[str, str], labels: Mapping[str, str]) -> k8s.core.v1.ConfigMapInitArgs:
+    """The load generator's source files, one key each, mounted into the benchmark's pod."""
+    return k8s.core.v1.ConfigMapInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(labels)), data=dict(files)
+    )
+
+
+def benchmark_job(
+    *,
+    image: str,
+    pull_policy: str,
+    command: pulumi.Input[Sequence[str]],
+    config_map: pulumi.Input[str],
+    node_selector: Mapping[str, str],
+    labels: Mapping[str, str],
+    pod_labels: pulumi.Input[Mapping[str, str]],
+    timeout_s: float,
+) -> k8s.batch.v1.JobInitArgs:
+    """The benchmark: one pod on the host's network running ``command`` (the image's Python with the
+    load generator, ``python3 -m loadgen <workload>``) once (no retries: a failed measurement is
+    reported, not repeated), its document printed to its log."""
+    mount = k8s.core.v1.VolumeMountArgs(name="loadgen", mount_path=f"{LOADGEN_DIR}/loadgen", read_only=True)
+    container = k8s.core.v1.ContainerArgs(
+        name="loadgen",
+        image=image,
+        image_pull_policy=pull_policy,
+        command=command,
+        working_dir=LOADGEN_DIR,
+        volume_mounts=[mount],
+    )
+    volume = k8s.core.v1.VolumeArgs(
+        name="loadgen", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=config_map)
+    )
+    return k8s.batch.v1.JobInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(labels), annotations=SKIP_AWAIT),
+        spec=k8s.batch.v1.JobSpecArgs(
+            backoff_limit=0,
+            active_deadline_seconds=int(timeout_s),
+            # The pod's labels name the server pod measured: a new server pod is a new template,
+            # which Kubernetes cannot change in a Job, so a new Job that measures it.
+            template=k8s.core.v1.PodTemplateSpecArgs(
+                metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels),
+                spec=k8s.core.v1.PodSpecArgs(
+                    host_network=True,
+                    dns_policy="ClusterFirstWithHostNet",
+                    restart_policy="Never",
+                    node_selector=dict(node_selector) or None,
+                    containers=[container],
+                    volumes=[volume],
+                ),
+            ),
+        ),
+    )

@@ -1,0 +1,220 @@
+"""Stacks on a real Kubernetes cluster (the local one of tests/kube.py, on 127.0.0.1), through the
+real Pulumi engine and pulumi-kubernetes's provider: ``k8s-baseline`` deployed with ``tok_s`` as an
+output, a flag change previewed flag by flag and rolled forward and back, a pod the scheduler cannot
+place named with its reason, a two-node server as a LeaderWorkerSet, and a destroy that leaves no
+pod, Job or ConfigMap. The tests share one cluster and build on each other's deployments, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+import yaml
+
+from sglang_stacks.errors import SchedulingError, failure_from_output
+from sglang_stacks.results.outputs import DeploymentOutputs
+from tests._ports import free_port
+from tests._pulumi import ROOT, Workspace
+
+if TYPE_CHECKING:
+    from toolchain.local_cluster import Cluster
+
+pytestmark = pytest.mark.integration
+
+MANAGED = "app.kubernetes.io/managed-by=sglang-stacks"
+
+
+def _config(cluster: Cluster, namespace: str, **changes: dict[str, Any]) -> str:
+    """The shipped ``k8s-baseline`` stack's config, pointed at the test's cluster and namespace, with
+    a free port, a quick start and a small benchmark; ``changes`` update its sections."""
+    config = yaml.safe_load((ROOT / "stacks" / "Pulumi.k8s-baseline.yaml").read_text())["config"]
+    sections = {key.removeprefix("sglang-stacks:"): value for key, value in config.items()}
+    sections["host"]["cluster"] |= {
+        "kubeconfig": str(cluster.kubeconfig),
+        "context": cluster.context,
+        "namespace": namespace,
+        "image": cluster.emulator_image,
+        "schedule_timeout_s": 20,
+    }
+    sections["environment"]["emulator"]["time_scale"] = 0.002
+    sections["server"]["port"] = free_port()
+    sections["benchmark"] |= {
+        "input_len": 32,
+        "output_len": 48,
+        "repetitions": 3,
+        "requests_per_repetition": 1,
+    }
+    sections["launch"] = {"ready_timeout_s": 180, "stop_timeout_s": 5}
+    for section, values in changes.items():
+        sections[section] = {**sections.get(section, {}), **values}
+    return yaml.safe_dump({"config": {f"sglang-stacks:{k}": v for k, v in sections.items()}}, sort_keys=False)
+
+
+def _get(cluster: Cluster, *what: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(cluster.kubectl("get", *what, "--output=json").stdout)
+    return found
+
+
+def _served_flags(url: str) -> dict[str, Any]:
+    info: dict[str, Any] = httpx.get(f"{url}/server_info", timeout=10).json()
+    return info
+
+
+@pytest.fixture(scope="module")
+def namespaces(kube_cluster: Cluster) -> Iterator[tuple[str, str]]:
+    """Two namespaces of their own: the one the tests' stacks share, and another for the stack that
+    cannot be scheduled."""
+    suffix = uuid.uuid4().hex[:6]  # a namespace an earlier session deletes may still be going
+    names = (f"stacks-a-{suffix}", f"stacks-b-{suffix}")
+    for name in names:
+        kube_cluster.kubectl("create", "namespace", name)
+    yield names
+    for name in names:
+        kube_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def kube_workspace(tmp_path_factory: pytest.TempPathFactory, kube_cluster: Cluster) -> Workspace:
+    workspace = Workspace.create(tmp_path_factory.mktemp("kube"))
+    workspace.extra_env["SGLANG_STACKS_HISTORY"] = str(workspace.backend / "history.sqlite")
+    return workspace
+
+
+@pytest.fixture(scope="module")
+def baseline(
+    kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
+) -> DeploymentOutputs:
+    """``k8s-baseline`` deployed: the emulator's pod serving, benchmarked by a Job."""
+    kube_workspace.init_stack("k8s-baseline", _config(kube_cluster, namespaces[0]))
+    kube_workspace.run("up", "--yes", "--skip-preview", "-s", "k8s-baseline", timeout_s=900)
+    return DeploymentOutputs.model_validate(kube_workspace.outputs("k8s-baseline"))
+
+
+def test_k8s_baseline_deploys_to_the_cluster_with_tok_s_as_an_output(
+    baseline: DeploymentOutputs, kube_cluster: Cluster, namespaces: tuple[str, str]
+) -> None:
+    assert baseline.tok_s > 0 and baseline.benchmark.tok_s_mean == baseline.tok_s
+    assert baseline.launch_flags.cuda_graph_max_bs == 512
+    # Preflight's facts are the node's: its advertised GPUs and GPU feature discovery's labels.
+    assert baseline.host is not None and baseline.host.gpu_count == 8
+    assert baseline.host.gpu_model == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert baseline.memory_plan is not None and baseline.memory_plan.verdict == "fits"
+    deployment = _get(kube_cluster, "deployment", "-n", namespaces[0], "sglang-k8s-baseline")
+    assert deployment["status"]["readyReplicas"] == 1
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] and pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert pod["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/health_generate"
+    # The server answers on 127.0.0.1 (the pod is on the node's network), and its log is the pod's.
+    port = baseline.launch_flags.port
+    answer = httpx.post(
+        f"http://127.0.0.1:{port}/generate",
+        json={"text": "hello", "sampling_params": {"max_new_tokens": 4}},
+        timeout=30,
+    )
+    assert answer.status_code == 200 and answer.json()["meta_info"]["completion_tokens"] == 4
+    log = kube_cluster.kubectl(*baseline.server_log.removeprefix("kubectl ").split()).stdout
+    assert "--cuda-graph-max-bs" in baseline.launch_command and "fired up" in log
+
+
+def test_a_flag_change_is_previewed_flag_by_flag_and_rolled_forward_and_back(
+    baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
+) -> None:
+    namespace = namespaces[0]
+    kube_workspace.init_stack(
+        "k8s-bs128", _config(kube_cluster, namespace, server={"cuda_graph_max_bs": 128})
+    )
+    previewed = kube_workspace.run("preview", "--diff", "-s", "k8s-bs128")
+    preview = previewed.stdout + previewed.stderr  # the engine prints a program's notes on stderr
+    assert "now serves k8s-baseline; deploying k8s-bs128 changes its launch flags" in preview
+    assert "~ --cuda-graph-max-bs 512 => 128" in preview
+
+    kube_workspace.run("up", "--yes", "--skip-preview", "-s", "k8s-bs128", timeout_s=900)
+    forward = DeploymentOutputs.model_validate(kube_workspace.outputs("k8s-bs128"))
+    assert forward.launch_flags.cuda_graph_max_bs == 128 and forward.tok_s > 0
+    assert _served_flags(f"http://127.0.0.1:{forward.launch_flags.port}")["cuda_graph_max_bs"] == 128
+    # The namespace's GPUs went to the new stack: the baseline's Deployment asks for no pod now.
+    assert _get(kube_cluster, "deployment", "-n", namespace, "sglang-k8s-baseline")["spec"]["replicas"] == 0
+
+    kube_workspace.run("up", "--yes", "--skip-preview", "-s", "k8s-baseline", timeout_s=900)
+    back = DeploymentOutputs.model_validate(kube_workspace.outputs("k8s-baseline"))
+    assert _served_flags(f"http://127.0.0.1:{back.launch_flags.port}")["cuda_graph_max_bs"] == 512
+    assert _get(kube_cluster, "deployment", "-n", namespace, "sglang-k8s-bs128")["spec"]["replicas"] == 0
+    assert back.tok_s > 0  # measured anew: its pod is a new one
+
+    # Within one stack, the server's flags map changes key by key.
+    kube_workspace.run(
+        "config", "set", "--path", "sglang-stacks:server.cuda_graph_max_bs", "256", "-s", "k8s-baseline"
+    )
+    previewed = kube_workspace.run("preview", "--diff", "-s", "k8s-baseline")
+    within = previewed.stdout + previewed.stderr
+    assert re.search(r"~ cuda_graph_max_bs\s*: 512 => 256", within), within
+    assert "~ --cuda-graph-max-bs 512 => 256" in within
+    kube_workspace.run(
+        "config", "set", "--path", "sglang-stacks:server.cuda_graph_max_bs", "512", "-s", "k8s-baseline"
+    )
+
+
+def test_a_pod_the_scheduler_cannot_place_is_named_with_its_reason(
+    baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
+) -> None:
+    # Another namespace is another stack's claim: the baseline keeps the node's 8 GPUs, and this
+    # stack's pod, asking for 8 too, stays Pending.
+    kube_workspace.init_stack("k8s-pending", _config(kube_cluster, namespaces[1]))
+    failed = kube_workspace.run(
+        "up", "--yes", "--skip-preview", "-s", "k8s-pending", check=False, timeout_s=600
+    )
+    said = failed.stdout + failed.stderr
+    assert failed.returncode != 0
+    error = failure_from_output(said)
+    assert isinstance(error, SchedulingError), said
+    assert "Insufficient nvidia.com/gpu" in error.scheduler_message
+    assert "stayed Pending" in said
+    kube_workspace.run("destroy", "--yes", "-s", "k8s-pending", timeout_s=300)
+
+
+def test_a_two_node_server_runs_as_a_leader_worker_set(
+    baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
+) -> None:
+    namespace = namespaces[0]
+    group = {"nodes": 2, "gpus_per_pod": 4, "dist_init_port": free_port(), "leader_address": "127.0.0.1"}
+    config = yaml.safe_load(_config(kube_cluster, namespace))["config"]
+    config["sglang-stacks:host"]["cluster"] |= group
+    kube_workspace.init_stack("k8s-two-nodes", yaml.safe_dump({"config": config}, sort_keys=False))
+    kube_workspace.run("up", "--yes", "--skip-preview", "-s", "k8s-two-nodes", timeout_s=900)
+    outputs = DeploymentOutputs.model_validate(kube_workspace.outputs("k8s-two-nodes"))
+    assert outputs.tok_s > 0 and "--nnodes 2" in outputs.launch_command
+    pods = _get(
+        kube_cluster, "pods", "-n", namespace, "-l", "app.kubernetes.io/instance=sglang-k8s-two-nodes"
+    )
+    ranks = sorted(
+        pod["spec"]["containers"][0]["args"][pod["spec"]["containers"][0]["args"].index("--node-rank") + 1]
+        for pod in pods["items"]
+    )
+    assert ranks == ["$(LWS_WORKER_INDEX)", "0"]
+    assert all(pod["status"]["phase"] == "Running" for pod in pods["items"])
+    lws = _get(kube_cluster, "leaderworkerset", "-n", namespace, "sglang-k8s-two-nodes")
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert _served_flags(f"http://127.0.0.1:{outputs.launch_flags.port}")["nnodes"] == 2
+
+
+def test_destroy_leaves_no_pod_job_or_config_map(
+    baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
+) -> None:
+    for stack in ("k8s-two-nodes", "k8s-bs128", "k8s-baseline"):
+        kube_workspace.run("destroy", "--yes", "-s", stack, timeout_s=600)
+    kinds = "pods,jobs,configmaps,deployments,leaderworkersets"
+    for namespace in namespaces:
+        # The objects are gone when destroy returns; their pods end with their grace period.
+        left = _get(kube_cluster, kinds, "-n", namespace, "-l", MANAGED)["items"]
+        deadline = time.monotonic() + 60
+        while [item for item in left if item["kind"] == "Pod"] and time.monotonic() < deadline:
+            time.sleep(1)
+            left = _get(kube_cluster, kinds, "-n", namespace, "-l", MANAGED)["items"]
+        assert [f"{item['kind']}/{item['metadata']['name']}" for item in left] == []
