@@ -19,8 +19,10 @@ import httpx
 import pytest
 import yaml
 
-from tests._pulumi import Workspace, shipped_stack_config
+from tests._pulumi import ROOT, Workspace, shipped_stack_config
 from tests._router import Load
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 pytestmark = pytest.mark.integration
 
@@ -199,6 +201,11 @@ def test_an_eight_percent_slower_change_is_caught_by_the_canary_and_rolled_back_
     assert said.count(caught.group(1)) == 1, said  # Pulumi's rows name the error's class only
     print(f"slower change: {caught.group(1)}")
     assert float(caught.group(4)) < -5
+    # The README's "about N % slower per replica" lies within the change's interval, rounded as written.
+    promised = re.search(r"rollout demo-fleet +# about (\d+) % slower per replica", README)
+    assert promised, "the README's Fleets block names the slower change's size"
+    low, high = float(caught.group(5)), float(caught.group(6))
+    assert low - 0.5 <= -float(promised.group(1)) <= high + 0.5, (promised.group(0), low, high)
     assert "rolled back: all 3 replicas serve the configuration of the update of" in said, said
     assert load.failed == [], load.none_failed()
     after = demo.server_pids()

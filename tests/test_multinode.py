@@ -8,6 +8,7 @@ relaunches both nodes together, and destroy leaves nothing.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -18,11 +19,12 @@ import httpx
 import pytest
 import yaml
 
-from tests._pulumi import Workspace, shipped_stack_config
+from tests._pulumi import ROOT, Workspace, shipped_stack_config
 
 pytestmark = pytest.mark.integration
 
 STACK = "demo-two-nodes"
+README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 class Deployed:
@@ -89,6 +91,12 @@ def test_a_two_node_tp16_server_deploys_serves_and_benchmarks(deployed: Deployed
     # All-reduces cross the hosts' network: one stream is slower than the 8-GPU host's 89.5 tok/s.
     assert 30 < outputs["replicas"][0]["tok_s"] < 75
     assert outputs["tok_s"] > 0
+    # The README's "about N tok/s for one stream", through the router to this one server, lies
+    # within the benchmark's 95 % interval, rounded as written.
+    promised = re.search(r"two-node server benchmarks at about (\d+) tok/s for one stream", README)
+    assert promised, "the README names the two-node server's tok/s"
+    low, high = outputs["benchmark_levels"][0]["tok_s_ci95"]
+    assert low - 0.5 <= float(promised.group(1)) <= high + 0.5, (promised.group(0), low, high)
     commands = [s["launch_command"] for s in deployed.servers().values()]
     assert sorted(c.split("--node-rank ")[1].split()[0] for c in commands) == ["0", "1"]
     assert all("NCCL_SOCKET_IFNAME=lo" in c and "--nnodes 2" in c for c in commands)
