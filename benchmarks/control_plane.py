@@ -87,7 +87,7 @@ memory = plan_memory(spec, release).as_dict()
 deployment = pulumi.ComponentResource("floor:index:Deployment", "deployment")
 inputs = {"probe": {"gpus": spec.host.gpu_count}, "claim": {"stack": pulumi.get_stack()},
           "environment": {"release": release}, "server": {"flags": flags},
-          "benchmark": {"workload": spec.benchmark.model_dump(mode="json")}}
+          "benchmark": {"workload": spec.benchmark.settings()}}
 for name, props in inputs.items():
     part = pulumi.CustomResource("floor:index:Thing", name, props, pulumi.ResourceOptions(parent=deployment))
     pulumi.export(name, part.id)

@@ -35,9 +35,11 @@ def measure(stack: str, trials: int, campaign: Path | None) -> tuple[float, floa
     """(pooled within-trial CV, across-trial CV of the means, each trial's tok/s runs)."""
     sections = read_stack_file(stack, ROOT / "stacks").sections
     if campaign is not None:
-        declared = load_campaign(campaign).workload
+        campaign_spec = load_campaign(campaign)
+        declared = campaign_spec.workload
         if declared is not None:
-            sections["benchmark"] = declared.model_dump(mode="json", exclude_unset=True)
+            written = campaign_spec.workload_keys
+            sections["benchmark"] = {k: v for k, v in declared.settings().items() if k in written}
     spec = load_spec(sections, stack)
     # The launcher picks a free port; the server listens on 127.0.0.1 only.
     argv = _without(
@@ -49,7 +51,7 @@ def measure(stack: str, trials: int, campaign: Path | None) -> tuple[float, floa
             tempfile.TemporaryDirectory(prefix="emulator-noise-") as state,
             start_emulator(argv, state_dir=state) as server,
         ):
-            settings = spec.benchmark.model_dump(mode="json")
+            settings = spec.benchmark.settings()
             workload = contract.Workload.from_settings(server.base_url, settings)
             document = client.run(workload)
             tok_s = document.levels[-1].tok_s_runs

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglang_emulator.launcher import free_port
 from sglang_stacks.hostops.loadgen import client, contract
+from sglang_stacks.hostops.loadgen.settings import Endpoint
 
 _CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
 _CHAT_EVENT = (
@@ -135,7 +136,7 @@ def _child_cpu_s(pid: int) -> float:
 
 
 def measure(
-    url: str, route: str, streams: int, output_len: int, requests: int, source: int
+    url: str, route: Endpoint, streams: int, output_len: int, requests: int, source: int
 ) -> dict[str, float]:
     """One closed-loop run of the load generator; its tok/s, CPU per token and bunching, and the
     share of a core the source (process ``source``) used."""

@@ -53,7 +53,7 @@ def test_state_of_the_version_before_the_package_validates_with_todays_defaults(
 
 
 def test_an_unchanged_workload_from_an_earlier_version_does_not_measure_again() -> None:
-    news = state(workload=BenchmarkSpec.model_validate(OLD_WORKLOAD).model_dump(mode="json"), update_id="u2")
+    news = state(workload=BenchmarkSpec.from_section(OLD_WORKLOAD).settings(), update_id="u2")
 
     diff = BenchmarkProvider().diff("abc", state(), news)
 

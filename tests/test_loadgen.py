@@ -18,12 +18,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from sglang_stacks.config.spec import BenchmarkSpec
 from sglang_stacks.hostops import loadgen
 from sglang_stacks.hostops.loadgen import client, contract
 from sglang_stacks.hostops.loadgen.document import SCHEMA, Document
 from sglang_stacks.hostops.loadgen.progress import Progress
+from sglang_stacks.hostops.loadgen.settings import WorkloadSettings
 from sglang_stacks.results import summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -282,7 +284,7 @@ def test_the_package_imports_only_the_standard_library_aiohttp_uvloop_and_itself
 
 
 def test_a_stack_benchmark_section_is_a_workload_and_its_command_line() -> None:
-    section = BenchmarkSpec().model_dump(mode="json")
+    section = BenchmarkSpec().settings()
     options = {option.name for option in fields(contract.Workload)}
     # The limit of the whole run is kept by the host; the SLO only reads the numbers.
     assert set(section) - options == {"timeout_s", "slo"}
@@ -299,6 +301,29 @@ def test_a_stack_benchmark_section_is_a_workload_and_its_command_line() -> None:
     )
     assert "--no-ignore-eos" in changed.argv() and "--concurrency=1,8" in changed.argv()
     assert contract.parse_args(changed.argv()) == contract.Workload(**{**vars(changed), "url": "http://h:1"})
+
+
+def test_the_stack_section_and_the_load_generator_are_one_declaration() -> None:
+    # The spec is built on the load generator's settings; it adds only what the host keeps.
+    assert issubclass(BenchmarkSpec, WorkloadSettings)
+    shared = {option.name for option in fields(WorkloadSettings)}
+    assert {option.name for option in fields(BenchmarkSpec)} - shared == {"timeout_s", "slo"}
+    assert {option.name for option in fields(contract.Workload)} - shared == {"url", "progress_file"}
+    # One limit, kept on both sides: by pydantic reading the metadata, and on the host.
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        BenchmarkSpec(input_len=0)
+    with pytest.raises(contract.LoadgenError, match="input_len is 0, but it must be at least 1; raise it"):
+        contract.Workload(input_len=0).check()
+    with pytest.raises(ValidationError, match="Input should be 'generate', 'completions' or 'chat'"):
+        BenchmarkSpec.from_section({"endpoint": "embeddings"})
+    with pytest.raises(contract.LoadgenError, match="endpoint is 'embeddings', but it must be one of"):
+        contract.Workload(endpoint="embeddings").check()  # type: ignore[arg-type]
+    # One rule across fields, one wording.
+    crowded = {"concurrency": (1, 8), "requests_per_repetition": 2}
+    with pytest.raises(ValidationError, match="requests_per_repetition is 2, but concurrency 8 needs"):
+        BenchmarkSpec.from_section(crowded)
+    with pytest.raises(contract.LoadgenError, match="requests_per_repetition is 2, but concurrency 8 needs"):
+        contract.Workload(concurrency=(1, 8), requests_per_repetition=2).check()
 
 
 def test_a_rank_sample_keeps_percentiles_and_bounds_the_size() -> None:

@@ -74,7 +74,8 @@ def candidate_base(campaign: CampaignSpec, base: Mapping[str, Any]) -> dict[str,
     pool decides the host), with the campaign's workload as the benchmark."""
     sections = {k: copy.deepcopy(v) for k, v in base.items() if k not in ("host", "gate")}
     if campaign.workload is not None:
-        sections["benchmark"] = campaign.workload.model_dump(mode="json", exclude_unset=True)
+        written = campaign.workload_keys
+        sections["benchmark"] = {k: v for k, v in campaign.workload.settings().items() if k in written}
     return sections
 
 

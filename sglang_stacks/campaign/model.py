@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import (
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from sglang_stacks.campaign.model_axes import Axis
 from sglang_stacks.campaign.model_goals import ConstraintSpec, ObjectiveSpec
@@ -60,10 +66,25 @@ class CampaignSpec(FileSection):
     drivers; default: ``reports/<campaign>/study.db`` (SQLite). Passwords never go here: the
     driver reads them from ``~/.pgpass`` or ``PGPASSWORD``."""
 
+    _workload_keys: frozenset[str] = PrivateAttr(default=frozenset())
+
     @property
     def goals(self) -> tuple[ObjectiveSpec, ...]:
         """The objectives, one or several."""
         return tuple(self.objectives) if self.objectives else (self.objective,)
+
+    @property
+    def workload_keys(self) -> frozenset[str]:
+        """The keys the file's ``workload`` writes: a trial's benchmark section holds those alone."""
+        return self._workload_keys
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _note_workload_keys(cls, data: Any, handler: ModelWrapValidatorHandler[CampaignSpec]) -> CampaignSpec:
+        made = handler(data)
+        written = data.get("workload") if isinstance(data, dict) else None
+        made._workload_keys = frozenset(written) if isinstance(written, dict) else frozenset()
+        return made
 
     @model_validator(mode="after")
     def _pool_is_consistent(self) -> CampaignSpec:
@@ -137,9 +158,9 @@ def campaign_json_schema() -> dict[str, Any]:
 def _problem(error: Any, document: Any) -> str:
     loc = [str(p) for p in error["loc"]]
     path = ".".join(loc) or "(top level)"
-    if error["type"] == "extra_forbidden":
-        parent: type[BaseModel] | None = _model_at(loc[:-1])
-        allowed = list(parent.model_fields) if parent else []
+    if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        parent = _model_at(loc[:-1])
+        allowed = list(_fields_of(parent)) if parent else []
         near = difflib.get_close_matches(loc[-1], allowed, n=1)
         fix = f"did you mean {near[0]}?" if near else f"allowed keys: {', '.join(allowed)}."
         return f"{path}: unknown key. Remove it or rename it: {fix}"
@@ -150,22 +171,29 @@ def _problem(error: Any, document: Any) -> str:
     return f"{path}{shown}: {message}.{fix}"
 
 
-def _model_at(loc: list[str]) -> type[BaseModel] | None:
-    """The model a location's last mapping belongs to, for the keys it allows."""
-    model: type[BaseModel] = CampaignSpec
+def _fields_of(model: type) -> dict[str, Any]:
+    """The fields of a pydantic model or dataclass, by name."""
+    found: dict[str, Any] = getattr(model, "__pydantic_fields__", {})
+    return found
+
+
+def _is_model(kind: object) -> bool:
+    return isinstance(kind, type) and bool(_fields_of(kind))
+
+
+def _model_at(loc: list[str]) -> type | None:
+    """The model (or pydantic dataclass) a location's last mapping belongs to, for the keys it
+    allows."""
+    model: type = CampaignSpec
     for part in loc:
         if part.isdigit():
             continue
-        field = model.model_fields.get(part)
+        field = _fields_of(model).get(part)
         annotation = getattr(field, "annotation", None)
         inner = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)]
-        nested = [a for a in inner if issubclass(a, BaseModel)]
+        nested = [a for a in inner if _is_model(a)]
         for candidate in inner:
-            nested += [
-                a
-                for a in getattr(candidate, "__args__", ())
-                if isinstance(a, type) and issubclass(a, BaseModel)
-            ]
+            nested += [a for a in getattr(candidate, "__args__", ()) if _is_model(a)]
         if not nested:
             return None
         model = nested[0]

@@ -44,7 +44,7 @@ class SearchSpace:
 
     def repetitions(self) -> int:
         """How many repetitions each trial's benchmark measures."""
-        return BenchmarkSpec.model_validate(self.base.get("benchmark") or {}).repetitions
+        return BenchmarkSpec.from_section(self.base.get("benchmark") or {}).repetitions
 
     def size(self) -> int | None:
         """How many combinations the axes make; None when an axis is a real interval without step."""

@@ -59,7 +59,7 @@ def run_on_host(inputs: BenchmarkInputs) -> Document:
     from sglang_stacks.results.summary import read_document
 
     conn = inputs.connection
-    settings = inputs.workload.model_dump(mode="json")
+    settings = inputs.workload.settings()
     extra: dict[str, bytes] = {}
     if settings.get("dataset_path"):
         path = Path(settings["dataset_path"]).expanduser()

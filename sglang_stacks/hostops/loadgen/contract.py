@@ -1,6 +1,7 @@
-"""The load generator's contract, written once: ``Workload``, whose fields are both the script's
-options (``request_timeout_s`` is ``--request-timeout-s``) and the stack's
-``sglang-stacks:benchmark`` keys. The document it prints is `document`'s.
+"""The load generator's contract: `Workload`, the settings of `settings` (the stack's benchmark
+keys, declared once there) and what only the script takes, as its command line
+(``request_timeout_s`` is ``--request-timeout-s``); how it ends (`LoadgenExit`). The document it
+prints is `document`'s.
 
 Standard library only: the project imports it to build the command line and to read the
 document, without the HTTP client that runs the benchmark.
@@ -14,22 +15,9 @@ from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any
 
-__all__ = [
-    "ARRIVALS",
-    "DATASETS",
-    "ENDPOINTS",
-    "LoadgenError",
-    "LoadgenExit",
-    "Workload",
-    "parse_args",
-]
+from .settings import WorkloadSettings, about, field_problem, workload_problem
 
-ENDPOINTS = ("generate", "completions", "chat")
-"""SGLang's ``/generate``, OpenAI's ``/v1/completions`` and ``/v1/chat/completions``."""
-DATASETS = ("fixed", "random", "sharegpt")
-"""Fixed lengths, lengths drawn from a range, or a ShareGPT-format JSON file."""
-ARRIVALS = ("closed", "poisson", "gamma")
-"""Closed loop (``concurrency`` streams), or open loop at ``request_rate`` with these arrivals."""
+__all__ = ["LoadgenError", "LoadgenExit", "Workload", "parse_args"]
 
 
 class LoadgenError(Exception):
@@ -47,46 +35,19 @@ class LoadgenExit(IntEnum):
     """argparse refused the command line (an option this script does not know)."""
 
 
-def _option(default: Any, help: str, *, least: float | None = None, above: float | None = None) -> Any:
-    """One option of the script: its default, its help, and the lowest value it takes (``least``,
-    or anything ``above``)."""
-    return field(default=default, metadata={"help": help, "least": least, "above": above})
-
-
 def _flag(name: str) -> str:
-    """The script's option for a ``Workload`` field: ``request_timeout_s`` is ``--request-timeout-s``."""
+    """The script's option for a field: ``request_timeout_s`` is ``--request-timeout-s``."""
     return "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
-class Workload:
-    """What to send and how: the prompts (exactly ``input_len`` server tokens, fresh in every run
-    unless ``prefix_share`` asks for a shared prefix), the load shape, and the repetitions.
+class Workload(WorkloadSettings):
+    """A stack's workload as the script runs it: the settings, and where to send them."""
 
-    Each field is the script's option of the same name and the stack's ``sglang-stacks:benchmark``
-    key, declared here once with its default, its help and its lowest value.
-    """
-
-    url: str = _option("http://127.0.0.1:30000", "server base URL")
-    endpoint: str = _option("generate", "generate (SGLang), completions or chat (OpenAI routes)")
-    input_len: int = _option(1024, "prompt tokens per request, as the server counts them", least=1)
-    output_len: int = _option(512, "tokens generated per request", least=1)
-    ignore_eos: bool = _option(True, "keep generating past end-of-sequence, so every request is as long")
-    dataset: str = _option("fixed", "fixed lengths, random lengths in a range, or sharegpt")
-    range_ratio: float = _option(0.5, "random: lengths drawn from [ratio * len, len]", above=0)
-    dataset_path: str = _option("", "sharegpt: the JSON file of conversations")
-    seed: int = _option(0, "seed of the lengths and of the ShareGPT sample", least=0)
-    prefix_share: float = _option(0.0, "fraction of each prompt shared by every request of a run", least=0)
-    arrival: str = _option("closed", "closed loop, or open loop with poisson or gamma arrivals")
-    request_rate: tuple[float, ...] = _option((), "open loop: requests per second, one level each")
-    burstiness: float = _option(1.0, "gamma arrivals: shape; below 1 is burstier than poisson", above=0)
-    concurrency: tuple[int, ...] = _option((1,), "closed loop: stream counts, one level each", least=1)
-    duration_s: float = _option(0.0, "if above 0, each repetition sends for this long", least=0)
-    warmup_requests: int = _option(2, "unmeasured requests first, at each level", least=0)
-    repetitions: int = _option(5, "measured runs per level", least=1)
-    requests_per_repetition: int = _option(4, "requests per run, at least the highest concurrency", least=1)
-    request_timeout_s: float = _option(600.0, "limit for one request", above=0)
-    progress_file: str = _option("", "append one JSON line per finished repetition to this file")
+    url: str = field(default="http://127.0.0.1:30000", metadata=about("The server's base URL."))
+    progress_file: str = field(
+        default="", metadata=about("Append one JSON line per finished repetition to this file.")
+    )
 
     @classmethod
     def from_settings(cls, url: str, settings: Mapping[str, Any]) -> Workload:
@@ -96,16 +57,6 @@ class Workload:
             if option.name in settings and settings[option.name] is not None:
                 values[option.name] = _typed_like(option.default, settings[option.name])
         return cls(**values)
-
-    @property
-    def open_loop(self) -> bool:
-        """Whether requests arrive at a rate rather than when a stream is free."""
-        return self.arrival != "closed"
-
-    @property
-    def levels(self) -> tuple[float, ...]:
-        """The load levels in run order: request rates (open loop) or stream counts (closed)."""
-        return self.request_rate if self.open_loop else tuple(float(c) for c in self.concurrency)
 
     def argv(self) -> list[str]:
         """The script's command line that describes this workload."""
@@ -120,55 +71,15 @@ class Workload:
         return argv
 
     def check(self) -> None:
-        """Raise ``LoadgenError`` naming the first setting that cannot describe a workload."""
+        """Raise ``LoadgenError`` naming the first setting that cannot describe a workload: a field
+        past its limits, a value outside its choices, or fields that disagree."""
         for option in fields(self):
-            value = getattr(self, option.name)
-            values = value if isinstance(value, tuple) else (value,)
-            least, above, rule = option.metadata["least"], option.metadata["above"], None
-            if not values:
-                continue
-            if least is not None and min(values) < least:
-                rule = f"at least {least:g}"
-            elif above is not None and min(values) <= above:
-                rule = f"more than {above:g}"
-            if rule:
-                shown = list(values) if isinstance(value, tuple) else value
-                raise LoadgenError(f"{option.name} is {shown}, but it must be {rule}; raise it.")
-        self._check_choices()
-        self._check_shape()
-
-    def _check_choices(self) -> None:
-        for name, allowed in (("endpoint", ENDPOINTS), ("dataset", DATASETS), ("arrival", ARRIVALS)):
-            if getattr(self, name) not in allowed:
-                raise LoadgenError(
-                    f"{name} is {getattr(self, name)!r}, but it must be one of {', '.join(allowed)}."
-                )
-        if self.prefix_share >= 1:
-            raise LoadgenError(f"prefix_share is {self.prefix_share}, but it must be below 1; lower it.")
-        if self.range_ratio > 1:
-            raise LoadgenError(f"range_ratio is {self.range_ratio}, but it must be at most 1; lower it.")
-        if (self.dataset == "sharegpt") != bool(self.dataset_path):
-            raise LoadgenError(
-                "dataset sharegpt needs dataset_path (a ShareGPT JSON file), and dataset_path needs "
-                "dataset sharegpt; set both or neither."
-            )
-
-    def _check_shape(self) -> None:
-        if self.open_loop:
-            if not self.request_rate or min(self.request_rate) <= 0:
-                raise LoadgenError(
-                    f"arrival {self.arrival} needs request_rate, one or more rates above 0 requests "
-                    f"per second (got {list(self.request_rate)}); set it, or set arrival closed."
-                )
-            return
-        if self.request_rate:
-            raise LoadgenError("request_rate applies to open loop only; set arrival poisson or gamma.")
-        if not self.duration_s and self.requests_per_repetition < max(self.concurrency):
-            raise LoadgenError(
-                f"requests_per_repetition is {self.requests_per_repetition}, but concurrency "
-                f"{max(self.concurrency)} needs at least {max(self.concurrency)} requests per repetition "
-                "to keep every stream busy; raise requests_per_repetition."
-            )
+            problem = field_problem(option.name, getattr(self, option.name), option.type, option.metadata)
+            if problem:
+                raise LoadgenError(problem)
+        problem = workload_problem(self)
+        if problem:
+            raise LoadgenError(problem)
 
 
 def _typed_like(default: Any, value: Any) -> Any:
@@ -196,7 +107,8 @@ def parse_args(argv: list[str] | None = None) -> Workload:
         description="Benchmark an SGLang server's streaming routes and print one JSON document.",
     )
     for option in fields(Workload):
-        default, help = option.default, option.metadata["help"]
+        # argparse formats help with %: the description's own % are written twice.
+        default, help = option.default, option.metadata["description"].replace("%", "%%")
         if isinstance(default, bool):
             parser.add_argument(
                 _flag(option.name), action=argparse.BooleanOptionalAction, default=default, help=help
