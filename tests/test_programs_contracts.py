@@ -152,8 +152,9 @@ def test_a_program_refuses_an_unknown_mode_with_the_code_its_contract_names(
     assert "bogus" in done.stderr
 
 
-# Declared codes no line of the program writes, and the run here that shows each: the command
-# whose failure `set -e` passes on, argparse's refusal, an uncaught Python error.
+# Declared codes no line of the program writes nor another program's contract declares, and the
+# run here that shows each: the command whose failure `set -e` passes on, argparse's refusal, an
+# uncaught Python error, a signal.
 IMPLICIT = {
     ("swap_folder.sh", 1): "test_a_failed_move_is_the_declared_failure_and_the_upload_goes",
     ("serving_note.sh", 1): "test_a_note_that_cannot_be_written_is_a_host_error",
@@ -174,7 +175,11 @@ def test_every_exit_code_a_program_writes_is_declared_and_every_declared_one_wri
     documented = attribute_docstrings(program.exits)
 
     assert written - declared == set(), f"{file} exits with codes its contract does not name"
-    assert {code for code in declared - written if code != 0} == {code for f, code in IMPLICIT if f == file}
+    # A code the program passes on from a program it runs is written in that program's contract.
+    passed_on = {int(code) for exits in program.passes_on for code in exits}
+    assert {code for code in declared - written - passed_on if code != 0} == {
+        code for f, code in IMPLICIT if f == file
+    }
     assert sorted(documented) == sorted(member.name for member in program.exits)
     unknown = program.exits.__members__.get("UNKNOWN_MODE")
     assert (unknown is not None) == (program.modes is not None)

@@ -14,14 +14,11 @@ from typing import TYPE_CHECKING
 from sglang_stacks.components._benchmark_model import BenchmarkInputs
 from sglang_stacks.components._engine_status import EngineStatus
 from sglang_stacks.errors import BenchmarkError, HostError, StacksError
-from sglang_stacks.hostops import transport
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.logs import describe_progress
-from sglang_stacks.hostops.programs.bound_contract import BOUND
-from sglang_stacks.hostops.programs.contract import source
+from sglang_stacks.hostops.programs.loadgen_run_contract import RunLoadgen
 from sglang_stacks.hostops.programs.logs_contract import FollowProgress
 from sglang_stacks.hostops.programs.runner import call
-from sglang_stacks.hostops.transport import quote, quote_path
 
 if TYPE_CHECKING:
     from sglang_stacks.hostops.loadgen.document import Document
@@ -29,18 +26,6 @@ if TYPE_CHECKING:
 # The results' document reader and the load generator's bundle are imported in the function that
 # runs it: a program run or a refresh needs neither.
 
-# The load generator arrives as a tar stream on stdin and runs from a scratch folder that goes
-# when the script ends; its progress file stays for `sglang-stacks logs`. It runs under
-# programs/bound.py: it stops when the session that started it dies (a killed update, a dropped
-# connection), and one an earlier session left behind is stopped before this one starts, so a
-# benchmark always measures alone.
-_RUN_LOADGEN = (
-    "scratch=$(mktemp -d) && trap 'rm -rf \"$scratch\"' EXIT "
-    "&& mkdir -p {progress_dir} && : > {progress} "
-    '&& tar -x -f - -C "$scratch" --no-same-owner && cd "$scratch" '
-    '&& {python} -c "$SGLANG_STACKS_BOUND" {runfile} {label} '
-    "-- {python} -m {package} {argv} --progress-file={progress}\n"
-)
 # The ShareGPT file travels inside the tar stream under this name.
 _DATASET_NAME = "dataset.json"
 # The longest a benchmark's progress may be silent: it writes a line every few seconds.
@@ -73,35 +58,23 @@ def run_on_host(inputs: BenchmarkInputs) -> Document:
         settings["dataset_path"] = _DATASET_NAME
     workload = Workload.from_settings(inputs.url, settings)
     progress = progress_path(inputs.state_dir, inputs.stack)
-    script = _RUN_LOADGEN.format(
-        python=quote(inputs.python),
-        runfile=quote_path(f"{inputs.state_dir.rstrip('/')}/loadgen.json"),
-        label=quote(f"stack {inputs.stack} (update {inputs.update_id or 'unnamed'})"),
+    run = RunLoadgen(
+        python=inputs.python,
         package=loadgen.PACKAGE_NAME,
-        argv=" ".join(quote(arg) for arg in workload.argv() if not arg.startswith("--progress-file=")),
-        progress=quote_path(progress),
-        progress_dir=quote_path(progress.rsplit("/", 1)[0]),
+        runfile=f"{inputs.state_dir.rstrip('/')}/loadgen.json",
+        label=f"stack {inputs.stack} (update {inputs.update_id or 'unnamed'})",
+        options=tuple(arg for arg in workload.argv() if not arg.startswith("--progress-file=")),
+        progress=progress,
+        bundle=loadgen.bundle(extra),
+        limit_s=inputs.workload.timeout_s,
     )
-    timeout_s = inputs.workload.timeout_s
     started = time.monotonic()
     try:
         with _reported(conn, progress, inputs.own_urn):
-            result = transport.run(
-                conn,
-                script,
-                timeout_s=timeout_s,
-                stdin=loadgen.bundle(extra),
-                env={"SGLANG_STACKS_BOUND": source(BOUND.file)},
-            )
+            printed = call(conn, run)
     except HostError as error:
-        raise _dropped(inputs, time.monotonic() - started, timeout_s, error) from None
-    if not result.ok:
-        raise BenchmarkError(
-            f"The benchmark on {conn.label} failed (exit {result.exit_code}): "
-            f"{result.stderr.strip()[-2000:] or result.stdout.strip()[-2000:]} "
-            "Check that the server still runs (`pulumi refresh`) and that the workload fits its limits."
-        )
-    return read_document(result.stdout)
+        raise _dropped(inputs, time.monotonic() - started, run.run_limit_s(), error) from None
+    return read_document(printed)
 
 
 @contextlib.contextmanager

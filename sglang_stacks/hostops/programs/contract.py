@@ -81,6 +81,8 @@ class Program:
     one); None for a program that does one thing."""
     companions: Mapping[str, str] = field(default_factory=dict)
     """Other programs of this folder it runs, shipped with it: variable -> file."""
+    passes_on: tuple[type[IntEnum], ...] = ()
+    """The exit codes of the programs it runs that it ends with, as they are (their own enums)."""
 
     @property
     def is_python(self) -> bool:
