@@ -203,7 +203,7 @@ class KubeDeployment(pulumi.ComponentResource):
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-loadgen", workloads.loadgen_config_map(loadgen.source_files(), labels), opts=child
         )
-        settings = spec.benchmark.model_dump(mode="json")
+        settings = spec.benchmark.settings()
 
         def command(url: str) -> list[str]:
             return [cluster.python, "-m", loadgen.PACKAGE_NAME, *Workload.from_settings(url, settings).argv()]
