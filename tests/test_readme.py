@@ -183,6 +183,14 @@ def test_the_three_uses_run_as_written_and_print_what_the_readme_says(walk: Walk
             within(-float(said_pct.group(1)), interval, said_pct.group(1))
             assert "rollout: baseline serves again" in said, said
     assert compared is not None
+    # The preview's flag diff, as the README shows it (the draft model's folder is this test's).
+    shown = re.findall(r"^ +([~+-] --\S+.*)$", section("The three uses, on the emulator"), re.MULTILINE)
+    assert shown, "the README shows the preview's flag diff"
+    previewed = walk.said["pulumi preview --diff -s eagle3-bs128"]
+    preview = previewed.stdout + previewed.stderr  # the diff display writes diagnostics to stderr
+    for flag in shown:
+        expected = flag if "draft-model-path" not in flag else flag.rsplit(" ", 1)[0]
+        assert expected in preview, (expected, preview)
 
 
 def test_a_change_inside_a_deployed_stack_previews_flag_by_flag(walk: Walk) -> None:
