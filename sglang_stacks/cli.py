@@ -20,6 +20,7 @@ from sglang_stacks.errors import StacksError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir, stacks_dir
 from sglang_stacks.results import compare, history, plot, promote
+from sglang_stacks.results.stats import LAUNCH_CV_PCT, Noise
 
 __all__ = ["COMMANDS", "Command", "main"]
 
@@ -48,6 +49,28 @@ def _configure_compare(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="exit 1 only when a stack is significantly slower than the first by more than this",
     )
+    parser.add_argument(
+        "--launch-cv-pct",
+        type=_percent,
+        default=LAUNCH_CV_PCT,
+        help=f"how much one configuration's tok/s moves between launches and hosts, in percent "
+        f"(default {LAUNCH_CV_PCT:g}): added to every comparison",
+    )
+    parser.add_argument(
+        "--min-effect-pct",
+        type=_percent,
+        help="a smaller difference is within noise (default: what the launch floor gives)",
+    )
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 100.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage; give a number from 0 to 100")
+    return value
 
 
 def _run_compare(args: argparse.Namespace) -> int:
@@ -64,6 +87,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         json_out=args.json,
         all_flags=args.all_flags,
         tolerance_pct=args.tolerance_pct,
+        noise=Noise(args.launch_cv_pct, args.min_effect_pct),
     )
 
 

@@ -299,5 +299,7 @@ def test_a_clear_winner_is_called_clear() -> None:
 def test_a_tiny_p_value_reads_as_below_a_thousandth() -> None:
     ranking = rank(ObjectiveSpec(), [_trial("a", [89.0, 89.1, 89.0]), _trial("c", [54.0, 54.1, 54.0])])
 
-    assert "(-39.3 %, p<0.001)" in ranking.verdict()
+    assert "(-39.3 %, p<0.001, beyond the 2.8 % margin of launches and hosts): a clear winner" in (
+        ranking.verdict()
+    )
     assert "p=<" not in ranking.verdict()

@@ -171,7 +171,7 @@ def test_a_failed_launch_and_the_slo_are_constraints_the_study_keeps(tmp_path: P
     assert [r.model_dump() for r in records(reopened)] == [r.model_dump() for r in found.values()]
 
 
-def test_the_interval_pruner_stops_a_clearly_worse_trial_and_names_both_intervals(tmp_path: Path) -> None:
+def test_the_interval_pruner_stops_a_clearly_worse_trial_and_names_both_means(tmp_path: Path) -> None:
     campaign = _campaign(
         tmp_path,
         "base: baseline\naxes:\n  - {key: server.cuda_graph_max_bs, values: [128, 512]}\n"
@@ -195,8 +195,7 @@ def test_the_interval_pruner_stops_a_clearly_worse_trial_and_names_both_interval
     assert isinstance(pruner, IntervalPruner)
     reason = pruner.reason(search.study, search.study.trials[slow.number])
     assert reason is not None
-    assert reason.startswith("after 2 of 4 repetitions its 95 % interval (")
-    assert "lies below the best's (fast: " in reason
+    assert reason.startswith("after 2 of 4 repetitions its mean 44.1 is 49.9 % below the best's (fast: 88.1;")
 
 
 def test_the_default_strategy_is_grid_until_the_kept_candidates_outnumber_the_budget(tmp_path: Path) -> None:

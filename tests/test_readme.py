@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from sglang_stacks.results import history
-from sglang_stacks.results.stats import welch_t_test
+from sglang_stacks.results.stats import compare_runs
 from tests._pulumi import ROOT, Workspace, free_port
 
 pytestmark = pytest.mark.integration
@@ -128,11 +128,10 @@ class Walk:
 
 def change_interval(runs: list[float], reference: list[float]) -> tuple[float, float]:
     """The 95 % interval of the change of ``runs`` against ``reference``, in percent of the
-    reference's mean (Welch's, as compare and the gate judge)."""
-    test = welch_t_test(runs, reference)
-    assert test.difference_ci95 is not None
-    base = sum(reference) / len(reference)
-    return (100 * test.difference_ci95[0] / base, 100 * test.difference_ci95[1] / base)
+    reference's mean, as compare and the gate judge it (Welch's, with the floor between launches)."""
+    interval = compare_runs(runs, reference).change_ci95_pct
+    assert interval is not None
+    return interval
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import random
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from scipy import stats as scipy_stats
 
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.hostops.loadgen import client, contract
@@ -32,30 +34,33 @@ def test_ci95_half_width_is_the_published_t_quantile_times_the_standard_error(
     assert (low + high) / 2 == pytest.approx(stats.mean(values))
 
 
+WELCH = stats.Noise(launch_cv_pct=0.0, min_effect_pct=0.0)
+"""No launch floor and no margin: the comparison is Welch's test alone."""
+
+
 def test_a_difference_at_the_published_critical_t_has_p_five_percent() -> None:
     # Two runs each, sample variance 2, so each mean's variance is 1: Welch's df is 2, whose
     # 97.5 % t quantile is 4.303.
     shift = 4.3027 * math.sqrt(2)
-    test = stats.welch_t_test([0.0, 2.0], [shift, shift + 2.0])
-    assert test.df == pytest.approx(2.0)
-    assert test.t == pytest.approx(-4.3027)
-    assert test.p_value == pytest.approx(0.05, abs=1e-4)
-    assert not stats.welch_t_test([0.0, 2.0], [shift - 0.5, shift + 1.5]).significant()
-    assert stats.welch_t_test([0.0, 2.0], [shift + 0.5, shift + 2.5]).significant()
+    difference = stats.compare_runs([0.0, 2.0], [shift, shift + 2.0], WELCH)
+    assert difference.p_value == pytest.approx(0.05, abs=1e-4)
+    assert not stats.compare_runs([0.0, 2.0], [shift - 0.5, shift + 1.5], WELCH).significant
+    assert stats.compare_runs([0.0, 2.0], [shift + 0.5, shift + 2.5], WELCH).significant
 
 
 def test_welchs_interval_of_the_difference_is_the_published_t_quantile_times_its_standard_error() -> None:
     # The example above: each mean's variance is 1 and Welch's df is 2, so the interval's half width
-    # is 4.303 * sqrt(2); it just touches zero when p is 5 %.
+    # is 4.303 * sqrt(2) (here in percent of the reference's mean); it just touches zero when p is 5 %.
     shift = 4.3027 * math.sqrt(2)
-    test = stats.welch_t_test([0.0, 2.0], [shift, shift + 2.0])
-    assert test.difference == pytest.approx(-shift)
-    assert test.difference_ci95 is not None
-    low, high = test.difference_ci95
-    assert (high - low) / 2 == pytest.approx(4.3027 * math.sqrt(2), abs=1e-3)
+    difference = stats.compare_runs([0.0, 2.0], [shift, shift + 2.0], WELCH)
+    reference = shift + 1.0
+    assert difference.change_pct == pytest.approx(-shift / reference * 100)
+    assert difference.change_ci95_pct is not None
+    low, high = difference.change_ci95_pct
+    assert (high - low) / 2 == pytest.approx(4.3027 * math.sqrt(2) / reference * 100, abs=1e-3)
     assert high == pytest.approx(0.0, abs=1e-3)
-    assert stats.welch_t_test([1.0], [2.0, 3.0]).difference_ci95 is None
-    assert stats.welch_t_test([5.0, 5.0], [6.0, 6.0]).difference_ci95 == (-1.0, -1.0)
+    assert stats.compare_runs([1.0], [2.0, 3.0], WELCH).change_ci95_pct is None
+    assert stats.compare_runs([5.0, 5.0], [4.0, 4.0], WELCH).change_ci95_pct == (25.0, 25.0)
 
 
 def test_mean_stdev_and_ci95_of_five_runs() -> None:
@@ -80,20 +85,21 @@ def test_percentiles_interpolate_between_ranks() -> None:
 def test_welch_finds_the_campaign_regression_significant() -> None:
     baseline = [89.1, 89.9, 89.4, 89.7, 89.4]
     eagle3 = [54.3, 53.8, 54.2, 54.0, 54.2]
-    test = stats.welch_t_test(eagle3, baseline)
-    assert test.t < -100
-    assert test.p_value is not None and test.p_value < 1e-6
-    assert test.significant()
+    difference = stats.compare_runs(eagle3, baseline, WELCH)
+    assert difference.p_value is not None and difference.p_value < 1e-6
+    assert difference.significant
 
 
 def test_welch_matches_a_hand_computed_example() -> None:
     a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 4.0, 5.5]
-    test = stats.welch_t_test(a, b)
+    difference = stats.compare_runs(a, b, WELCH)
     var_a, var_b = (5.0 / 3) / 4, (6.6875 / 3) / 4  # sample variances 1.667 and 2.229, over n
-    assert test.t == pytest.approx(-1.125 / math.sqrt(var_a + var_b))
-    assert test.df == pytest.approx((var_a + var_b) ** 2 / (var_a**2 / 3 + var_b**2 / 3))
-    assert test.p_value == pytest.approx(0.2986, abs=1e-3)
-    assert not test.significant()
+    df = (var_a + var_b) ** 2 / (var_a**2 / 3 + var_b**2 / 3)
+    assert difference.p_value == pytest.approx(0.2986, abs=1e-3)
+    assert difference.change_ci95_pct is not None
+    half = (difference.change_ci95_pct[1] - difference.change_ci95_pct[0]) / 2
+    assert half == pytest.approx(scipy_stats.t.ppf(0.975, df) * math.sqrt(var_a + var_b) / 3.625 * 100)
+    assert not difference.significant
 
 
 def test_a_constant_sample_is_tested_without_a_library_warning() -> None:
@@ -102,10 +108,13 @@ def test_a_constant_sample_is_tested_without_a_library_warning() -> None:
     steady, varied = [81.23] * 5, [81.23, 81.25, 81.21, 81.24, 81.22]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        test = stats.welch_t_test(steady, varied)
+        difference = stats.compare_runs(steady, varied, WELCH)
 
-    assert test.p_value == pytest.approx(1.0)
-    assert test.df == pytest.approx(4.0)  # all the spread is the varied sample's: n - 1
+    assert difference.p_value == pytest.approx(1.0)
+    assert difference.change_ci95_pct is not None  # all the spread is the varied sample's: df n - 1
+    half = (difference.change_ci95_pct[1] - difference.change_ci95_pct[0]) / 2
+    spread = stats.stdev(varied) / math.sqrt(5) / stats.mean(varied) * 100
+    assert half == pytest.approx(scipy_stats.t.ppf(0.975, 4) * spread)
 
 
 def test_p_values_read_as_people_write_them() -> None:
@@ -118,9 +127,74 @@ def test_p_values_read_as_people_write_them() -> None:
 
 
 def test_welch_with_too_few_or_constant_runs() -> None:
-    assert stats.welch_t_test([1.0], [2.0, 3.0]).p_value is None
-    assert stats.welch_t_test([5.0, 5.0], [5.0, 5.0]).p_value == 1.0
-    assert stats.welch_t_test([5.0, 5.0], [6.0, 6.0]).p_value == 0.0
+    assert stats.compare_runs([1.0], [2.0, 3.0], WELCH).p_value is None
+    assert stats.compare_runs([5.0, 5.0], [5.0, 5.0], WELCH).p_value == 1.0
+    assert stats.compare_runs([5.0, 5.0], [6.0, 6.0], WELCH).p_value == 0.0
+
+
+# Two campaign trials of the same server in effect, on two pool hosts of a loaded machine: each
+# launch's repetitions agree to 0.02 %, the launches differ by 0.2 %.
+SAME_SERVER = ([88.31, 88.29, 88.33], [88.10, 88.12, 88.08])
+
+
+def test_two_launches_of_one_server_are_within_noise_though_their_repetitions_differ_significantly() -> None:
+    alone = stats.compare_runs(*SAME_SERVER, WELCH)
+    assert alone.p_value is not None and alone.p_value < 0.001  # repetitions alone: "a clear winner"
+
+    difference = stats.compare_runs(*SAME_SERVER)
+
+    assert difference.within_noise and not difference.significant
+    assert difference.describe().startswith("within noise, p=")
+    # Significant by the test but under the practical margin: within noise all the same.
+    tight = stats.compare_runs(*SAME_SERVER, stats.Noise(launch_cv_pct=0.0, min_effect_pct=1.0))
+    assert tight.within_noise
+    assert tight.describe() == "within noise: p<0.001, under the 1.0 % margin"
+
+
+def test_the_default_margin_is_what_two_launches_of_one_configuration_stay_within() -> None:
+    noise = stats.Noise()
+    assert noise.launch_cv_pct == stats.LAUNCH_CV_PCT
+    assert noise.margin_pct == pytest.approx(1.95996 * math.sqrt(2) * stats.LAUNCH_CV_PCT, rel=1e-5)
+    assert stats.Noise(min_effect_pct=3.0).margin_pct == 3.0
+    assert stats.Noise.declared(None) == noise and stats.Noise.declared(1.0).launch_cv_pct == 1.0
+
+
+def test_identical_configurations_on_varying_launches_are_split_less_often_than_the_test_allows() -> None:
+    # Simulated launches of one configuration: each launch's mean is off by the floor's spread
+    # (CV 1 %), its 3 repetitions by 0.1 % more. The rule may call them different in at most 5 %
+    # of pairs (its size); with the margin, far fewer.
+    rng = random.Random(7)
+    split = 0
+    pairs = 2000
+    for _ in range(pairs):
+        offsets = [88.0 * (1 + rng.gauss(0, stats.LAUNCH_CV_PCT / 100)) for _ in range(2)]
+        a, b = ([o * (1 + rng.gauss(0, 0.001)) for _ in range(3)] for o in offsets)
+        split += stats.compare_runs(a, b).significant
+    assert split / pairs <= 0.05
+
+
+@pytest.mark.parametrize(
+    ("runs", "reference", "change"),
+    [
+        ([54.3, 53.8, 54.2, 54.0, 54.2], [89.1, 89.9, 89.4, 89.7, 89.4], -39.6),  # EAGLE-3, bs 128
+        ([84.1, 84.3, 84.0, 84.2, 84.2], [87.9, 88.0, 88.1, 87.9, 88.0], -4.3),  # graphs up to 256
+    ],
+)
+def test_real_differences_of_the_seeds_stay_significant(
+    runs: list[float], reference: list[float], change: float
+) -> None:
+    difference = stats.compare_runs(runs, reference)
+    assert difference.change_pct == pytest.approx(change, abs=0.1)
+    assert difference.significant and difference.describe().startswith("significant, p")
+
+
+def test_a_gate_fails_only_a_slowdown_beyond_its_tolerance_and_the_margin_that_the_test_confirms() -> None:
+    slower = stats.compare_runs([84.1, 84.3, 84.0], [88.0, 88.1, 87.9])  # -4.4 %
+    assert slower.below(2.0) and not slower.below(5.0)
+    assert not stats.compare_runs(*SAME_SERVER[::-1]).below(0.0)  # 0.2 % slower: within noise
+    # One run on a side: nothing to test, so beyond both the tolerance and the margin fails.
+    assert stats.compare_runs([84.0], [88.0]).below(2.0)
+    assert not stats.compare_runs([87.5], [88.0]).below(0.0)
 
 
 def _records(ttft_ms: Sequence[float], tpot_ms: Sequence[float | None]) -> list[Record]:

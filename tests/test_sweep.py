@@ -218,7 +218,13 @@ def test_the_report_ranks_bs128_first_and_says_which_fractions_are_within_noise(
     assert len(ranking) == 4
     assert "bs128" in ranking[0]
     assert "bs512-auto" in ranking[-1] and "significantly worse" in ranking[-1]
-    assert "within noise" in result.stdout
+    # bs 128 at three memory fractions is one server in effect (the same single-stream decode in
+    # the emulator's model), measured in three launches over the two hosts of a loaded machine:
+    # never split, whatever each launch's offset. Welch's test on the repetitions alone called such
+    # a pair "a clear winner" at 0.2 % apart.
+    same = [line for line in ranking if "bs128-" in line]
+    assert len(same) == 3 and all("significantly worse" not in line for line in same), "\n".join(ranking)
+    assert "within noise" in result.stdout and "a clear winner" not in result.stdout
     assert "| `pool-" in report and "nccl" in report
 
 
@@ -362,8 +368,8 @@ def test_a_candidate_clearly_worse_after_its_first_repetitions_is_stopped_early(
 
     assert fast["stopped_early"] is None and len(fast["levels"][0]["tok_s_runs"]) == 4
     assert len(slow["levels"][0]["tok_s_runs"]) == 2
-    assert slow["stopped_early"].startswith("after 2 of 4 repetitions its 95 % interval")
-    assert f"lies below the best's ({fast_stack}:" in slow["stopped_early"]
+    assert slow["stopped_early"].startswith("after 2 of 4 repetitions its mean ")
+    assert f"% below the best's ({fast_stack}: " in slow["stopped_early"]
     # The fast trial ran its repetitions in two parts, the stopped one only its first.
     rows = [row.stack for row in history.rows(project.history_path, [fast_stack, slow_stack])]
     assert sorted(rows) == sorted([fast_stack, fast_stack, slow_stack])
@@ -372,7 +378,7 @@ def test_a_candidate_clearly_worse_after_its_first_repetitions_is_stopped_early(
 
     report = (project.workspace.path / "reports" / "remote" / "report.md").read_text()
     stopped = report.split("## Stopped early", 1)[1].split("##", 1)[0]
-    assert f"`{slow_stack}`" in stopped and "lies below the best's" in stopped
+    assert f"`{slow_stack}`" in stopped and "% below the best's" in stopped
     row = next(line for line in report.splitlines() if line.startswith("| 2 |"))
     assert slow_stack in row and "significantly worse, stopped early" in row
 

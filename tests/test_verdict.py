@@ -72,7 +72,28 @@ def test_a_change_the_runs_cannot_tell_from_the_reference_is_not_held_back() -> 
     assert verdict.passed
     assert verdict.change_pct is not None and verdict.change_pct < -5
     assert verdict.p_value is not None and verdict.p_value > 0.05
-    assert verdict.line.endswith("beyond the 5 % tolerance but not significant")
+    assert verdict.line.endswith("beyond the 5 % tolerance but within noise")
+
+
+def test_a_canary_a_host_away_from_the_reference_is_within_noise_even_with_no_tolerance() -> None:
+    # One configuration on two hosts differs by a few tenths of a percent, with repetitions tight
+    # enough for Welch's test alone to call it significant; the floor between hosts counts.
+    host_away = result([88.85, 88.88, 88.86, 88.87, 88.84])  # 0.6 % below
+
+    verdict = judge_canary(
+        host_away, REFERENCE, reference_url=REFERENCE_URL, tok_s_tolerance_pct=0, ttft_tolerance_pct=None
+    )
+
+    assert verdict.passed and verdict.line.endswith("beyond the 0 % tolerance but within noise")
+    alone = judge_canary(
+        host_away,
+        REFERENCE,
+        reference_url=REFERENCE_URL,
+        tok_s_tolerance_pct=0,
+        ttft_tolerance_pct=None,
+        noise=stats.Noise(0.0, 0.0),
+    )
+    assert not alone.passed
 
 
 def test_a_significant_change_within_the_tolerance_passes() -> None:

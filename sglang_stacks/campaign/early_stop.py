@@ -4,9 +4,10 @@ repetitions is not given more, decided by an Optuna pruner so it works under eve
 Such a trial runs in two updates of its stack: the first measures ``after_repetitions``, whose
 per-repetition values of the first objective are reported to the trial as its intermediate
 values; the server stays up and, unless the pruner says the trial is clearly worse, the second
-measures the rest of the workload's repetitions, whose runs join the first's. Clearly worse: the
-95 % interval of its mean lies wholly on the worse side of the 95 % interval of the best
-feasible trial measured in full so far. With no such trial yet (the first trials, or all hosts
+measures the rest of the workload's repetitions, whose runs join the first's. Clearly worse: worse
+than the best feasible trial measured in full so far by a difference a user cares about, by the
+rule every verdict uses (``stats.compare_runs``: significant with the floor between launches and
+hosts, and at least the practical margin). With no such trial yet (the first trials, or all hosts
 busy with their first), every candidate gets all repetitions.
 """
 
@@ -21,7 +22,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from sglang_stacks.campaign.attributes import suggested
-from sglang_stacks.results.stats import BenchmarkResult, ci95, mean, stdev
+from sglang_stacks.results.stats import BenchmarkResult, Noise, ci95, compare_runs, mean, p_text, stdev
 
 __all__ = ["IntervalPruner", "clearly_worse", "merge_levels"]
 
@@ -31,20 +32,19 @@ def clearly_worse(
     best: tuple[str, Sequence[float]],
     total_repetitions: int,
     minimize: bool = False,
+    noise: Noise | None = None,
 ) -> str | None:
     """Why a trial whose first repetitions measured ``values`` stops, given the best full trial
     (its name and values), or None when it goes on."""
-    if len(values) < 2 or len(best[1]) < 2:
-        return None
-    low, high = ci95(values)
-    best_low, best_high = ci95(best[1])
-    worse = low > best_high if minimize else high < best_low
-    if not worse:
+    difference = compare_runs(values, best[1], noise)
+    worse = difference.change_pct > 0 if minimize else difference.change_pct < 0
+    if not (worse and difference.significant):
         return None
     side = "above" if minimize else "below"
     return (
-        f"after {len(values)} of {total_repetitions} repetitions its 95 % interval "
-        f"({low:.1f} to {high:.1f}) lies {side} the best's ({best[0]}: {best_low:.1f} to {best_high:.1f})"
+        f"after {len(values)} of {total_repetitions} repetitions its mean {mean(values):.1f} is "
+        f"{abs(difference.change_pct):.1f} % {side} the best's ({best[0]}: {mean(best[1]):.1f}; "
+        f"{p_text(difference.p_value)}, beyond the {difference.margin_pct:.1f} % margin)"
     )
 
 
@@ -53,11 +53,12 @@ def _values(trial: FrozenTrial) -> list[float]:
 
 
 class IntervalPruner(BasePruner):
-    """Prunes a trial whose reported repetitions' 95 % interval lies wholly on the worse side of
-    the best full trial's (complete, feasible, with at least two repetitions reported)."""
+    """Prunes a trial whose reported repetitions are clearly worse (``clearly_worse``) than the best
+    full trial's (complete, feasible, with at least two repetitions reported)."""
 
-    def __init__(self, total_repetitions: int) -> None:
+    def __init__(self, total_repetitions: int, noise: Noise | None = None) -> None:
         self.total_repetitions = total_repetitions
+        self.noise = noise
 
     def _best(self, study: optuna.Study) -> tuple[str, list[float]] | None:
         minimize = study.direction == StudyDirection.MINIMIZE
@@ -77,7 +78,7 @@ class IntervalPruner(BasePruner):
         if best is None:
             return None
         minimize = study.direction == StudyDirection.MINIMIZE
-        return clearly_worse(_values(trial), best, self.total_repetitions, minimize)
+        return clearly_worse(_values(trial), best, self.total_repetitions, minimize, self.noise)
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         return self.reason(study, trial) is not None

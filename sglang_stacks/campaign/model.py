@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from sglang_stacks.campaign.model_axes import Axis
-from sglang_stacks.campaign.model_goals import ConstraintSpec, ObjectiveSpec
+from sglang_stacks.campaign.model_goals import ConstraintSpec, NoiseSpec, ObjectiveSpec
 from sglang_stacks.campaign.model_pool import PoolHost, check_pool, check_storage
 from sglang_stacks.campaign.model_search import BudgetSpec, EarlyStopSpec, SearchSpec
 from sglang_stacks.config.docstrings import FileSection
@@ -60,6 +60,9 @@ class CampaignSpec(FileSection):
     """Limits on trials launched, GPU hours and hours."""
     early_stop: EarlyStopSpec | None = None
     """Stop clearly worse candidates after their first repetitions; default: every trial runs all."""
+    noise: NoiseSpec = Field(default_factory=NoiseSpec)
+    """How much results move between launches and hosts, and the smallest difference that counts:
+    what the ranking, its verdict and early stop allow for."""
     storage: str | None = Field(default=None, pattern=r"^[a-z0-9+]+://")
     """Where the campaign's Optuna study lives: a database URL such as
     ``postgresql+psycopg://sweep@db.internal:5432/campaigns``, shared by several ``sweep run``

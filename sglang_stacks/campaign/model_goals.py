@@ -1,5 +1,6 @@
 """What a campaign optimises and bounds (``objective``/``objectives`` and ``subject_to`` in its
-file): a metric read at a load level, maximised or minimised, or kept within an SLO bound.
+file): a metric read at a load level, maximised or minimised, or kept within an SLO bound; and how
+much a measured difference must be to count (``noise``).
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from typing import Literal, get_args
 from pydantic import Field, model_validator
 
 from sglang_stacks.config.docstrings import FileSection
+from sglang_stacks.results.stats import LAUNCH_CV_PCT, Noise
 
-__all__ = ["METRICS", "ConstraintSpec", "Direction", "LoadLevel", "Metric", "ObjectiveSpec"]
+__all__ = ["METRICS", "ConstraintSpec", "Direction", "LoadLevel", "Metric", "NoiseSpec", "ObjectiveSpec"]
 
 Metric = Literal[
     "tok_s",
@@ -134,3 +136,21 @@ class ConstraintSpec(FileSection):
         """The constraint's name in the study: ``ttft_p99_ms@concurrency=16<=500``."""
         bound = f"<={self.max:g}" if self.max is not None else f">={self.min:g}"
         return f"{self.metric}@{self.at.key}{bound}"
+
+
+class NoiseSpec(FileSection):
+    """How much a configuration's result moves from one launch or pool host to another, and the
+    smallest difference the ranking, its verdict and early stop call one (``stats.Noise``)."""
+
+    launch_cv_pct: float = Field(default=LAUNCH_CV_PCT, ge=0, le=50)
+    """The spread of a configuration's mean from one launch or host to another (coefficient of
+    variation, percent), added to every comparison of two trials; the default is measured
+    (docs/campaigns.md). Raise it for hosts that differ more (at 32 streams and above, real SGLang
+    servers have measured about 2.5)."""
+    min_effect_pct: float | None = Field(default=None, ge=0, le=100)
+    """A smaller difference is within noise, however small its p-value; default: the difference two
+    launches of one configuration stay within 95 % of the time at that floor."""
+
+    def noise(self) -> Noise:
+        """The noise every verdict of the campaign allows for."""
+        return Noise(self.launch_cv_pct, self.min_effect_pct)

@@ -20,7 +20,8 @@ __all__ = ["best", "display", "summary"]
 
 def best(sweep: Sweep, found: list[TrialRecord] | None = None) -> tuple[str, float] | None:
     """The feasible measured trial with the best mean (first) objective so far, and that mean."""
-    ranking = rank(sweep.plan.campaign.goals[0], sweep.records() if found is None else found)
+    campaign = sweep.plan.campaign
+    ranking = rank(campaign.goals[0], sweep.records() if found is None else found, campaign.noise.noise())
     return (ranking.trials[0].stack, ranking.trials[0].mean) if ranking.trials else None
 
 

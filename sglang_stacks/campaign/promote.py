@@ -62,7 +62,7 @@ def promote_winner(
 ) -> int:
     """Promote the best trial (or ``trial``) into ``target``; the exit code of ``promote``."""
     found = load_records(plan, reports)
-    ranking = rank(plan.campaign.goals[0], found)
+    ranking = rank(plan.campaign.goals[0], found, plan.campaign.noise.noise())
     if trial is None:
         if ranking.winner is None:
             raise SpecError(

@@ -1,20 +1,21 @@
 """Ranking with honesty: the feasible measured trials (every SLO met) ordered by the objective's
-mean, best first, with 95 % intervals; each compared with the best by Welch's t-test; a winner
-within noise of the runner-up is called so. Trials that missed an SLO and trials that failed are
-listed apart. An objective read once per trial (a latency percentile, goodput) has no interval:
-its trials are ordered, not tested."""
+mean, best first, with 95 % intervals; each compared with the best by the rule every verdict uses
+(``stats.compare_runs``: Welch's test with the floor between launches and hosts, and the practical
+margin), so a winner within noise of the runner-up is called so, and one merely a launch's worth
+ahead never "a clear winner". Trials that missed an SLO and trials that failed are listed apart.
+An objective read once per trial (a latency percentile, goodput) has no interval: its trials are
+ordered, not tested, and a difference under the margin is within noise all the same."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.model_goals import ObjectiveSpec
 from sglang_stacks.campaign.objective import describe, level_for, samples
-from sglang_stacks.results.stats import ALPHA, ci95, mean, p_text, welch_t_test
-from sglang_stacks.results.verdict import change_pct
+from sglang_stacks.results.stats import Difference, Noise, ci95, compare_runs, mean, p_text
 
 __all__ = ["RankedTrial", "Ranking", "rank"]
 
@@ -30,24 +31,32 @@ class RankedTrial:
     mean: float
     ci95: tuple[float, float]
     samples: tuple[float, ...]
-    change_pct: float
-    """Against the best (0 for the best itself)."""
-    p_value: float | None
-    """Welch's two-sided p against the best; None for the best, or when either has fewer than two
-    samples (nothing to test)."""
+    difference: Difference | None
+    """Against the best; None for the best itself."""
     ttft_p50_ms: float | None
     stopped_early: str | None = None
     """Why it measured only its first repetitions (campaign ``early_stop``), or None."""
 
     @property
+    def change_pct(self) -> float:
+        """Its mean against the best's, in percent (0 for the best itself)."""
+        return self.difference.change_pct if self.difference else 0.0
+
+    @property
+    def p_value(self) -> float | None:
+        """The test's p against the best; None for the best, or when either has fewer than two
+        samples (nothing to test)."""
+        return self.difference.p_value if self.difference else None
+
+    @property
     def within_noise(self) -> bool:
-        """Not significantly different from the best (the best is within noise of itself)."""
-        return self.rank == 1 or (self.p_value is not None and self.p_value >= ALPHA)
+        """No difference a user cares about from the best (the best is within noise of itself)."""
+        return self.difference is None or self.difference.within_noise
 
     @property
     def tested(self) -> bool:
         """Compared with the best by a test (both have at least two samples)."""
-        return self.rank == 1 or self.p_value is not None
+        return self.difference is None or self.difference.p_value is not None
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,8 @@ class Ranking:
     failed: tuple[TrialRecord, ...]
     missed_slo: tuple[TrialRecord, ...] = ()
     """Measured trials that missed an SLO constraint (their ``violations`` say by how much)."""
+    noise: Noise = field(default_factory=Noise)
+    """What every comparison allowed for: the floor between launches and hosts, the margin."""
 
     @property
     def winner(self) -> RankedTrial | None:
@@ -85,17 +96,23 @@ class Ranking:
                 "has one value of this objective, so the difference is not tested."
             )
         if not tied:
+            assert second.difference is not None  # only the best has none
             return (
                 f"{head}, significantly ahead of the runner-up {second.stack} "
-                f"({second.change_pct:+.1f} %, {p_text(second.p_value)}): a clear winner."
+                f"({second.change_pct:+.1f} %, {p_text(second.p_value)}, beyond the "
+                f"{second.difference.margin_pct:.1f} % margin of launches and hosts): a clear winner."
             )
-        names = ", ".join(
-            f"{t.stack} ({_labels(t)}, {t.change_pct:+.1f} %, {p_text(t.p_value)})" for t in tied
-        )
+        names = ", ".join(f"{t.stack} ({_labels(t)}, {t.change_pct:+.1f} %, {_why(t)})" for t in tied)
         return (
-            f"{head}, but it is within noise of {names}: the data do not separate them. "
-            "Promote any of them, or measure them with more repetitions to tell them apart."
+            f"{head}, but it is within noise of {names}: the data do not separate them beyond what "
+            f"launches and hosts alone make ({self.noise.launch_cv_pct:g} % between launches, a "
+            f"{self.noise.margin_pct:.1f} % margin). Promote any of them, or measure them with more "
+            "repetitions to tell them apart."
         )
+
+
+def _why(trial: RankedTrial) -> str:
+    return trial.difference.describe() if trial.difference else "the best"
 
 
 def _labels(trial: RankedTrial) -> str:
@@ -107,9 +124,10 @@ def _ttft(objective: ObjectiveSpec, levels: list[dict[str, Any]]) -> float | Non
     return ttft.p50 if ttft else None
 
 
-def rank(objective: ObjectiveSpec, records: Sequence[TrialRecord]) -> Ranking:
+def rank(objective: ObjectiveSpec, records: Sequence[TrialRecord], noise: Noise | None = None) -> Ranking:
     """Order the feasible measured trials by mean objective, best first, each judged against the
-    best."""
+    best with ``noise`` (default ``stats.Noise()``)."""
+    noise = noise or Noise()
     measured = [r for r in records if r.status == "done" and r.levels and not r.violations]
     sign = 1.0 if objective.goal == "minimize" else -1.0
     scored = sorted(
@@ -128,12 +146,11 @@ def rank(objective: ObjectiveSpec, records: Sequence[TrialRecord]) -> Ranking:
                 mean=mean(values),
                 ci95=ci95(values),
                 samples=values,
-                change_pct=0.0 if first else change_pct(mean(values), mean(best_samples)),
-                p_value=None if first else welch_t_test(values, best_samples).p_value,
+                difference=None if first else compare_runs(values, best_samples, noise),
                 ttft_p50_ms=_ttft(objective, record.levels),
                 stopped_early=record.stopped_early,
             )
         )
     failed = tuple(r for r in records if r.status == "failed")
     missed = tuple(r for r in records if r.status == "done" and r.violations)
-    return Ranking(objective, tuple(ranked), failed, missed)
+    return Ranking(objective, tuple(ranked), failed, missed, noise)

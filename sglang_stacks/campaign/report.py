@@ -38,7 +38,7 @@ def load_records(plan: Plan, reports: Path) -> list[TrialRecord]:
 
 def load_ranking(plan: Plan, reports: Path) -> Ranking:
     """The ranking of the campaign's trials, by its (first) objective."""
-    return rank(plan.campaign.goals[0], load_records(plan, reports))
+    return rank(plan.campaign.goals[0], load_records(plan, reports), plan.campaign.noise.noise())
 
 
 def search_summary(found: list[TrialRecord]) -> str:
@@ -119,6 +119,15 @@ def _pareto(plan: Plan, study: optuna.Study, found: list[TrialRecord]) -> list[s
     return [*lines, ""]
 
 
+def _significance(ranking: Ranking) -> str:
+    noise = ranking.noise
+    return (
+        "Significance: Welch's t-test against the best over the repetitions, p < 0.05, with "
+        f"{noise.launch_cv_pct:g} % between launches and hosts added to each mean; a difference under "
+        f"{noise.margin_pct:.1f} % is within noise whatever its p (campaign `noise`)."
+    )
+
+
 def _candidates(plan: Plan, discarded: int) -> str:
     """How many candidates the plan listed and kept, or why it listed none."""
     if not plan.listed:
@@ -133,7 +142,7 @@ def write_report(plan: Plan, reports: Path) -> Path:
     folder = reports / plan.name
     study = _study(plan, reports)
     found = records(study)
-    ranking = rank(plan.campaign.goals[0], found)
+    ranking = rank(plan.campaign.goals[0], found, plan.campaign.noise.noise())
     figures = draw_all(ranking, found, folder) if ranking.trials else {}
     discarded = [row for row in plan.rows if row.verdict == "discarded"]
     reasons = Counter(reason.split(":", 1)[0] for row in discarded for reason in row.reasons)
@@ -145,8 +154,7 @@ def write_report(plan: Plan, reports: Path) -> Path:
         f"Objective: {'; '.join(describe(goal) for goal in plan.campaign.goals)}"
         + "".join(f", subject to {c.name}" for c in plan.campaign.subject_to)
         + f". {_candidates(plan, len(discarded))}; {len(ranking.trials)} trials measured, "
-        f"{len(ranking.failed)} failed. Significance: Welch's t-test against the best over the "
-        "repetitions, p < 0.05.",
+        f"{len(ranking.failed)} failed. {_significance(ranking)}",
         "",
         f"Search: {plan.strategy}"
         + ("" if plan.strategy == "grid" else f" (seed {plan.campaign.search.seed})")

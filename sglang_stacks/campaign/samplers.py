@@ -49,10 +49,10 @@ def make_sampler(campaign: CampaignSpec, strategy: Strategy) -> optuna.samplers.
 
 
 def make_pruner(campaign: CampaignSpec, total_repetitions: int) -> optuna.pruners.BasePruner:
-    """The interval rule (``early_stop``) as a pruner, or none."""
+    """The early stop rule (``early_stop``) as a pruner, with the campaign's noise, or none."""
     if campaign.early_stop is None:
         return optuna.pruners.NopPruner()
-    return IntervalPruner(total_repetitions)
+    return IntervalPruner(total_repetitions, campaign.noise.noise())
 
 
 def report_repetitions(trial: optuna.Trial, samples: Sequence[float], first_step: int = 0) -> None:

@@ -34,6 +34,7 @@ from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
 from sglang_stacks.errors import CanaryRegressionError
 from sglang_stacks.results import stats, summary
+from sglang_stacks.results.stats import Noise
 from sglang_stacks.results.verdict import CanaryVerdict, judge_canary, unjudged_canary
 
 
@@ -119,6 +120,7 @@ def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
         reference_url=reference.url,
         tok_s_tolerance_pct=rollout.tok_s_tolerance_pct,
         ttft_tolerance_pct=rollout.ttft_tolerance_pct,
+        noise=Noise.declared(rollout.launch_cv_pct),
     )
     if not verdict.passed:
         raise CanaryRegressionError(

@@ -81,3 +81,7 @@ class GateSpec(FileSection):
     """How many percent slower than the baseline still passes."""
     on_regression: Literal["fail", "hand_back"] = "fail"
     """``fail`` the update, or ``hand_back`` the host to the baseline stack."""
+    launch_cv_pct: float | None = Field(default=None, ge=0, le=50)
+    """How much a configuration's tok/s moves from one launch or host to another (coefficient of
+    variation, percent): the baseline's result is another launch's, so the comparison allows for
+    it, and a slowdown within that noise passes. Default: the project's measured floor."""

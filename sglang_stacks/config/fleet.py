@@ -70,6 +70,10 @@ class RolloutSpec(FileSection):
     """The canary may be this much slower in tok/s than the current replica; none: not judged."""
     ttft_tolerance_pct: float | None = Field(default=None, ge=0)
     """The canary's median TTFT may be this much higher; none: not judged."""
+    launch_cv_pct: float | None = Field(default=None, ge=0, le=50)
+    """How much tok/s moves from one host to another (coefficient of variation, percent): the canary
+    and the reference run on two hosts, so the comparison allows for it. Default: the project's
+    measured floor."""
     on_regression: Literal["roll_back", "stop"] = "roll_back"
     """After a regressed canary, ``sglang-stacks rollout`` relaunches the changed hosts on the
     fleet's current configuration and puts them back in the router (``roll_back``), or leaves them

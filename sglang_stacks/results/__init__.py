@@ -15,10 +15,11 @@ if TYPE_CHECKING:
     from sglang_stacks.results.outputs import FleetOutputs as FleetOutputs
     from sglang_stacks.results.outputs import ReplicaOutputs as ReplicaOutputs
     from sglang_stacks.results.stats import BenchmarkResult as BenchmarkResult
+    from sglang_stacks.results.stats import Difference as Difference
     from sglang_stacks.results.stats import Goodput as Goodput
+    from sglang_stacks.results.stats import Noise as Noise
     from sglang_stacks.results.stats import Percentiles as Percentiles
     from sglang_stacks.results.stats import Slo as Slo
-    from sglang_stacks.results.stats import WelchTest as WelchTest
     from sglang_stacks.results.verdict import CanaryVerdict as CanaryVerdict
     from sglang_stacks.results.verdict import GateVerdict as GateVerdict
     from sglang_stacks.results.verdict import StackVerdict as StackVerdict

@@ -18,7 +18,7 @@ from sglang_stacks.config.render import show_value, shown_flags
 from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.results.outputs import DeploymentOutputs
-from sglang_stacks.results.stats import BenchmarkResult
+from sglang_stacks.results.stats import BenchmarkResult, Noise
 from sglang_stacks.results.verdict import StackVerdict, change_pct, judge
 
 __all__ = [
@@ -157,12 +157,17 @@ def _validated(outputs_by_stack: Mapping[str, Mapping[str, Any]]) -> dict[str, D
 
 
 def compare(
-    outputs_by_stack: Mapping[str, Mapping[str, Any]], *, all_flags: bool = False, tolerance_pct: float = 0.0
+    outputs_by_stack: Mapping[str, Mapping[str, Any]],
+    *,
+    all_flags: bool = False,
+    tolerance_pct: float = 0.0,
+    noise: Noise | None = None,
 ) -> Comparison:
-    """Compare every stack with the first: flags, metrics, significance and verdicts.
+    """Compare every stack with the first: flags, metrics, significance and verdicts (``noise``:
+    the launch floor and practical margin every verdict allows for; default ``stats.Noise()``).
 
     ``tolerance_pct`` sets the exit code: 1 when a stack is significantly slower than the first by
-    more than this many percent, else 0.
+    more than this many percent (and the margin), else 0.
     """
     if tolerance_pct < 0:
         raise SpecError(f"tolerance_pct is {tolerance_pct}, but it must be 0 or more; pass e.g. 5 for 5 %.")
@@ -180,7 +185,7 @@ def compare(
             flag_rows.append(FlagRow(flag=name, values=values, differs=differs))
     results = {stack: o.benchmark for stack, o in parsed.items()}
     reference = stacks[0]
-    verdicts = tuple(judge(s, results[s], reference, results[reference]) for s in stacks[1:])
+    verdicts = tuple(judge(s, results[s], reference, results[reference], noise) for s in stacks[1:])
     regressed = any(v.significant and v.change_pct < -tolerance_pct for v in verdicts)
     return Comparison(
         stacks=stacks,
@@ -250,6 +255,7 @@ def main_compare(
     *,
     all_flags: bool = False,
     tolerance_pct: float = 0.0,
+    noise: Noise | None = None,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
 ) -> int:
@@ -262,6 +268,7 @@ def main_compare(
             {stack: outputs_loader(stack) for stack in stacks},
             all_flags=all_flags,
             tolerance_pct=tolerance_pct,
+            noise=noise,
         )
     except StacksError as exc:
         print(f"compare: {exc}", file=err)

@@ -12,7 +12,7 @@ import os
 from sglang_stacks.config.spec import GateSpec
 from sglang_stacks.errors import GateError, RegressionError
 from sglang_stacks.results import history
-from sglang_stacks.results.stats import BenchmarkResult
+from sglang_stacks.results.stats import BenchmarkResult, Noise
 from sglang_stacks.results.verdict import GateVerdict, judge_gate
 
 __all__ = ["check", "evaluate"]
@@ -32,6 +32,7 @@ def evaluate(
         gate.tolerance_pct,
         candidate_stack=stack,
         baseline_stack=gate.baseline_stack,
+        noise=Noise.declared(gate.launch_cv_pct),
     )
 
 

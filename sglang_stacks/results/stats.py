@@ -1,5 +1,10 @@
-"""Benchmark statistics: mean, spread, t-distribution confidence intervals, percentiles, Welch's t-test
-(the t quantiles and the test from ``scipy.stats``).
+"""Benchmark statistics: mean, spread, t-distribution confidence intervals, percentiles (the t
+quantiles and Welch's test from ``scipy.stats``), and how two measured configurations compare
+(``compare_runs``), the one rule of ``compare``, the gates, a campaign's ranking and its early stop.
+Each result is a launch, often on its own host, whose mean carries an offset its repetitions cannot
+show (a fresh server's graphs and memory layout, clocks, a neighbour's load): every comparison adds
+that floor (``Noise.launch_cv_pct``) to each mean's variance, and calls a difference one only when
+the test then rejects equal means and it reaches the practical margin (``Noise.margin_pct``).
 
 ``BenchmarkResult`` is the flat, JSON-ready record of one load level that becomes the stack's
 ``benchmark`` output and a row of the results history; ``summary`` builds it from the load
@@ -17,23 +22,26 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "ALPHA",
+    "LAUNCH_CV_PCT",
     "TOK_S_DECIMALS",
     "BenchmarkResult",
+    "Difference",
     "Goodput",
+    "Noise",
     "Percentiles",
     "Slo",
-    "WelchTest",
     "ci95",
+    "compare_runs",
+    "launch_margin_pct",
     "mean",
     "p_text",
     "percentile",
     "stdev",
     "tok_s_figure",
-    "welch_t_test",
 ]
 
 ALPHA = 0.05
-"""A difference is significant when Welch's two-sided p-value is below this."""
+"""A difference can be significant only when Welch's two-sided p-value is below this."""
 
 
 def mean(values: Sequence[float]) -> float:
@@ -80,54 +88,116 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[below] + (ordered[above] - ordered[below]) * (rank - below)
 
 
+LAUNCH_CV_PCT = 1.0
+"""How much a configuration's mean tok/s moves from one launch (or host) to another, as a
+coefficient of variation in percent: the default floor of every comparison. Real GPU hosts differ
+by about 1 % (public SGLang figures: 0.1 to 0.3 % run to run at 1 to 16 streams); this project's
+emulator hosts, measured by ``benchmarks/emulator_noise.py``, by 0.1 % on a loaded machine and 0.9 %
+with two more busy processes on its two cores (docs/campaigns.md, "Verdicts and the noise floor")."""
+
+
+def launch_margin_pct(launch_cv_pct: float) -> float:
+    """The practical margin a floor gives: two launches of one configuration differ by less than
+    this, in percent, 95 % of the time (``1.96 x sqrt(2) x launch_cv_pct``)."""
+    return float(_scipy_stats().norm.ppf(1 - ALPHA / 2)) * math.sqrt(2.0) * launch_cv_pct
+
+
 @dataclass(frozen=True)
-class WelchTest:
-    """Welch's unequal-variance t-test of two samples' means."""
+class Noise:
+    """What a comparison of two measured configurations allows for beside their repetitions."""
 
-    t: float
-    df: float
+    launch_cv_pct: float = LAUNCH_CV_PCT
+    """The spread of a configuration's mean from one launch or host to another (CV, percent)."""
+    min_effect_pct: float | None = None
+    """The smallest difference worth a verdict, in percent; None: ``launch_margin_pct`` of the floor."""
+
+    @classmethod
+    def declared(cls, launch_cv_pct: float | None, min_effect_pct: float | None = None) -> Noise:
+        """The noise a file declares, the default floor where it declares none."""
+        return cls(LAUNCH_CV_PCT if launch_cv_pct is None else launch_cv_pct, min_effect_pct)
+
+    @property
+    def margin_pct(self) -> float:
+        """The practical margin: a smaller difference is within noise, however small its p-value."""
+        return launch_margin_pct(self.launch_cv_pct) if self.min_effect_pct is None else self.min_effect_pct
+
+
+@dataclass(frozen=True)
+class Difference:
+    """How one result's runs compare with a reference result's, each from its own launch."""
+
+    change_pct: float
+    """Its mean against the reference's, in percent of the reference's (negative: lower)."""
     p_value: float | None
-    """Two-sided; ``None`` when a sample has fewer than two values, so nothing can be said."""
-    difference: float = 0.0
-    """The first sample's mean minus the second's."""
-    difference_ci95: tuple[float, float] | None = None
-    """95 % confidence interval of ``difference`` (Welch's degrees of freedom); ``None`` with
-    fewer than two values in a sample."""
+    """Welch's two-sided p with the launch floor in each mean's variance; None with fewer than two
+    runs on a side (nothing to test)."""
+    change_ci95_pct: tuple[float, float] | None
+    """95 % interval of ``change_pct`` (Welch's degrees of freedom); None when untested."""
+    margin_pct: float
+    """The practical margin it was judged against."""
 
-    def significant(self, alpha: float = ALPHA) -> bool:
-        return self.p_value is not None and self.p_value < alpha
+    @property
+    def significant(self) -> bool:
+        """A difference a user cares about: the test rejects equal means and it reaches the margin."""
+        return self.p_value is not None and self.p_value < ALPHA and abs(self.change_pct) >= self.margin_pct
+
+    @property
+    def within_noise(self) -> bool:
+        """No difference a user cares about: tested and not significant, or smaller than the margin."""
+        return not self.significant and (self.p_value is not None or abs(self.change_pct) < self.margin_pct)
+
+    def below(self, tolerance_pct: float) -> bool:
+        """Lower than the reference by more than ``tolerance_pct`` and the margin, and significantly
+        so (or beyond both with nothing to test): what fails a gate."""
+        beyond = self.change_pct < -max(tolerance_pct, self.margin_pct)
+        return beyond and (self.p_value is None or self.p_value < ALPHA)
+
+    def describe(self) -> str:
+        """The verdict in words: ``significant, p<0.001``, ``within noise, p=0.298``, or why not."""
+        if self.p_value is None:
+            if abs(self.change_pct) < self.margin_pct:
+                return f"within noise: under the {self.margin_pct:.1f} % margin, one run on a side"
+            return "significance unknown: fewer than two runs"
+        p = p_text(self.p_value)
+        if self.significant:
+            return f"significant, {p}"
+        if self.p_value < ALPHA:
+            return f"within noise: {p}, under the {self.margin_pct:.1f} % margin"
+        return f"within noise, {p}"
 
 
-def welch_t_test(a: Sequence[float], b: Sequence[float]) -> WelchTest:
-    """Whether the means of ``a`` and ``b`` differ more than their spread explains, and by how much."""
-    if len(a) < 2 or len(b) < 2:
-        return WelchTest(t=0.0, df=0.0, p_value=None, difference=mean(a) - mean(b) if a and b else 0.0)
-    var_a, var_b = stdev(a) ** 2 / len(a), stdev(b) ** 2 / len(b)
-    difference = mean(a) - mean(b)
-    if var_a + var_b == 0.0:
-        # Two constant samples: identical means say nothing differs, different ones say it surely does.
-        df = float(len(a) + len(b) - 2)
-        point = (difference, difference)
-        if difference == 0.0:
-            return WelchTest(t=0.0, df=df, p_value=1.0, difference=0.0, difference_ci95=point)
-        t = math.copysign(math.inf, difference)
-        return WelchTest(t=t, df=df, p_value=0.0, difference=difference, difference_ci95=point)
+def compare_runs(runs: Sequence[float], reference: Sequence[float], noise: Noise | None = None) -> Difference:
+    """How ``runs`` (one launch's repetitions) compare with ``reference`` (another launch's): Welch's
+    test (``scipy.stats.ttest_ind_from_stats``) on their means, each mean's variance its runs'
+    spread over their count plus the launch floor's share, ``(launch_cv x mean)^2``."""
+    noise = noise or Noise()
+    centre, base = mean(runs), mean(reference)
+    change = (centre - base) / base * 100.0 if base else 0.0
+    if len(runs) < 2 or len(reference) < 2:
+        return Difference(change, None, None, noise.margin_pct)
+    floor = noise.launch_cv_pct / 100.0
+    var_runs = stdev(runs) ** 2 / len(runs) + (floor * centre) ** 2
+    var_reference = stdev(reference) ** 2 / len(reference) + (floor * base) ** 2
+    if var_runs + var_reference == 0.0:  # constant runs and no floor: equal or surely different
+        point = (change, change)
+        return Difference(change, 1.0 if change == 0.0 else 0.0, point, noise.margin_pct)
     scipy_stats = _scipy_stats()
-    # From the samples' mean and spread as computed above (exact sums): scipy's ttest_ind computes
-    # them again and warns of precision loss whenever a sample is constant, as a steady server's
-    # tok/s runs, rounded to 0.01, can be.
+    # From the means and spreads computed above (exact sums; scipy's ttest_ind would compute them again
+    # and warn of precision loss for a constant sample, as a steady server's runs rounded to 0.01 can
+    # be), each spread widened by the launch floor's share.
+    spreads = (math.sqrt(var_runs * len(runs)), math.sqrt(var_reference * len(reference)))
     test = scipy_stats.ttest_ind_from_stats(
-        mean(a), stdev(a), len(a), mean(b), stdev(b), len(b), equal_var=False
+        centre, spreads[0], len(runs), base, spreads[1], len(reference), equal_var=False
     )
-    df = (var_a + var_b) ** 2 / (var_a**2 / (len(a) - 1) + var_b**2 / (len(b) - 1))  # Welch-Satterthwaite
-    half = float(scipy_stats.t.ppf(0.975, df)) * math.sqrt(var_a + var_b)
-    return WelchTest(
-        t=float(test.statistic),
-        df=df,
-        p_value=float(test.pvalue),
-        difference=difference,
-        difference_ci95=(difference - half, difference + half),
+    # Welch-Satterthwaite, as the test computes it, for the interval of the difference.
+    df = (var_runs + var_reference) ** 2 / (
+        var_runs**2 / (len(runs) - 1) + var_reference**2 / (len(reference) - 1)
     )
+    half = float(scipy_stats.t.ppf(1 - ALPHA / 2, df)) * math.sqrt(var_runs + var_reference)
+    interval = (
+        ((centre - base - half) / base * 100.0, (centre - base + half) / base * 100.0) if base else None
+    )
+    return Difference(change, float(test.pvalue), interval, noise.margin_pct)
 
 
 def p_text(p_value: float | None) -> str:

@@ -1,5 +1,6 @@
-"""How one result's tok/s compares with a reference result's: the change in percent, whether
-Welch's t-test on their runs calls it significant, and the sentence that says so.
+"""How one result's tok/s compares with a reference result's: the change in percent, whether it is
+a difference a user cares about (``stats.compare_runs``: Welch's test with the launch floor, and the
+practical margin) or within noise, and the sentence that says so.
 
 ``compare`` prints a ``StackVerdict`` for each stack; the regression gate decides with a
 ``GateVerdict``; a fleet's canary gate with a ``CanaryVerdict``. All come from here, so they never
@@ -11,7 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from sglang_stacks.errors import GateError, SpecError
-from sglang_stacks.results.stats import ALPHA, BenchmarkResult, p_text, welch_t_test
+from sglang_stacks.results.stats import BenchmarkResult, Noise, compare_runs
 
 __all__ = [
     "CanaryVerdict",
@@ -30,14 +31,6 @@ def change_pct(value: float, reference: float) -> float:
     return (value - reference) / reference * 100.0
 
 
-def _significance(p_value: float | None) -> str:
-    """``significant, p<0.001``, ``not significant, p=0.298``, or why nothing can be said."""
-    if p_value is None:
-        return "significance unknown: fewer than two runs"
-    word = "significant" if p_value < ALPHA else "not significant"
-    return f"{word}, {p_text(p_value)}"
-
-
 class StackVerdict(BaseModel):
     """How one stack's tok/s compares with the reference stack's."""
 
@@ -49,14 +42,20 @@ class StackVerdict(BaseModel):
     reference_tok_s: float
     change_pct: float
     p_value: float | None
+    """Welch's two-sided p, the launch floor in each mean's variance (``stats.compare_runs``)."""
     significant: bool
+    """A difference a user cares about: significant and at least the practical margin."""
+    margin_pct: float
+    """The practical margin: a smaller difference is within noise."""
     line: str
 
 
-def judge(stack: str, result: BenchmarkResult, reference: str, base: BenchmarkResult) -> StackVerdict:
+def judge(
+    stack: str, result: BenchmarkResult, reference: str, base: BenchmarkResult, noise: Noise | None = None
+) -> StackVerdict:
     """The verdict on ``stack``'s result against the ``reference`` stack's result ``base``."""
-    change = change_pct(result.tok_s_mean, base.tok_s_mean) if base.tok_s_mean else 0.0
-    test = welch_t_test(result.tok_s_runs, base.tok_s_runs)
+    difference = compare_runs(result.tok_s_runs, base.tok_s_runs, noise)
+    change = difference.change_pct
     if round(change, 1) == 0.0:
         relation = f"as fast as {reference}"
     else:
@@ -67,9 +66,10 @@ def judge(stack: str, result: BenchmarkResult, reference: str, base: BenchmarkRe
         tok_s=result.tok_s_mean,
         reference_tok_s=base.tok_s_mean,
         change_pct=round(change, 2),
-        p_value=test.p_value,
-        significant=test.significant(),
-        line=f"{stack} is {relation} ({_significance(test.p_value)})",
+        p_value=difference.p_value,
+        significant=difference.significant,
+        margin_pct=round(difference.margin_pct, 2),
+        line=f"{stack} is {relation} ({difference.describe()})",
     )
 
 
@@ -95,8 +95,10 @@ def judge_gate(
     *,
     candidate_stack: str = "this stack",
     baseline_stack: str = "the baseline",
+    noise: Noise | None = None,
 ) -> GateVerdict:
-    """Pass unless ``candidate`` is slower than ``baseline`` by more than ``tolerance_pct`` percent."""
+    """Pass unless ``candidate`` is slower than ``baseline`` by more than ``tolerance_pct`` percent
+    and the practical margin, significantly (``Difference.below``): a slowdown within noise passes."""
     if tolerance_pct < 0:
         raise SpecError(
             f"The gate tolerance is {tolerance_pct} %, but it must be 0 or more; set e.g. 5 for 5 %."
@@ -106,28 +108,30 @@ def judge_gate(
             f"{baseline_stack}'s recorded tok/s is {baseline.tok_s_mean}, so nothing can be gated "
             f"against it. Benchmark it again with `pulumi up -s {baseline_stack}`."
         )
-    change = change_pct(candidate.tok_s_mean, baseline.tok_s_mean)
-    p_value = welch_t_test(candidate.tok_s_runs, baseline.tok_s_runs).p_value
-    passed = change >= -tolerance_pct
+    difference = compare_runs(candidate.tok_s_runs, baseline.tok_s_runs, noise)
+    change = difference.change_pct
+    passed = not difference.below(tolerance_pct)
     measured = (
         f"{candidate_stack} ran at {candidate.tok_s_mean:.1f} tok/s, {abs(change):.1f} % "
         f"{'slower' if change < 0 else 'faster'} than {baseline_stack}'s {baseline.tok_s_mean:.1f} tok/s "
-        f"({_significance(p_value)})"
+        f"({difference.describe()})"
     )
-    if passed:
-        message = f"{measured}, within the {tolerance_pct:g} % tolerance."
-    else:
+    if not passed:
         message = (
             f"{measured}, beyond the {tolerance_pct:g} % tolerance. Roll back with "
             f"`pulumi up -s {baseline_stack}`, or raise the gate tolerance if this is expected."
         )
+    elif change < -tolerance_pct:
+        message = f"{measured}: beyond the {tolerance_pct:g} % tolerance but within noise, so it passes."
+    else:
+        message = f"{measured}, within the {tolerance_pct:g} % tolerance."
     return GateVerdict(
         passed=passed,
         candidate_tok_s=candidate.tok_s_mean,
         baseline_tok_s=baseline.tok_s_mean,
         change_pct=round(change, 2),
         tolerance_pct=tolerance_pct,
-        p_value=p_value,
+        p_value=difference.p_value,
         message=message,
     )
 
@@ -179,36 +183,31 @@ def judge_canary(
     reference_url: str,
     tok_s_tolerance_pct: float | None,
     ttft_tolerance_pct: float | None,
+    noise: Noise | None = None,
 ) -> CanaryVerdict:
     """The canary regressed when its tok/s is below the reference's by more than the tolerance and
-    Welch's test on their runs calls the difference significant, or its median TTFT is above the
+    the practical margin, significantly (``Difference.below``), or its median TTFT is above the
     reference's by more than its tolerance.
 
     Both results must come from one measurement of both replicas under the same conditions; the
-    significance keeps the noise of two short benchmarks from holding a neutral change back, the
-    tolerance keeps a real but small change from doing so.
+    test (with the floor between hosts) keeps the noise of two short benchmarks from holding a
+    neutral change back, the tolerance keeps a real but small change from doing so.
     """
-    test = welch_t_test(canary.tok_s_runs, reference.tok_s_runs)
-    base = reference.tok_s_mean
-    change = change_pct(canary.tok_s_mean, base) if base else 0.0
-    interval = (
-        (test.difference_ci95[0] / base * 100.0, test.difference_ci95[1] / base * 100.0)
-        if test.difference_ci95 is not None and base
-        else None
-    )
+    difference = compare_runs(canary.tok_s_runs, reference.tok_s_runs, noise)
+    change = difference.change_pct
+    interval = difference.change_ci95_pct
     said = [f"95 % CI {_interval(interval)} %"] if interval else []
-    said.append(_significance(test.p_value))
+    said.append(difference.describe())
     measured = (
         f"canary {canary.tok_s_mean:.1f} tok/s (95 % CI {_interval(canary.tok_s_ci95)}) against "
         f"{reference.tok_s_mean:.1f} tok/s (95 % CI {_interval(reference.tok_s_ci95)}) on {reference_url}, "
         f"{change:+.1f} % ({', '.join(said)})"
     )
     problems: list[str] = []
-    if tok_s_tolerance_pct is not None and change < -tok_s_tolerance_pct:
-        if test.p_value is None or test.significant():
-            problems.append(f"{measured}, beyond the {tok_s_tolerance_pct:g} % tolerance")
-        else:
-            measured += f", beyond the {tok_s_tolerance_pct:g} % tolerance but not significant"
+    if tok_s_tolerance_pct is not None and difference.below(tok_s_tolerance_pct):
+        problems.append(f"{measured}, beyond the {tok_s_tolerance_pct:g} % tolerance")
+    elif tok_s_tolerance_pct is not None and change < -tok_s_tolerance_pct:
+        measured += f", beyond the {tok_s_tolerance_pct:g} % tolerance but within noise"
     elif tok_s_tolerance_pct is not None:
         measured += f", within the {tok_s_tolerance_pct:g} % tolerance"
     if ttft_tolerance_pct is not None and canary.ttft_ms and reference.ttft_ms:
@@ -228,7 +227,7 @@ def judge_canary(
         reference_tok_s_ci95=reference.tok_s_ci95,
         change_pct=change,
         change_ci95_pct=interval,
-        p_value=test.p_value,
+        p_value=difference.p_value,
         tok_s_tolerance_pct=tok_s_tolerance_pct,
         problems=tuple(problems),
     )
