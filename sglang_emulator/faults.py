@@ -22,8 +22,18 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HANG_PHASES", "FaultError", "Faults", "load_faults", "parse_faults"]
+__all__ = ["FAULT_NAMES", "HANG_PHASES", "FaultError", "Faults", "load_faults", "parse_faults"]
 
+FAULT_NAMES = (
+    "crash_after_s",
+    "crash_after_requests",
+    "hang_after_requests",
+    "hang_at_phase",
+    "slow_readiness_s",
+    "error_burst",
+    "port_in_use",
+)
+"""Every fault a server can be given (the keys of ``faults``), each described above."""
 HANG_PHASES = ("init", "weights", "kv_cache", "cuda_graph", "warmup")
 
 
@@ -90,19 +100,10 @@ def parse_faults(spec: dict[str, Any]) -> Faults:
     """Checks a fault specification (a stack file's ``emulator.faults``) and returns its faults."""
     if not isinstance(spec, dict):
         raise FaultError(f"Faults must be an object of fault names and values, got {spec!r}.")
-    allowed = {
-        "crash_after_s",
-        "crash_after_requests",
-        "hang_after_requests",
-        "hang_at_phase",
-        "slow_readiness_s",
-        "error_burst",
-        "port_in_use",
-    }
-    unknown = sorted(set(spec) - allowed)
+    unknown = sorted(set(spec) - set(FAULT_NAMES))
     if unknown:
         raise FaultError(
-            f"Unknown fault {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}. Remove or rename it."
+            f"Unknown fault {unknown[0]!r}; allowed: {', '.join(sorted(FAULT_NAMES))}. Remove or rename it."
         )
     hang = spec.get("hang_at_phase")
     if hang is not None and hang not in HANG_PHASES:

@@ -40,7 +40,10 @@ class Cause(StrEnum):
     PORT_IN_USE = "port_in_use"
     """Another process holds a server's port."""
     CRASH = "crash"
-    """A server exited while it was benchmarked, for a reason its log does not name."""
+    """A server exited (starting, or while benchmarked) for a reason its log does not name."""
+    START_TIMEOUT = "start_timeout"
+    """A server was not ready within ``launch.ready_timeout_s`` and was stopped, its log naming no
+    cause (still loading, or hung: the phase its log stopped at says where)."""
     HANG = "hang"
     """A server still runs but stopped answering while it was benchmarked."""
     ERROR_RESPONSES = "error_responses"

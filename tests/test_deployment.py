@@ -421,7 +421,8 @@ def test_a_change_whose_server_fails_to_start_is_explained_and_baseline_rolls_ba
     assert up.returncode != 0
     assert "exited before it became ready (port_in_use)" in up.stdout
     assert "address already in use" in up.stdout
-    assert "Another process holds the server's port on the host" in up.stdout
+    assert f"Another process holds port {port} on the host" in up.stdout
+    assert f"set server.port to a port other than {port} that is free" in up.stdout
     assert emulator_pids(port) == []
     assert "eagle3-bs128-server" not in resources(workspace, "eagle3-bs128")
     assert baseline_pid not in gpu_processes(tmp_path)

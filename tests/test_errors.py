@@ -3,6 +3,8 @@ its fields from the CLI's text, never the words of the message."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 from pydantic import ValidationError
 
@@ -131,8 +133,10 @@ def test_the_hierarchy_the_docstring_draws_is_the_one_the_module_has() -> None:
 def test_every_cause_a_failure_carries_is_one_of_the_one_enum() -> None:
     from sglang_stacks.errors import FailureRecord, _classes
     from sglang_stacks.hostops import server_failure
+    from sglang_stacks.hostops.failure_fixes import LogCause
 
     assert {type(kind.cause) for kind in _classes().values()} == {Cause}
-    assert {type(failure.kind) for _, failure in server_failure._FAILURES} == {Cause}
+    assert {type(cause) for cause in server_failure._CAUSES.values()} == {Cause}
+    assert set(server_failure._CAUSES) == set(get_args(LogCause))  # every cause a log names has one
     with pytest.raises(ValidationError, match="cause"):
         FailureRecord.model_validate({"error": "ServerError", "cause": "out of memory", "summary": "s"})

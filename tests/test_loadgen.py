@@ -193,10 +193,17 @@ def test_failed_requests_are_counted_not_fatal(server: FakeSGLang) -> None:
     assert read.levels[0].answered_by_the_server == 3 and read.levels[0].name == "concurrency 1"
 
 
-def test_every_request_failing_is_an_error_that_says_what_failed(server: FakeSGLang) -> None:
+def test_a_level_where_every_request_failed_says_how_and_ends_the_run(server: FakeSGLang) -> None:
     server.schedule.fail_every = 1
-    with pytest.raises(contract.LoadgenError, match=r"All 3 requests at concurrency 1 failed.*HTTP 500"):
-        client.run(_workload(server, warmup_requests=0, repetitions=1, requests_per_repetition=3))
+    document = client.run(
+        _workload(server, concurrency=(1, 2), warmup_requests=0, repetitions=1, requests_per_repetition=3)
+    )
+    # The run stops at that level (the next would only fail the same way), and its document still
+    # says how each request failed: here the server answered each with an error.
+    (level,) = document.levels
+    assert level.every_request_failed and (level.requests, level.errors) == (3, 3)
+    assert level.error_kinds == {"server_status": 3} and level.answered_by_the_server == 3
+    assert level.error_samples == ["HTTP 500: injected failure"] and level.records == []
 
 
 def test_without_speculative_decoding_there_is_no_verify_count(server: FakeSGLang) -> None:
@@ -257,13 +264,14 @@ def test_runs_as_the_host_runs_it_outside_the_project(
     assert document.workload.requests_per_repetition == 2
 
 
-def test_the_script_exits_1_with_a_sentence_when_nothing_answers(tmp_path: Path) -> None:
+def test_the_script_prints_its_document_and_a_sentence_when_nothing_answers(tmp_path: Path) -> None:
     argv = [sys.executable, "-E", "-s", "-m", loadgen.PACKAGE_NAME, "--url", "http://127.0.0.1:9"]
     argv += ["--warmup-requests", "0", "--repetitions", "1", "--requests-per-repetition", "1"]
     argv += ["--request-timeout-s", "5"]
     done = subprocess.run(argv, cwd=_unpacked(tmp_path), capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
-    assert done.stdout == ""
+    assert done.returncode == contract.LoadgenExit.EVERY_REQUEST_FAILED
+    (level,) = summary.read_document(done.stdout).levels
+    assert level.every_request_failed and level.error_kinds == {"connection": 1}
     assert "All 1 requests at concurrency 1 failed" in done.stderr
     assert "Check that the server at http://127.0.0.1:9 is ready" in done.stderr
 
@@ -337,12 +345,12 @@ def test_a_rank_sample_keeps_percentiles_and_bounds_the_size() -> None:
 
 def test_a_prompt_the_server_counts_differently_is_an_error(server: FakeSGLang) -> None:
     server.schedule.extra_prompt_tokens = 1
-    with pytest.raises(
-        contract.LoadgenError, match="the server counted 17 prompt tokens where the workload sent 16"
-    ):
-        client.run(
-            _workload(server, output_len=3, warmup_requests=0, repetitions=1, requests_per_repetition=1)
-        )
+    document = client.run(
+        _workload(server, output_len=3, warmup_requests=0, repetitions=1, requests_per_repetition=1)
+    )
+    (level,) = document.levels
+    assert level.every_request_failed and level.error_kinds == {"protocol": 1}
+    assert "the server counted 17 prompt tokens where the workload sent 16" in level.error_samples[0]
 
 
 def _arrival_gaps_s(document: Document) -> list[float]:

@@ -19,7 +19,7 @@ from sglang_stacks.components.router import RouterInputs, leftover_router, start
 from sglang_stacks.drive import recover
 from sglang_stacks.errors import StacksError
 from sglang_stacks.exits import ExitCode
-from tests._pulumi import Workspace
+from tests._pulumi import Workspace, emulator_stack, free_port
 from tests._router import local_router_props
 
 pytestmark = pytest.mark.integration
@@ -138,6 +138,23 @@ def test_the_lock_of_a_killed_update_is_let_go_first_and_a_live_ones_never(proje
         f"recover: cancelled the lock of a killed update (pid {ended.pid}, no longer running).\n"
     )
     assert not dead.exists() and pending(project) == []
+
+
+def test_a_preview_warns_of_the_pending_operations_pulumi_keeps(workspace: Workspace, tmp_path: Path) -> None:
+    workspace.init_stack("kept", emulator_stack(port=free_port(), state_dir=tmp_path))
+    # Two killed updates' creates, which `pulumi up` and `preview` keep without a word of their own.
+    workspace.leave_pending(
+        "kept", ("creating", SERVER, "kept-server"), ("creating", BENCHMARK, "kept-benchmark")
+    )
+
+    preview = workspace.run("preview", "-s", "kept")
+
+    said = " ".join((preview.stdout + preview.stderr).split())
+    assert (
+        "stack kept has 2 pending operation(s) that interrupted updates left (creating kept-server "
+        "(sglang:Server); creating kept-benchmark (sglang:Benchmark)); Pulumi keeps them, one more for "
+        "each killed update. `sglang-stacks recover kept` clears them"
+    ) in said, said
 
 
 def test_a_stack_without_pending_operations_needs_nothing(project: Workspace) -> None:

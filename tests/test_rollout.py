@@ -94,8 +94,9 @@ def test_an_update_that_fails_before_its_benchmark_is_no_regression(project: Wor
     assert failure_from_output(streamed) is None and "sglang-stacks-failure:" not in streamed
     assert "not at its regression gate" in out.getvalue()
     assert (
-        "rollout: stack candidate has 1 pending operation(s) an interrupted update left (creating "
-        "candidate-server (sglang:Server)). `sglang-stacks recover candidate` clears"
+        "rollout: stack candidate has 1 pending operation(s) that interrupted updates left (creating "
+        "candidate-server (sglang:Server)); Pulumi keeps them, one more for each killed update. "
+        "`sglang-stacks recover candidate` clears"
     ) in out.getvalue()
     assert "pulumi up -s baseline" not in streamed  # nothing handed back
     assert project.json("stack", "history", "--json", "-s", "baseline") == []

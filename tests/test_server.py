@@ -302,7 +302,8 @@ def test_a_start_that_fails_names_the_class_the_log_and_the_fix_and_leaves_nothi
         f"exited before it became ready ({kind}). Last log lines of {props['log_dir']}/baseline-" in message
     )
     assert said in message
-    assert message.rstrip().endswith(classify_failure(message).fix)
+    context = server.ServerInputs.model_validate(props).failure_context()
+    assert message.rstrip().endswith(classify_failure(message, context).fix)
     assert max(len(line) for line in message.splitlines()) < 450, "long log lines are shortened"
     assert not emulator_running(props["port"])
     assert gpu_pids(props) == set()
@@ -314,11 +315,14 @@ def test_a_server_that_hangs_is_stopped_at_the_ready_timeout(host: Path) -> None
         host, env={"SGLANG_EMULATOR_FAULTS": json.dumps({"hang_at_phase": "weights"})}, ready_timeout_s=3.0
     )
 
-    with pytest.raises(ServerError, match=r"was not ready within 3 s and was stopped \(other\)") as raised:
+    with pytest.raises(
+        ServerError,
+        match=r"was not ready within 3 s and was stopped, while loading the weights \(start_timeout\)",
+    ) as raised:
         start(props)
 
     assert "hanging during startup phase 'weights'" in str(raised.value)
-    assert "raise launch.ready_timeout_s" in str(raised.value)
+    assert "raise launch.ready_timeout_s from 3 to 6" in str(raised.value)
     assert not emulator_running(props["port"])
 
 

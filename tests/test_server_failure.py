@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_stacks.config.memory_advice import MemoryAdvice
 from sglang_stacks.errors import ServingError
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.server_failure import Health, ServerState, classify_failure, serving_failure
+from sglang_stacks.hostops.server_failure import (
+    FailureContext,
+    Health,
+    ServerState,
+    classify_failure,
+    serving_failure,
+    start_failure,
+)
 
 SGLANG_HINTS = (
     "Possible solutions:\n"
@@ -36,7 +44,12 @@ SGLANG_HINTS = (
         (
             "Exception: Capture cuda graph failed: NCCL error in: all_reduce, invalid usage\n" + SGLANG_HINTS,
             "nccl",
-            "NCCL_ALGO",
+            "Set NCCL_DEBUG=INFO in environment.env",
+        ),
+        (
+            "[TP0] Scheduler hit an exception: RuntimeError: NCCL communicator was aborted on rank 0",
+            "nccl",
+            "NCCL aborted the communicator. Set NCCL_DEBUG=INFO",
         ),
         (
             "Exception: Capture cuda graph failed: RuntimeError: FlashInfer JIT failed to build "
@@ -55,7 +68,12 @@ SGLANG_HINTS = (
             "python_missing",
             "refresh",
         ),
-        ("Received sigquit from a child process. It usually means the child failed.", "other", "log lines"),
+        ("Received sigquit from a child process. It usually means the child failed.", "crash", "log lines"),
+        (
+            "RuntimeError: CUDA error: an illegal memory access was encountered",
+            "crash",
+            "CUDA_LAUNCH_BLOCKING=1",
+        ),
         (
             "[TP0] Scheduler hit an exception: torch.distributed.DistBackendError: NCCL error in: x, remote "
             "process exited or there was a network error\nncclRemoteError: A call failed possibly due to a "
@@ -76,6 +94,113 @@ def test_failures_are_classified_with_a_fix(log: str, kind: str, fix_names: str)
 
     assert failure.kind == kind
     assert fix_names in failure.fix
+
+
+def plan(fraction: float | None, smallest: float | None = 0.77, largest: float | None = 0.93) -> MemoryAdvice:
+    """The memory plan of the campaign's host (Kimi-K2.5 INT4 at TP 8) at ``fraction``."""
+    return MemoryAdvice(
+        release="0.5.8",
+        mem_fraction_static=fraction,
+        fraction_in_effect=fraction if fraction is not None else 0.856,
+        smallest_fitting_fraction=smallest,
+        largest_fitting_fraction=largest,
+        weights_gb=72.33,
+        total_gb=95.59,
+        rest_needed_gb=5.75,
+        cuda_graph_max_bs=128,
+        tp_size=8,
+    )
+
+
+NOT_ENOUGH = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+GRAPH_OOM = (
+    "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 0.50 GiB\n" + SGLANG_HINTS
+)
+WEIGHTS_OOM = (
+    "Load weight begin. avail mem=94.00 GB\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "context", "fix"),
+    [
+        # The plan counts 0.77 as the smallest fraction that fits, and the server still ran out: the fix
+        # names a fraction between the plan's smallest and largest, never the one set.
+        (
+            NOT_ENOUGH,
+            FailureContext(memory=plan(0.77)),
+            "Raise server.mem_fraction_static from 0.77 to 0.85:",
+        ),
+        (
+            NOT_ENOUGH,
+            FailureContext(memory=plan(0.7)),
+            "Raise server.mem_fraction_static from 0.7 to 0.77, the",
+        ),
+        (
+            NOT_ENOUGH,
+            FailureContext(memory=plan(None, smallest=0.9)),
+            "Raise server.mem_fraction_static from unset (SGLang 0.5.8 chose 0.856) to 0.90",
+        ),
+        (
+            NOT_ENOUGH,
+            FailureContext(memory=plan(0.93)),
+            "No larger mem_fraction_static fits: SGLang 0.5.8's memory plan puts the fractions that fit "
+            "between 0.77 and 0.93",
+        ),
+        (
+            NOT_ENOUGH,
+            FailureContext(memory=plan(0.8, smallest=None, largest=None)),
+            "No mem_fraction_static fits: SGLang 0.5.8's memory plan needs the static pool to hold 72.33 GB",
+        ),
+        (GRAPH_OOM, FailureContext(memory=plan(0.95)), "Lower server.mem_fraction_static from 0.95 to 0.93"),
+        (GRAPH_OOM, FailureContext(memory=plan(0.88)), "Lower server.cuda_graph_max_bs from 128 to 64"),
+        (WEIGHTS_OOM, FailureContext(memory=plan(0.88)), "or raise server.tp_size from 8 to 16"),
+        (
+            "NCCL WARN ... ncclInvalidUsage: NCCL_ALGO=Tree cannot be captured in a CUDA graph",
+            FailureContext(env={"NCCL_ALGO": "Tree"}),
+            "Remove NCCL_ALGO=Tree from environment.env (or set it to Ring)",
+        ),
+        (
+            "RuntimeError: NCCL communicator was aborted on rank 0",
+            FailureContext(env={"NCCL_DEBUG": "INFO"}),
+            "NCCL_DEBUG is INFO already: the NCCL lines above the error name the rank",
+        ),
+        (
+            "ERROR:    [Errno 98] error while attempting to bind on address: address already in use",
+            FailureContext(port=30000),
+            "set server.port to a port other than 30000",
+        ),
+    ],
+)
+def test_a_fix_names_a_value_other_than_the_one_set(log: str, context: FailureContext, fix: str) -> None:
+    assert fix in classify_failure(log, context).fix
+
+
+def test_a_start_stopped_at_its_timeout_says_where_and_names_a_longer_one() -> None:
+    log = "[TP0] Load weight begin. avail mem=94.00 GB\nsglang-emulator: injected fault: hanging\n"
+
+    error = start_failure(Connection.local(), "timeout", log, log_path="x.log", ready_timeout_s=30)
+
+    assert error.cause == "start_timeout"
+    assert error.summary == (
+        "SGLang on the local host was not ready within 30 s and was stopped, while loading the weights "
+        "(start_timeout)."
+    )
+    assert "raise launch.ready_timeout_s from 30 to 60" in error.message
+
+
+def test_a_crash_right_after_ready_is_not_called_a_failed_start() -> None:
+    log = (
+        "The server is fired up and ready to roll!\n"
+        "[TP0] Scheduler hit an exception: RuntimeError: NCCL communicator was aborted on rank 0\n"
+    )
+
+    error = start_failure(Connection.local(), "exited", log, log_path="x.log", ready_timeout_s=30)
+
+    assert (error.cause, error.summary) == (
+        "nccl",
+        "SGLang on the local host exited right after it became ready (nccl).",
+    )
 
 
 SGLANG_CRASH_LOG = (

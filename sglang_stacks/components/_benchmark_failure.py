@@ -12,7 +12,7 @@ from sglang_stacks.components._benchmark_model import BenchmarkInputs
 from sglang_stacks.components._benchmark_run import run_on_host
 from sglang_stacks.errors import BenchmarkError, ServingError, StacksError
 from sglang_stacks.hostops import process
-from sglang_stacks.hostops.server_failure import ServerState, serving_failure
+from sglang_stacks.hostops.server_failure import FailureContext, ServerState, serving_failure
 
 if TYPE_CHECKING:
     from sglang_stacks.hostops.loadgen.document import Document, Level
@@ -94,12 +94,15 @@ def _server_failure(
     inputs: BenchmarkInputs, state: ServerState | None, answered_errors: str = ""
 ) -> ServingError | None:
     """The measured server's own failure, or None when it serves as it should (or was not asked)."""
-    if state is None or inputs.server is None:
+    server = inputs.server
+    if state is None or server is None:
         return None
+    context = FailureContext(stack=inputs.stack, port=server.port, env=server.env, memory=server.memory)
     return serving_failure(
         inputs.connection,
         state,
-        log_path=inputs.server.log_path,
+        log_path=server.log_path,
         stack=inputs.stack,
         answered_errors=answered_errors,
+        context=context,
     )

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from sglang_stacks.components._provider import LABEL, REPLACES, REPLACES_IF_KNOWN, HostInputs, Props
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
+from sglang_stacks.config.memory_advice import MemoryAdvice
 from sglang_stacks.results import stats
 
 if TYPE_CHECKING:
@@ -25,6 +26,10 @@ class MeasuredServer(Props):
     """With the pid, the process's identity (pids are reused)."""
     port: int
     log_path: str
+    env: dict[str, str] = Field(default_factory=dict)
+    """Its environment variables (NCCL's settings): the fix of its failure names values against them."""
+    memory: MemoryAdvice | None = None
+    """The memory plan of its SGLang release: an out-of-memory fix names a fraction from it."""
 
 
 def measured_server(server: SGLangServer, port: int) -> pulumi.Output[MeasuredServer]:
@@ -33,7 +38,13 @@ def measured_server(server: SGLangServer, port: int) -> pulumi.Output[MeasuredSe
         server.output(lambda o: o.pid),
         server.output(lambda o: o.start_ticks),
         server.output(lambda o: o.log_path),
-    ).apply(lambda found: MeasuredServer(pid=found[0], start_ticks=found[1], port=port, log_path=found[2]))
+        server.input(lambda i: i.env),
+        server.input(lambda i: i.memory),
+    ).apply(
+        lambda found: MeasuredServer(
+            pid=found[0], start_ticks=found[1], port=port, log_path=found[2], env=found[3], memory=found[4]
+        )
+    )
 
 
 class BenchmarkInputs(HostInputs):

@@ -38,7 +38,8 @@ def progress_path(state_dir: str, stack: str) -> str:
 
 
 def run_on_host(inputs: BenchmarkInputs) -> Document:
-    """Ships the load generator to the host over the session, runs it there, returns its document."""
+    """Ships the load generator to the host over the session, runs it there, returns its document:
+    also when every measured request of a level failed (it stops there; the level says how)."""
     from sglang_stacks.hostops import loadgen
     from sglang_stacks.hostops.loadgen.contract import Workload
     from sglang_stacks.results.summary import read_document

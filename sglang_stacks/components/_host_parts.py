@@ -21,6 +21,7 @@ from sglang_stacks.components.environment import PythonEnvironment, environment_
 from sglang_stacks.components.host import FACT_KEYS, ClaimArgs, GpuClaim, HostProbe, ProbeArgs
 from sglang_stacks.components.server import ServerArgs, SGLangServer
 from sglang_stacks.config.flags import ServerFlags
+from sglang_stacks.config.memory_advice import memory_advice
 from sglang_stacks.config.spec import StackSpec
 
 DEFAULT_PORT = 30000
@@ -154,6 +155,7 @@ def build_host_parts(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -
             ready_line=node.ready_line,
             group=node.group,
             group_instances=node.group_instances,
+            memory=memory_advice(spec),
         ),
         pulumi.ResourceOptions(parent=parent, depends_on=[claim, *gpu_free, *plan.server_after]),
     )

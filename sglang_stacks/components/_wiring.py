@@ -30,6 +30,7 @@ __all__ = [
     "launch_flags",
     "nvidia_smi_command",
     "served_now",
+    "warn_pending",
 ]
 
 
@@ -99,6 +100,17 @@ def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
             per_dial_timeout=pulumi.get(args, "per_dial_timeout"),
         ).apply(fields)
     )
+
+
+def warn_pending(stack: str, parent: pulumi.Resource) -> None:
+    """Warns in `pulumi up` and `preview` when the stack's state holds operations that interrupted
+    updates left, which Pulumi keeps without a word. Read from a local backend's state file, before
+    the program registers anything that could be pending itself."""
+    from sglang_stacks.drive.state import local_pending, pending_warning  # no Automation API
+
+    found = local_pending(pulumi.get_project(), stack)
+    if found:
+        pulumi.log.warn(pending_warning(stack, [op.label for op in found]), parent)
 
 
 def launch_flags(spec: StackSpec) -> ServerFlags:

@@ -32,7 +32,7 @@ from sglang_stacks.components._provider import LABEL, REPLACES, HostInputs, Prop
 from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
-from sglang_stacks.errors import CanaryRegressionError
+from sglang_stacks.errors import BenchmarkError, CanaryRegressionError
 from sglang_stacks.results import stats, summary
 from sglang_stacks.results.stats import Noise
 from sglang_stacks.results.verdict import CanaryVerdict, judge_canary, unjudged_canary
@@ -85,6 +85,13 @@ def _measure(inputs: CanaryInputs, url: str, instance: str, role: str) -> stats.
             update_id="",
         )
     )
+    level = document.levels[0]
+    if level.every_request_failed:
+        raise BenchmarkError(
+            f"The canary gate's benchmark of the {role} at {url} failed: all {level.requests} requests "
+            f"failed (first: {level.error_samples[0] if level.error_samples else 'none sent'}). Check that "
+            f"it serves (`pulumi refresh -s {inputs.stack}`), then run `pulumi up -s {inputs.stack}` again."
+        )
     return summary.summarize_levels(document)[0]
 
 

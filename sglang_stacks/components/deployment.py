@@ -23,6 +23,7 @@ from sglang_stacks.components._wiring import (
     host_connection,
     launch_flags,
     served_now,
+    warn_pending,
 )
 from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.config import preflight
@@ -73,6 +74,7 @@ class SGLangDeployment(pulumi.ComponentResource):
     def __init__(self, name: str, args: DeploymentArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("sglang-stacks:index:SGLangDeployment", name, None, opts)
         spec, stack = args.spec, args.stack
+        warn_pending(stack, self)
         release = spec.environment.sglang_release
         found = self._preflight(spec, stack)
         connection = host_connection(args.connection)

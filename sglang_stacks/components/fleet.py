@@ -27,6 +27,7 @@ from sglang_stacks.components._wiring import (
     flags_digest,
     host_connection,
     launch_flags,
+    warn_pending,
 )
 from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.components.canary import CanaryArgs, CanaryGate
@@ -101,6 +102,7 @@ class Fleet(pulumi.ComponentResource):
     def __init__(self, name: str, args: FleetArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("sglang-stacks:index:Fleet", name, None, opts)
         spec, fleet = args.spec, args.spec.fleet
+        warn_pending(args.stack, self)
         if fleet is None:
             raise SpecError("A Fleet needs a stack with a sglang-stacks:fleet section.")
         for index in range(len(fleet.hosts)):

@@ -29,9 +29,11 @@ from sglang_stacks.components._provider import (
 from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.components.host import check_installed_release
 from sglang_stacks.config.flags import LaunchFlags
+from sglang_stacks.config.memory_advice import MemoryAdvice
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import claim, logs, process, serving
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.server_failure import FailureContext
 
 
 class ServerInputs(HostInputs):
@@ -84,6 +86,19 @@ class ServerInputs(HostInputs):
     group_instances: Annotated[list[str], REPLACES] = Field(default_factory=list)
     """Rank 0 only: the launches of the other nodes. A relaunched node means a new group, so a new
     rank 0."""
+    memory: Annotated[MemoryAdvice | None, LABEL] = None
+    """The memory plan of the stack's SGLang release: an out-of-memory failure's fix names a
+    fraction from it other than the one set."""
+
+    def failure_context(self) -> FailureContext:
+        """The settings a failure of this server names values against."""
+        return FailureContext(
+            stack=self.stack,
+            port=self.port,
+            ready_timeout_s=self.ready_timeout_s,
+            env=self.env,
+            memory=self.memory,
+        )
 
     def command(self) -> str:
         """The exact command line the server runs: variables, Python, launcher, argv."""
@@ -123,6 +138,7 @@ def _launch(inputs: ServerInputs, log_path: str) -> process.Launch:
         ready_line=inputs.ready_line,
         claim_stack=inputs.stack,
         state_dir=inputs.state_dir,
+        context=inputs.failure_context(),
     )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -38,7 +38,7 @@ from sglang_stacks.errors import ClaimError, HostError, RouterError, SpecError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir
 
-__all__ = ["Pending", "pending_operations", "recover", "warning"]
+__all__ = ["Pending", "pending_operations", "recover"]
 
 _DYNAMIC = "pulumi-python:dynamic/sglang:"
 # This project's resources. Each of their operations runs again safely: a create reuses what is
@@ -141,16 +141,6 @@ def pending_operations(stack: str, project_dir: Path | None = None) -> list[Pend
 def _pending(op: Operation) -> Pending:
     resource = op.resource
     return Pending(urn=resource.urn, kind=op.type, type=resource.type, inputs=_plain(resource.inputs))
-
-
-def warning(stack: str, pending: Sequence[Pending]) -> str:
-    """What `rollout` says before updating a stack with pending operations."""
-    listed = "; ".join(p.label for p in pending)
-    return (
-        f"stack {stack} has {len(pending)} pending operation(s) an interrupted update left ({listed}). "
-        f"`sglang-stacks recover {stack}` clears them (stopping a server they left running that no "
-        "state tracks) and says what to run for any it cannot settle."
-    )
 
 
 def _remedy(stack: str, pending: Pending) -> str:

@@ -17,7 +17,7 @@ from pulumi import automation as auto
 
 from sglang_stacks.config.spec import GateSpec
 from sglang_stacks.config.stackfile import load_stack_spec
-from sglang_stacks.drive import recover
+from sglang_stacks.drive import recover, state
 from sglang_stacks.drive.automation import for_people, outputs_of, select_stack
 from sglang_stacks.drive.fleet_rollback import FleetRollout
 from sglang_stacks.errors import BenchmarkError
@@ -67,7 +67,7 @@ class _Rollout:
         # Pulumi's own warning about them suggests an interactive refresh; say what clears them.
         pending = recover.pending_operations(name, self.project)
         if pending:
-            self.say(recover.warning(name, pending))
+            self.say(state.pending_warning(name, [p.label for p in pending]))
         before = history.latest(self.db_path, name)
         done = self.up(self.target)
         if done is not None:

@@ -16,7 +16,7 @@ from sglang_stacks.hostops import claim, serving
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs import server_contract as server
 from sglang_stacks.hostops.programs.runner import call
-from sglang_stacks.hostops.server_failure import ServerState, start_failure
+from sglang_stacks.hostops.server_failure import FailureContext, ServerState, start_failure
 
 LOG_TAIL_LINES = 25
 
@@ -44,6 +44,8 @@ class Launch:
     it: an update killed at any moment leaves no server the claim does not know."""
     state_dir: str = claim.DEFAULT_STATE_DIR
     """The host's folder of sglang-stacks state, where the claim is."""
+    context: FailureContext = field(default_factory=FailureContext)
+    """The settings a failed start's fix names values against."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ def launch(conn: Connection, spec: Launch) -> Running:
             log_tail(conn, spec.log_path),
             log_path=spec.log_path,
             ready_timeout_s=spec.ready_timeout_s,
+            context=spec.context,
         )
     running = Running(launched.pid, launched.start_ticks)
     if spec.claim_stack:
@@ -118,6 +121,7 @@ def wait_ready(conn: Connection, spec: Launch, running: Running) -> None:
             readiness.log_tail,
             log_path=spec.log_path,
             ready_timeout_s=spec.ready_timeout_s,
+            context=spec.context,
         )
 
 

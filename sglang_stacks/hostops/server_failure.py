@@ -1,15 +1,33 @@
 """Why an SGLang server failed, read from its log and its state: the class of a failed start or of
-a failure while serving, and the message a user acts on (how it ended, its log's last lines, the fix).
+a failure while serving, and the message a user acts on (how it ended, its log's last lines, the
+fix; the fix itself is `hostops.failure_fixes`'s).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from sglang_stacks.errors import Cause, ServerError, ServingError
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.failure_fixes import (
+    FailureContext,
+    LogCause,
+    became_ready,
+    fix_for,
+    recognise,
+    stopped_while,
+)
+
+__all__ = [
+    "Failure",
+    "FailureContext",
+    "Health",
+    "ServerState",
+    "classify_failure",
+    "serving_failure",
+    "start_failure",
+]
 
 Health = Literal["exited", "healthy", "unhealthy", "unresponsive"]
 """How a server process is now: gone, or how it answers its health check (a status other than
@@ -17,102 +35,45 @@ Health = Literal["exited", "healthy", "unhealthy", "unresponsive"]
 
 # SGLang's first log line lists every server argument; error messages keep the start of such lines.
 _LOG_LINE_CHARS = 400
-_RENDER_HINT = "`sglang-stacks render <stack>`"
+
+
+_CAUSES: dict[LogCause, Cause] = {
+    "bad_flag": Cause.BAD_FLAG,
+    "nccl_peer": Cause.NCCL,
+    "nccl_rendezvous": Cause.NCCL,
+    "nccl_algo": Cause.NCCL,
+    "nccl_abort": Cause.NCCL,
+    "nccl": Cause.NCCL,
+    "unsupported_gpu": Cause.UNSUPPORTED_GPU,
+    "oom_kv_cache": Cause.OUT_OF_MEMORY,
+    "oom_cuda_graph": Cause.OUT_OF_MEMORY,
+    "oom_weights": Cause.OUT_OF_MEMORY,
+    "oom": Cause.OUT_OF_MEMORY,
+    "illegal_memory_access": Cause.CRASH,
+    "python_missing": Cause.PYTHON_MISSING,
+    "port_in_use": Cause.PORT_IN_USE,
+}
+"""The `Cause` users see of each cause a log names."""
+
+
+def _cause_of(found: LogCause | None) -> Cause | None:
+    return None if found is None else _CAUSES[found]
 
 
 @dataclass(frozen=True)
 class Failure:
-    """Why a server did not become ready, in the terms a user acts on."""
+    """Why a server stopped, in the terms a user acts on."""
 
     kind: Cause
-    """Why a start failed, named whenever the log makes the cause recognisable; ``other`` when not."""
+    """Why it stopped: the cause its log names, else how it ended."""
     fix: str
 
 
-# Checked in order. SGLang wraps every error during CUDA-graph capture in "Capture cuda graph
-# failed", so the specific causes come before the out-of-memory pattern that phrase belongs to.
-_FAILURES: tuple[tuple[re.Pattern[str], Failure], ...] = (
-    (
-        re.compile(r"error: (unrecognized arguments|ambiguous option|argument [^:]+: invalid)"),
-        Failure(
-            Cause.BAD_FLAG,
-            "The SGLang release on the host rejects a launch flag. Run "
-            "`sglang-stacks render <stack> --release <host release>` to see the argv, and "
-            "set environment.sglang_release to the release the host really has.",
-        ),
-    ),
-    (
-        # A multi-node server: a node that left, or a rendezvous that never formed. Before the
-        # generic NCCL pattern, whose fix is about NCCL_ALGO.
-        re.compile(r"ncclRemoteError|left the process group"),
-        Failure(
-            Cause.NCCL,
-            "Another node of this multi-node server failed or lost the network: read its log on its "
-            "host (it names the cause), fix that and run `pulumi up` again; the group is relaunched "
-            "together.",
-        ),
-    ),
-    (
-        re.compile(r"DistNetworkError|DistStoreError"),
-        Failure(
-            Cause.NCCL,
-            "The nodes of this multi-node server did not meet at the init address: check that every "
-            "node reaches rank 0's fleet.hosts[i].node_address on fleet.dist_init_port, that "
-            "fleet.socket_ifname names their shared network, and that every node was launched.",
-        ),
-    ),
-    (
-        re.compile(r"NCCL (error|WARN)|ncclInternalError|ncclSystemError|NCCL_ALGO"),
-        Failure(
-            Cause.NCCL,
-            "Check the NCCL settings in environment.env (NCCL_ALGO=Tree cannot run with CUDA graphs) "
-            "and keep server.disable_custom_all_reduce on PCIe hosts.",
-        ),
-    ),
-    (
-        # Kernels that do not support the GPU: SGLang reports them inside the CUDA-graph capture
-        # error, so they are looked for before out-of-memory.
-        re.compile(r"FlashInfer JIT failed|torch symmetric memory|not supported on (this GPU|SM)"),
-        Failure(
-            Cause.UNSUPPORTED_GPU,
-            "A kernel this flag selects does not support the host's GPU architecture. Remove the flag "
-            f"(preflight knows the SM120 cases: {_RENDER_HINT}).",
-        ),
-    ),
-    (
-        re.compile(r"Not enough memory|CUDA out of memory|OutOfMemoryError|Capture cuda graph failed"),
-        Failure(
-            Cause.OUT_OF_MEMORY,
-            "Raise server.mem_fraction_static to at least the smallest fraction the memory plan of "
-            f"{_RENDER_HINT} gives, or lower server.cuda_graph_max_bs.",
-        ),
-    ),
-    (
-        # nohup's and env's words when the program to run is missing.
-        re.compile(r"failed to run command|^env: .*No such file or directory", re.MULTILINE),
-        Failure(
-            Cause.PYTHON_MISSING,
-            "The server's Python is not on the host any more. Run `pulumi refresh` so that the Python "
-            "environment is seen gone, then `pulumi up` installs it again.",
-        ),
-    ),
-    (
-        re.compile(r"[Aa]ddress already in use"),
-        Failure(
-            Cause.PORT_IN_USE,
-            "Another process holds the server's port on the host. Stop it, "
-            "or set server.port to a free port.",
-        ),
-    ),
-)
-
-
-def classify_failure(log_text: str) -> Failure:
-    """The class and the fix of a failed start, from the server's log."""
-    for pattern, failure in _FAILURES:
-        if pattern.search(log_text):
-            return failure
-    return Failure(Cause.OTHER, "Read the log lines above; fix the cause and run `pulumi up` again.")
+def classify_failure(log_text: str, context: FailureContext | None = None) -> Failure:
+    """The class and the fix of a server that exited, from its log (``crash`` when it names no
+    cause this tool knows); ``context`` gives the settings the fix names values against."""
+    cause = recognise(log_text)
+    return Failure(_cause_of(cause) or Cause.CRASH, fix_for(cause, log_text, context or FailureContext()))
 
 
 def _shorten_lines(text: str) -> str:
@@ -131,25 +92,45 @@ def _failure_message(summary: str, log_path: str, tail_text: str, fix: str) -> s
     return f"{summary} Last log lines of {log_path}:\n{lines}\n{fix}"
 
 
+def _timeout_fix(tail_text: str, ready_timeout_s: float, context: FailureContext) -> str:
+    doing = stopped_while(tail_text)
+    return (
+        f"If its log was still moving, raise launch.ready_timeout_s from {ready_timeout_s:g} to "
+        f"{ready_timeout_s * 2:g} (a large model loads for minutes). If its last line had not changed "
+        f"for long, it hung while {doing}: its last lines above show where; fix that and run `pulumi up "
+        f"-s {context.stack}` again."
+    )
+
+
 def start_failure(
-    conn: Connection, verdict: str, tail_text: str, *, log_path: str, ready_timeout_s: float
+    conn: Connection,
+    verdict: str,
+    tail_text: str,
+    *,
+    log_path: str,
+    ready_timeout_s: float,
+    context: FailureContext | None = None,
 ) -> ServerError:
     """The error of a start that did not reach ready: how it ended, its class, the log, the fix."""
-    failure = classify_failure(tail_text)
-    fix = failure.fix
+    context = context or FailureContext()
+    cause = recognise(tail_text)
+    found = _cause_of(cause)
+    fix = fix_for(cause, tail_text, context)
+    kind: Cause
     if verdict == "timeout":
-        why = f"was not ready within {ready_timeout_s:g} s and was stopped"
-        if failure.kind is Cause.OTHER:
-            fix = (
-                "If the log shows it still loading, raise launch.ready_timeout_s; if it stopped making "
-                "progress, fix what its last lines name and run `pulumi up` again."
-            )
+        why = f"was not ready within {ready_timeout_s:g} s and was stopped, while {stopped_while(tail_text)}"
+        kind = found or Cause.START_TIMEOUT
+        if found is None:
+            fix = _timeout_fix(tail_text, ready_timeout_s, context)
+    elif verdict == "exited":
+        kind = found or Cause.CRASH
+        when = "right after" if became_ready(tail_text) else "before"
+        why = f"exited {when} it became ready"
     else:
-        why = "exited before it became ready" if verdict == "exited" else "could not be checked"
-    summary = f"SGLang on {conn.label} {why} ({failure.kind})."
-    return ServerError(
-        _failure_message(summary, log_path, tail_text, fix), cause=failure.kind, summary=summary
-    )
+        kind = found or Cause.HOST  # the host program's answer, not the server, is unreadable
+        why = "could not be checked (the host program's answer could not be read)"
+    summary = f"SGLang on {conn.label} {why} ({kind})."
+    return ServerError(_failure_message(summary, log_path, tail_text, fix), cause=kind, summary=summary)
 
 
 @dataclass(frozen=True)
@@ -161,21 +142,27 @@ class ServerState:
 
 
 def serving_failure(
-    conn: Connection, state: ServerState, *, log_path: str, stack: str, answered_errors: str = ""
+    conn: Connection,
+    state: ServerState,
+    *,
+    log_path: str,
+    stack: str,
+    answered_errors: str = "",
+    context: FailureContext | None = None,
 ) -> ServingError | None:
     """The server's own failure during a benchmark, from its state after it, or None when it serves
     as it should (then any failed requests were the benchmark's own fault). ``answered_errors``
     names the requests the server answered with an error status, event or abort, if any."""
+    context = context or FailureContext(stack=stack)
     # How a server that was ready failed while serving; a log's recognisable cause names an exit.
     kind: Cause
     if state.health == "exited":
-        found = classify_failure(state.log_tail)
-        kind = Cause.CRASH
-        if found.kind in (Cause.OUT_OF_MEMORY, Cause.NCCL):  # a cause its log makes recognisable
-            kind = found.kind
+        cause = recognise(state.log_tail)
+        found = _cause_of(cause)
+        kind = found if found in (Cause.OUT_OF_MEMORY, Cause.NCCL) else Cause.CRASH
         why = "exited while it was being benchmarked"
-        cause = found.fix if kind is not Cause.CRASH else "Its last log lines above say why; fix that."
-        fix = f"{cause} `pulumi up -s {stack}` then relaunches it (its refresh finds it gone)."
+        relaunch = f"`pulumi up -s {stack}` then relaunches it (its refresh finds it gone)."
+        fix = f"{fix_for(cause, state.log_tail, context)} {relaunch}"
     elif state.health == "unresponsive":
         kind = Cause.HANG
         why = "still runs but stopped answering during the benchmark (its health check got no answer)"

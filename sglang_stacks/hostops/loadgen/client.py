@@ -93,12 +93,6 @@ def summarize_level(
     """One level's part of the document: per-repetition totals and one record per good request."""
     measured = [r for run in runs for r in run]
     good = [r for r in measured if r.error is None]
-    if not good:
-        first = next((r.error for r in measured if r.error), "no request was sent")
-        raise LoadgenError(
-            f"All {len(measured)} requests at {_level_name(workload, level)} failed; the first error was: "
-            f"{first}. Check that the server at {workload.url} is ready (GET /health) and serves the route."
-        )
     records = []
     for rep, run in enumerate(runs):
         start = min(r.sent_s for r in run)
@@ -128,7 +122,7 @@ def summarize_level(
         error_samples=sorted(set(errors))[:5],
         error_kinds={kind: kinds.count(kind) for kind in sorted(set(kinds))},
         warmup_errors=sum(1 for r in warm if r.error is not None),
-        prompt_tokens_mean=round(sum(r.prompt_tokens for r in good) / len(good), 2),
+        prompt_tokens_mean=round(sum(r.prompt_tokens for r in good) / len(good), 2) if good else 0.0,
         completion_tokens=sum(r.completion_tokens for r in good),
         spec_completion_tokens=sum(r.completion_tokens for r in verify),
         spec_verify_ct=sum(r.spec_verify_ct or 0 for r in verify),
@@ -208,8 +202,12 @@ async def run_async(workload: Workload, nonce: int | None = None) -> Document:
                 "check that it is ready (GET /health) and serves the route."
             ) from exc
         run = _Run(client, workload, prompts, model)
+        levels: list[Level] = []
         async with run.progress.ticking():
-            levels = [await run_level(run, level) for level in workload.levels]
+            for level in workload.levels:
+                levels.append(await run_level(run, level))
+                if levels[-1].every_request_failed:
+                    break  # the next levels would only fail the same way
     return Document(
         schema=SCHEMA,
         nonce=nonce,
@@ -231,7 +229,9 @@ def run(workload: Workload, nonce: int | None = None) -> Document:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; JSON on stdout; or a sentence on stderr (`LoadgenExit` says which)."""
+    """Run the benchmark; JSON on stdout; or a sentence on stderr (`LoadgenExit` says which). When
+    every measured request of a level failed, the run stops there and prints its document all the
+    same (how each request failed) with a sentence on stderr."""
     try:
         workload = parse_args(argv)
         document = run(workload)
@@ -240,4 +240,13 @@ def main(argv: list[str] | None = None) -> int:
         return LoadgenExit.FAILED
     json.dump(document.to_json(), sys.stdout, separators=(",", ":"))
     sys.stdout.write("\n")
+    last = document.levels[-1]
+    if last.every_request_failed:
+        first = last.error_samples[0] if last.error_samples else "no request was sent"
+        print(
+            f"loadgen: All {last.requests} requests at {last.name} failed; the first error was: {first}. "
+            f"Check that the server at {workload.url} is ready (GET /health) and serves the route.",
+            file=sys.stderr,
+        )
+        return LoadgenExit.EVERY_REQUEST_FAILED
     return LoadgenExit.MEASURED

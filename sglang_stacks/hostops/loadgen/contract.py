@@ -33,6 +33,9 @@ class LoadgenExit(IntEnum):
     """A `LoadgenError`: a sentence on stderr says what to change."""
     USAGE = 2
     """argparse refused the command line (an option this script does not know)."""
+    EVERY_REQUEST_FAILED = 3
+    """Every measured request of a level failed: it stopped at that level and printed its document
+    all the same (how each request failed), with a sentence on stderr."""
 
 
 def _flag(name: str) -> str:

@@ -139,6 +139,11 @@ class Level:
         return f"request rate {self.request_rate or 0:g}/s"
 
     @property
+    def every_request_failed(self) -> bool:
+        """Whether no measured request of the level succeeded."""
+        return self.errors >= self.requests
+
+    @property
     def answered_by_the_server(self) -> int:
         """Measured requests the server itself answered with an error (a 5xx, an error event, an
         abort)."""

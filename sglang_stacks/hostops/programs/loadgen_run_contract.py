@@ -23,9 +23,12 @@ class LoadgenRunExit(ProgramExit):
 
     MEASURED = LoadgenExit.MEASURED
     """The load generator printed its document."""
+    EVERY_REQUEST_FAILED = LoadgenExit.EVERY_REQUEST_FAILED
+    """Every measured request of a level failed: the load generator stopped there and printed its
+    document all the same, which says how each failed (whose failure that is, the reader decides)."""
     FAILED = LoadgenExit.FAILED, BenchmarkError
-    """The load generator refused the workload or every request failed (its sentence on stderr),
-    or the scratch or progress folder could not be made (``set -e`` passes the 1 on)."""
+    """The load generator refused the workload or could not prepare it (its sentence on stderr), or
+    the scratch or progress folder could not be made (``set -e`` passes the 1 on)."""
     USAGE = LoadgenExit.USAGE, BenchmarkError
     """The load generator refused its command line, or ``tar`` could not unpack the stream."""
     HUNG_UP = BoundExit.HUNG_UP, BenchmarkError

@@ -1,0 +1,71 @@
+"""What a server that ran out of GPU memory is told to change: the memory plan's fractions for the
+stack's SGLang release, recorded with the server so that its failure names a value other than the
+one already set. `memory_advice` is the one place that asks the planner.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from sglang_stacks.config.spec import StackSpec
+
+__all__ = ["MemoryAdvice", "memory_advice"]
+
+
+class MemoryAdvice(BaseModel):
+    """One GPU's memory plan for a stack, as far as an out-of-memory fix needs it."""
+
+    # Pulumi leaves an input's null fields out of the state: each of them has its default.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    release: str
+    """The SGLang release the plan is for."""
+    mem_fraction_static: float | None = None
+    """The stack's fraction; None when the release chooses it."""
+    fraction_in_effect: float | None = None
+    """The stack's fraction, or the release's automatic one when the plan knows it."""
+    smallest_fitting_fraction: float | None = None
+    """The smallest fraction that leaves a KV cache; None when none does."""
+    largest_fitting_fraction: float | None = None
+    """The largest fraction that leaves room for CUDA graphs and activations; None when none does."""
+    weights_gb: float
+    """Target and draft weights on each GPU."""
+    total_gb: float
+    """Memory of one GPU."""
+    rest_needed_gb: float
+    """What CUDA graphs, activations and the draft reserve need outside the static pool."""
+    cuda_graph_max_bs: int
+    """The largest captured decode batch in effect (0 without CUDA graphs)."""
+    tp_size: int
+    """GPUs the model is split over."""
+
+    @property
+    def setting(self) -> str:
+        """The fraction as the stack has it, for a sentence: ``0.77``, or the release's choice."""
+        if self.mem_fraction_static is not None:
+            return f"{self.mem_fraction_static:g}"
+        if self.fraction_in_effect is not None:
+            return f"unset (SGLang {self.release} chose {self.fraction_in_effect:g})"
+        return f"unset (SGLang {self.release} chose it)"
+
+
+def memory_advice(spec: StackSpec) -> MemoryAdvice:
+    """The memory plan of ``spec`` for its SGLang release, as an out-of-memory fix reads it."""
+    from sglang_stacks.config.memory import plan_memory
+
+    plan = plan_memory(spec)
+    return MemoryAdvice(
+        release=spec.environment.sglang_release,
+        mem_fraction_static=spec.server.mem_fraction_static,
+        fraction_in_effect=plan.mem_fraction_static,
+        smallest_fitting_fraction=plan.smallest_fitting_fraction,
+        largest_fitting_fraction=plan.largest_fitting_fraction,
+        weights_gb=plan.target_weights_gb + plan.draft_weights_gb,
+        total_gb=plan.total_gb,
+        rest_needed_gb=plan.rest_needed_gb,
+        cuda_graph_max_bs=plan.cuda_graph_max_bs,
+        tp_size=spec.tp_size,
+    )

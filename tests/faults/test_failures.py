@@ -1,0 +1,159 @@
+"""Every fault the emulator offers, driven through `pulumi up`: the update names the failure with its
+class, the server log's last lines and a fix that names a value other than the one already set.
+
+One stack serves every case: each sets its own faults and settings, and the next `up` replaces
+what the last one left (its environment, probe and claim stay), so the cases cost a launch each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from sglang_emulator.faults import FAULT_NAMES
+from sglang_stacks.errors import ServerError, ServingError, StacksError, failure_from_output
+from tests.faults.drill import Drill, servers, stack_config
+
+pytestmark = pytest.mark.integration
+
+STACK = "faulty"
+# The warmup request and three measured ones (about 0.5 s each on the emulator).
+BENCHMARK = (
+    "  sglang-stacks:benchmark:\n    input_len: 32\n    output_len: 48\n    warmup_requests: 1\n"
+    "    repetitions: 3\n    requests_per_repetition: 1\n    request_timeout_s: 2\n"
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A fault (YAML lines under ``faults:``) and what the update then says."""
+
+    faults: str
+    error: type[StacksError]
+    cause: str
+    summary: str
+    fix: str
+    server: str = "    cuda_graph_max_bs: 128\n"
+    ready_timeout_s: int = 120
+
+
+CASES = {
+    "crash right after ready": Case(
+        "        crash_after_s: 0\n",
+        ServerError,
+        "nccl",
+        "exited right after it became ready (nccl).",
+        "NCCL aborted the communicator. Set NCCL_DEBUG=INFO in environment.env",
+    ),
+    "crash during the benchmark": Case(
+        "        crash_after_s: 1\n",
+        ServingError,
+        "nccl",
+        "exited while it was being benchmarked (nccl).",
+        "NCCL aborted the communicator. Set NCCL_DEBUG=INFO in environment.env",
+    ),
+    "crash after requests": Case(
+        "        crash_after_requests: 2\n",
+        ServingError,
+        "crash",
+        "exited while it was being benchmarked (crash).",
+        "Set CUDA_LAUNCH_BLOCKING=1 in environment.env so the log names the kernel",
+    ),
+    "hang after requests": Case(
+        "        hang_after_requests: 2\n",
+        ServingError,
+        "hang",
+        "still runs but stopped answering during the benchmark (its health check got no answer) (hang).",
+        f"`pulumi destroy -s {STACK}` stops it",
+    ),
+    "hang while loading the weights": Case(
+        "        hang_at_phase: weights\n",
+        ServerError,
+        "start_timeout",
+        "was not ready within 3 s and was stopped, while loading the weights (start_timeout).",
+        "raise launch.ready_timeout_s from 3 to 6",
+        ready_timeout_s=3,
+    ),
+    "slow readiness past the timeout": Case(
+        "        slow_readiness_s: 30\n",
+        ServerError,
+        "start_timeout",
+        "was not ready within 3 s and was stopped, while warming up",
+        "raise launch.ready_timeout_s from 3 to 6",
+        ready_timeout_s=3,
+    ),
+    "an error burst of some requests": Case(
+        "        error_burst:\n          after_requests: 1\n          count: 2\n          status: 503\n",
+        ServingError,
+        "error_responses",
+        "answered 2 of 3 measured requests at concurrency 1 (first: HTTP 503",
+        "say why it failed those requests",
+    ),
+    "an error burst of every request": Case(
+        "        error_burst:\n          after_requests: 1\n          count: 10\n          status: 503\n",
+        ServingError,
+        "error_responses",
+        "answered 3 of 3 measured requests at concurrency 1 (first: HTTP 503",
+        "say why it failed those requests",
+    ),
+    "port in use": Case(
+        "        port_in_use: true\n",
+        ServerError,
+        "port_in_use",
+        "exited before it became ready (port_in_use).",
+        "set server.port to a port other than {port}",
+    ),
+    # Not an injected fault: the emulator's memory model at the fraction the plan counts as the
+    # smallest that fits. The fix names another fraction, from the plan for this release.
+    "out of memory at the plan's smallest fraction": Case(
+        "",
+        ServerError,
+        "out_of_memory",
+        "exited before it became ready (out_of_memory).",
+        "Raise server.mem_fraction_static from 0.77 to 0.85: SGLang 0.5.8's memory plan counts 0.77",
+        server="    cuda_graph_max_bs: 128\n    mem_fraction_static: 0.77\n",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def port(drill: Drill) -> int:
+    """The port of the one stack every case updates."""
+    return drill.add_stack(STACK)
+
+
+def configure(drill: Drill, port: int, case: Case) -> None:
+    """Rewrites the stack's config for ``case``; the stack itself (and its state) stays."""
+    config = stack_config(port, drill.state, benchmark=BENCHMARK, faults=case.faults, server=case.server)
+    config = config.replace("    ready_timeout_s: 120\n", f"    ready_timeout_s: {case.ready_timeout_s}\n")
+    path = drill.workspace.path / "stacks" / f"Pulumi.{STACK}.yaml"
+    header = path.read_text().split("config:\n", 1)[0]
+    path.write_text(header + config)
+
+
+def test_every_fault_the_emulator_offers_is_drilled() -> None:
+    drilled = {line.strip().split(":")[0] for case in CASES.values() for line in case.faults.splitlines()[:1]}
+    assert drilled - {""} == set(FAULT_NAMES)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_failure_is_named_with_its_class_its_log_and_a_fix(drill: Drill, port: int, name: str) -> None:
+    case = CASES[name]
+    configure(drill, port, case)
+
+    result = drill.up(STACK, check=False)
+
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    error = failure_from_output(output)
+    assert type(error) is case.error and error.cause == case.cause, output
+    assert f"SGLang on the local host {case.summary}" in output, output
+    assert f"Last log lines of {drill.host_state}/logs/{STACK}-" in output, output
+    assert case.fix.format(port=port) in output, output
+    assert "(other)" not in output
+    if case.cause == "hang":
+        # The hung server runs on until `pulumi destroy` stops it, as the fix says.
+        assert servers(port), "the hung server is still running until it is destroyed"
+        drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK)
+        assert servers(port) == []
