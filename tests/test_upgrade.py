@@ -48,6 +48,9 @@ PICKLED_PROVIDERS = (
     "sglang_stacks.components.router:RouterProvider",
     "sglang_stacks.components.router:RouterWorkerProvider",
     "sglang_stacks.components.server:ServerProvider",
+    "sglang_stacks.kube.benchmark:KubeBenchmarkProvider",
+    "sglang_stacks.kube.claim:KubeClaimProvider",
+    "sglang_stacks.kube.server:KubeServerProvider",
 )
 
 
@@ -92,8 +95,7 @@ try:
     loaded = type(pickle.loads(pickled)).__name__
 except AttributeError as error:
     loaded = f"AttributeError: {error}"
-# The rooms providers live in (the guard above walks the whole package).
-found = provider_paths(("sglang_stacks.components", "components"))
+found = provider_paths()  # the whole package, as the guard above walks it
 print(json.dumps({"paths": sorted(found), "loaded": loaded}))
 """
 
