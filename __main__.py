@@ -1,6 +1,6 @@
 """The Pulumi program: wiring only. Reads the stack's config once into the typed spec, builds the
-deployment (a fleet for a stack with a fleet section, pods for a kubernetes host), exports its
-outputs."""
+deployment (a fleet for a stack with a fleet section, pods for a kubernetes host, both for a fleet
+on a cluster), exports its outputs."""
 
 from typing import Any
 
@@ -18,7 +18,13 @@ try:
     spec = load_spec(
         {key: config.get_object(key) for key in SECTION_KEYS if config.get(key) is not None}, stack
     )
-    if spec.fleet is not None:
+    if spec.fleet is not None and spec.host.kind == "kubernetes":
+        from sglang_stacks.kube.fleet import KubeFleet, KubeFleetArgs  # a cluster's fleet
+
+        outputs = KubeFleet(
+            stack, KubeFleetArgs(stack=stack, spec=spec, hub_token=config.get_secret("hubToken"))
+        ).outputs
+    elif spec.fleet is not None:
         from sglang_stacks.components.fleet import Fleet, FleetArgs  # a fleet's parts only for a fleet
 
         fleet = Fleet(
@@ -34,7 +40,9 @@ try:
     elif spec.host.kind == "kubernetes":
         from sglang_stacks.kube.deployment import KubeDeployment, KubeDeploymentArgs  # a cluster's parts
 
-        outputs = KubeDeployment(stack, KubeDeploymentArgs(stack=stack, spec=spec)).outputs
+        outputs = KubeDeployment(
+            stack, KubeDeploymentArgs(stack=stack, spec=spec, hub_token=config.get_secret("hubToken"))
+        ).outputs
     else:
         deployment = SGLangDeployment(
             stack,

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sglang_stacks.cli_facts import RenderedFacts, cluster_render, declared_facts
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.preflight import Finding, run_preflight
 from sglang_stacks.config.render import render_argv, render_command
@@ -33,7 +34,7 @@ def configure_render(parser: argparse.ArgumentParser) -> None:
         "--host",
         type=int,
         default=0,
-        help="a fleet's host to render, by index in fleet.hosts (default 0: in a multi-node server, rank 0)",
+        help="a fleet's host (or replica, on a cluster) to render, by index (default 0; multi-node: rank 0)",
     )
     parser.add_argument("--stacks-dir", type=Path, help=argparse.SUPPRESS)
 
@@ -42,25 +43,33 @@ def run_render(args: argparse.Namespace) -> int:
     stack_file = read_stack_file(args.stack, args.stacks_dir or stacks_dir(find_project_dir()))
     spec = load_spec(stack_file.sections, args.stack)
     if spec.fleet is not None:
-        if not 0 <= args.host < len(spec.fleet.hosts):
+        count = len(spec.fleet.hosts) or spec.fleet.replica_count
+        if not 0 <= args.host < count:
+            where = "hosts" if spec.fleet.hosts else "replicas"
             print(
-                f"--host {args.host}: stack {args.stack!r} has hosts 0..{len(spec.fleet.hosts) - 1} in "
-                "fleet.hosts; pick one of them.",
+                f"--host {args.host}: stack {args.stack!r} has {where} 0..{count - 1} in fleet.{where}; pick "
+                "one of them.",
                 file=sys.stderr,
             )
             return ExitCode.CONFIG_ERRORS
-        # Each host of a fleet launches its own command (its port; a multi-node server's rank).
-        spec = spec.for_host(args.host)
     release = args.release or spec.environment.sglang_release
-    findings = run_preflight(spec, release)
-    flags = spec.launch_flags()
-    env = spec.environment.env
     argv: list[str] | None
-    try:
-        argv = render_argv(flags, release)
-        command: str | None = render_command(flags, release, env=env)
-    except FlagError:
-        argv = command = None  # the reasons are preflight errors already
+    command: str | None
+    if spec.host.kind == "kubernetes":
+        # The GPU facts are the cluster's nodes', read as a deployment reads them.
+        spec, facts, argv, command = cluster_render(args.stack, spec, args.host, release)
+    else:
+        if spec.fleet is not None:
+            # Each host of a fleet launches its own command (its port; a multi-node server's rank).
+            spec = spec.for_host(args.host)
+        facts = declared_facts(spec)
+        try:
+            argv = render_argv(spec.launch_flags(), release)
+            command = render_command(spec.launch_flags(), release, env=spec.environment.env)
+        except FlagError:
+            argv = command = None  # the reasons are preflight errors already
+    findings = run_preflight(spec, release)
+    env = spec.environment.env
     plan = plan_memory(spec, release)
     errors = [f for f in findings if f.severity == "error"]
     if args.json:
@@ -71,6 +80,7 @@ def run_render(args: argparse.Namespace) -> int:
             "argv": argv,
             "env": env,
             "command": command,
+            "host_facts": facts.as_dict(),
             "memory": plan.as_dict(),
             "findings": [asdict(f) for f in findings],
             "secrets_set": list(stack_file.secret_keys),
@@ -78,15 +88,21 @@ def run_render(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
     else:
-        print(_render_text(args.stack, release, command, plan.explain(), findings))
+        print(_render_text(args.stack, release, command, facts, plan.explain(), findings))
     return ExitCode.CONFIG_ERRORS if errors else ExitCode.OK
 
 
 def _render_text(
-    stack: str, release: str, command: str | None, plan: list[str], findings: list[Finding]
+    stack: str,
+    release: str,
+    command: str | None,
+    facts: RenderedFacts,
+    plan: list[str],
+    findings: list[Finding],
 ) -> str:
     lines = [f"Stack {stack}, SGLang {release}", "", "Launch command:"]
     lines.append(f"  {command}" if command else "  (not renderable for this release: see the errors below)")
+    lines += ["", f"GPU facts ({facts.source}):", f"  {facts.line()}"]
     lines += ["", "Memory plan (per GPU):", *(f"  {line}" for line in plan), ""]
     listed = [f for f in findings if f.code != "memory-plan"]  # the memory plan is printed above
     counts = {s: sum(f.severity == s for f in listed) for s in ("error", "warning", "info")}

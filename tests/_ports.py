@@ -47,3 +47,26 @@ def free_port() -> int:
         _given.add(port)
         return port
     raise AssertionError(f"No free port in {stripe.start}-{stripe.stop - 1} after 1000 tries.")
+
+
+def free_ports_in_a_row(count: int) -> int:
+    """The first of ``count`` consecutive free ports (a fleet on a cluster serves replica i on
+    ``server.port + i``), none given before."""
+    stripe = _stripe()
+    for _ in range(1000):
+        first = random.choice(range(stripe.start, stripe.stop - count))
+        ports = range(first, first + count)
+        if any(port in _given for port in ports):
+            continue
+        free = True
+        for port in ports:
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    free = False
+                    break
+        if free:
+            _given.update(ports)
+            return first
+    raise AssertionError(f"No {count} free ports in a row in {stripe.start}-{stripe.stop - 1}.")

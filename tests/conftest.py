@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -15,16 +15,58 @@ if TYPE_CHECKING:
     from toolchain.local_cluster import Cluster
 
 
+CLUSTER_SCOPE = "the session's Kubernetes cluster"
+"""The one scope of the test files that use the session's cluster (`cluster_file`)."""
+
+
+def cluster_file(path: str) -> bool:
+    """Whether the test file ``path`` (or a test's node id) is one that runs on the session's local
+    Kubernetes cluster (the ``kube_cluster`` fixture): they are named test_kube_*.py and
+    test_local_cluster.py (tests/test_kube_launch.py checks that every user of the fixture is)."""
+    return Path(path.split("::", 1)[0]).name.startswith(("test_kube_", "test_local_cluster"))
+
+
+def _scope(nodeid: str) -> str:
+    """What runs on one worker under ``--dist loadfile``: a test file, or every cluster file."""
+    path = nodeid.split("::", 1)[0]
+    return CLUSTER_SCOPE if cluster_file(path) else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile`` (scripts/test.sh), the files that use the session's Kubernetes
+    cluster go to one worker as if they were one file: each worker's session starts a cluster of its
+    own, and two at once would compete for the machine's cores and their pods for its ports."""
+    if config.getoption("dist", "no") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
+
+    class ClusterFilesTogether(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return ClusterFilesTogether(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files with the most integration tests (real engine, sshd, emulator: tens of seconds each) run
-    first, the quick files after them. Run side by side (scripts/test.sh), the workers then end
-    together, on quick files, instead of one worker running a long file while the other waits.
-    Each file's tests stay together and in their order."""
-    slow: dict[Path, int] = {}
-    for item in items:
+    """The cluster's files first (their tests take minutes each, on one worker), then files with the
+    most integration tests (real engine, sshd, emulator: tens of seconds each), the quick files
+    after them. Run side by side (scripts/test.sh), the workers then end together, on quick files,
+    instead of one worker running a long file while the other waits. Each scope's tests (a file's,
+    or the cluster's files') stay together and in their order."""
+    slow: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        scope = _scope(item.nodeid)
+        first.setdefault(scope, index)
         if item.get_closest_marker("integration"):
-            slow[item.path] = slow.get(item.path, 0) + 1
-    items.sort(key=lambda item: -slow.get(item.path, 0))
+            slow[scope] = slow.get(scope, 0) + 1
+
+    def order(item: pytest.Item) -> tuple[bool, int, int]:
+        scope = _scope(item.nodeid)
+        return scope != CLUSTER_SCOPE, -slow.get(scope, 0), first[scope]
+
+    items.sort(key=order)
 
 
 @pytest.fixture

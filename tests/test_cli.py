@@ -75,6 +75,12 @@ def test_render_prints_the_command_the_plan_and_the_findings():
     assert "--cuda-graph-max-bs" in words
     assert "Verdict: fits at mem_fraction_static 0.88" in out
     assert "Preflight: 0 error(s)" in out
+    # The GPUs it was judged on, and whence: the emulator host's own facts here.
+    facts = out.splitlines()[out.splitlines().index("GPU facts (the emulator host's):") + 1]
+    assert (
+        facts.strip()
+        == "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887 MiB each, compute capability 12.0, pcie"
+    )
 
 
 @pytest.mark.parametrize("stack", ["baseline", "eagle3-bs128", "eagle3-auto-mem", "custom-allreduce"])

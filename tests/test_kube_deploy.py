@@ -1,17 +1,26 @@
 """Stacks on a real Kubernetes cluster (the local one of tests/kube.py, on 127.0.0.1), through the
 real Pulumi engine and pulumi-kubernetes's provider: ``k8s-baseline`` deployed with ``tok_s`` as an
-output, a flag change previewed flag by flag and rolled forward and back, a pod the scheduler cannot
-place named with its reason, a two-node server as a LeaderWorkerSet, and a destroy that leaves no
-pod, Job or ConfigMap. The tests share one cluster and build on each other's deployments, in order.
+output and its hub token from a Secret, its pods' logs and its render from the nodes' facts; a flag
+change previewed flag by flag and rolled forward, and back by the regression gate of a slower stack
+that hands the namespace back (``sglang-stacks rollout``); compare and history on cluster stacks; a
+pod the scheduler cannot place named with its reason; a two-node server as a LeaderWorkerSet,
+measured on a ShareGPT file; and a destroy that leaves no pod, Job, ConfigMap or Secret. The tests
+share one cluster and build on each other's deployments, in order.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import re
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -19,6 +28,7 @@ import pytest
 import yaml
 
 from sglang_stacks.errors import SchedulingError, failure_from_output
+from sglang_stacks.exits import ExitCode
 from sglang_stacks.results.outputs import DeploymentOutputs
 from tests._ports import free_port
 from tests._pulumi import ROOT, Workspace
@@ -29,6 +39,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 MANAGED = "app.kubernetes.io/managed-by=sglang-stacks"
+HUB_TOKEN = "hf_" + uuid.uuid4().hex  # a stand-in: nothing here reaches the hub
 
 
 def _config(cluster: Cluster, namespace: str, **changes: dict[str, Any]) -> str:
@@ -67,6 +78,21 @@ def _served_flags(url: str) -> dict[str, Any]:
     return info
 
 
+@contextlib.contextmanager
+def _following(workspace: Workspace, stack: str) -> Iterator[Path]:
+    """`sglang-stacks logs -f <stack>` running for the block, its output in the file it yields."""
+    path = workspace.path / f"{stack}-logs-f.txt"
+    with path.open("w") as out:
+        follower = subprocess.Popen(
+            workspace.cli_command("logs", "-f", stack), cwd=workspace.path, env=workspace.env(), stdout=out
+        )
+        try:
+            yield path
+        finally:
+            follower.send_signal(signal.SIGINT)
+            follower.wait(timeout=30)
+
+
 @pytest.fixture(scope="module")
 def namespaces(kube_cluster: Cluster) -> Iterator[tuple[str, str]]:
     """Two namespaces of their own: the one the tests' stacks share, and another for the stack that
@@ -93,7 +119,9 @@ def baseline(
 ) -> DeploymentOutputs:
     """``k8s-baseline`` deployed: the emulator's pod serving, benchmarked by a Job."""
     kube_workspace.init_stack("k8s-baseline", _config(kube_cluster, namespaces[0]))
-    kube_workspace.run("up", "--yes", "--skip-preview", "-s", "k8s-baseline", timeout_s=900)
+    kube_workspace.run("config", "set", "--secret", "hubToken", HUB_TOKEN, "-s", "k8s-baseline")
+    done = kube_workspace.run("up", "--yes", "--skip-preview", "-s", "k8s-baseline", timeout_s=900)
+    assert HUB_TOKEN not in done.stdout + done.stderr
     return DeploymentOutputs.model_validate(kube_workspace.outputs("k8s-baseline"))
 
 
@@ -123,7 +151,52 @@ def test_k8s_baseline_deploys_to_the_cluster_with_tok_s_as_an_output(
     assert "--cuda-graph-max-bs" in baseline.launch_command and "fired up" in log
 
 
-def test_a_flag_change_is_previewed_flag_by_flag_and_rolled_forward_and_back(
+def test_the_hub_token_reaches_the_server_from_a_secret_and_nowhere_in_plain_text(
+    baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
+) -> None:
+    namespace = namespaces[0]
+    secret = _get(kube_cluster, "secret", "-n", namespace, "sglang-k8s-baseline-hub-token")
+    assert base64.b64decode(secret["data"]["HF_TOKEN"]).decode() == HUB_TOKEN
+    deployment = _get(kube_cluster, "deployment", "-n", namespace, "sglang-k8s-baseline")
+    (variable,) = [
+        v for v in deployment["spec"]["template"]["spec"]["containers"][0]["env"] if v["name"] == "HF_TOKEN"
+    ]
+    assert variable == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "sglang-k8s-baseline-hub-token", "key": "HF_TOKEN"}},
+    }
+    pod = baseline.server_log.split()[-1]
+    assert (
+        kube_cluster.kubectl("exec", "-n", namespace, pod, "--", "printenv", "HF_TOKEN").stdout.strip()
+        == HUB_TOKEN
+    )
+    # Not in the pod spec, the state, the stack's outputs or its file.
+    assert HUB_TOKEN not in json.dumps(deployment) + json.dumps(
+        _get(kube_cluster, "pod", "-n", namespace, pod)
+    )
+    assert HUB_TOKEN not in kube_workspace.run("stack", "export", "-s", "k8s-baseline").stdout
+    assert HUB_TOKEN not in json.dumps(kube_workspace.outputs("k8s-baseline"))
+    assert HUB_TOKEN not in (kube_workspace.path / "stacks" / "Pulumi.k8s-baseline.yaml").read_text()
+
+
+def test_logs_show_the_pods_and_render_judges_the_nodes_gpus(
+    baseline: DeploymentOutputs, kube_workspace: Workspace
+) -> None:
+    shown = kube_workspace.cli("logs", "k8s-baseline", "-n", "200", check=True).stdout
+    pod = baseline.server_log.split()[-1]
+    assert f"==> server pod {pod} <==" in shown and "The server is fired up and ready to roll!" in shown
+    # The benchmark Job's pod: its progress lines as sentences, not its document.
+    assert "==> benchmark pod k8s-baseline-benchmark-job-" in shown
+    assert "benchmark: concurrency 1, measure 3/3: 1 request," in shown
+    assert '"schema"' not in shown
+
+    rendered = json.loads(kube_workspace.cli("render", "k8s-baseline", "--json", check=True).stdout)
+    assert rendered["host_facts"]["source"].startswith("read from the nodes of the cluster of context")
+    assert rendered["host_facts"]["gpu_count"] == 8 and rendered["host_facts"]["compute_capability"] == "12.0"
+    assert rendered["command"] == baseline.launch_command  # the pod's command, as deployed
+
+
+def test_a_flag_change_is_previewed_flag_by_flag_rolled_forward_and_handed_back_by_a_gate(
     baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
 ) -> None:
     namespace = namespaces[0]
@@ -142,11 +215,32 @@ def test_a_flag_change_is_previewed_flag_by_flag_and_rolled_forward_and_back(
     # The namespace's GPUs went to the new stack: the baseline's Deployment asks for no pod now.
     assert _get(kube_cluster, "deployment", "-n", namespace, "sglang-k8s-baseline")["spec"]["replicas"] == 0
 
-    kube_workspace.run("up", "--yes", "--skip-preview", "-s", "k8s-baseline", timeout_s=900)
-    back = DeploymentOutputs.model_validate(kube_workspace.outputs("k8s-baseline"))
+    # Back: a stack more than twice slower (the custom all-reduce forced over PCIe) fails its gate
+    # against the baseline, and `rollout` hands the namespace back with `pulumi up -s k8s-baseline`,
+    # while `logs -f`, started before, shows the baseline's new pod from its first line.
+    gate = {"baseline_stack": "k8s-baseline", "on_regression": "hand_back"}
+    slower = _config(kube_cluster, namespace, server={"disable_custom_all_reduce": False}, gate=gate)
+    kube_workspace.init_stack("k8s-slow", slower)
+    with _following(kube_workspace, "k8s-baseline") as followed:
+        rolled = kube_workspace.cli("rollout", "k8s-slow")
+        back = DeploymentOutputs.model_validate(kube_workspace.outputs("k8s-baseline"))
+        new_pod = back.server_log.split()[-1]
+        ready = re.compile(rf"^\[{re.escape(new_pod)}\] .*The server is fired up and ready to roll!$", re.M)
+        deadline = time.monotonic() + 60
+        while not ready.search(followed.read_text()) and time.monotonic() < deadline:
+            time.sleep(1)
+    said = rolled.stdout + rolled.stderr
+    assert rolled.returncode == ExitCode.REGRESSION, said
+    regressed = re.search(r"k8s-slow ran at ([0-9.]+) tok/s, ([0-9.]+) % slower than k8s-baseline's", said)
+    assert regressed and float(regressed.group(2)) > 40, said
+    assert said.count(regressed.group(0)) == 1  # the gate's error says it once; rollout refers to it
+    assert "rollout: handing the host back to k8s-baseline (on_regression: hand_back)" in said
+    assert "rollout: k8s-baseline serves again at" in said
+    assert new_pod != baseline.server_log.split()[-1] and back.tok_s > 0  # measured anew, on a new pod
     assert _served_flags(f"http://127.0.0.1:{back.launch_flags.port}")["cuda_graph_max_bs"] == 512
-    assert _get(kube_cluster, "deployment", "-n", namespace, "sglang-k8s-bs128")["spec"]["replicas"] == 0
-    assert back.tok_s > 0  # measured anew: its pod is a new one
+    for other in ("k8s-bs128", "k8s-slow"):
+        assert _get(kube_cluster, "deployment", "-n", namespace, f"sglang-{other}")["spec"]["replicas"] == 0
+    assert ready.search(followed.read_text()), followed.read_text()[-2000:]
 
     # Within one stack, the server's flags map changes key by key.
     kube_workspace.run(
@@ -159,6 +253,21 @@ def test_a_flag_change_is_previewed_flag_by_flag_and_rolled_forward_and_back(
     kube_workspace.run(
         "config", "set", "--path", "sglang-stacks:server.cuda_graph_max_bs", "512", "-s", "k8s-baseline"
     )
+
+
+def test_compare_and_history_read_cluster_stacks_as_any_other(kube_workspace: Workspace) -> None:
+    compared = kube_workspace.cli("compare", "k8s-baseline", "k8s-bs128", "--json")
+    document = json.loads(compared.stdout)
+    assert compared.returncode == ExitCode.OK, compared.stdout + compared.stderr  # 128 is not slower
+    flags = {row["flag"]: row["values"] for row in document["flags"]}
+    assert {stack: str(value) for stack, value in flags["--cuda-graph-max-bs"].items()} == {
+        "k8s-baseline": "512",
+        "k8s-bs128": "128",
+    }
+    tok_s = next(m for m in document["metrics"] if m["metric"] == "tok/s")
+    assert set(tok_s["values"]) == {"k8s-baseline", "k8s-bs128"}
+    recorded = kube_workspace.cli("history", "k8s-baseline", "k8s-slow", check=True).stdout
+    assert "k8s-baseline" in recorded and "k8s-slow" in recorded
 
 
 def test_a_pod_the_scheduler_cannot_place_is_named_with_its_reason(
@@ -179,12 +288,24 @@ def test_a_pod_the_scheduler_cannot_place_is_named_with_its_reason(
     kube_workspace.run("destroy", "--yes", "-s", "k8s-pending", timeout_s=300)
 
 
-def test_a_two_node_server_runs_as_a_leader_worker_set(
+def test_a_two_node_server_runs_as_a_leader_worker_set_measured_on_a_sharegpt_file(
     baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
 ) -> None:
     namespace = namespaces[0]
     group = {"nodes": 2, "gpus_per_pod": 4, "dist_init_port": free_port(), "leader_address": "127.0.0.1"}
-    config = yaml.safe_load(_config(kube_cluster, namespace))["config"]
+    conversations = [
+        {
+            "conversations": [
+                {"from": "human", "value": f"Question {i}: " + "why " * i},
+                {"from": "gpt", "value": "Because."},
+            ]
+        }
+        for i in range(1, 40)
+    ]
+    dataset = kube_workspace.path / "sharegpt.json"  # a file on this machine: the Job's pod gets it
+    dataset.write_text(json.dumps(conversations))
+    sharegpt = {"dataset": "sharegpt", "dataset_path": str(dataset)}
+    config = yaml.safe_load(_config(kube_cluster, namespace, benchmark=sharegpt))["config"]
     config["sglang-stacks:host"]["cluster"] |= group
     kube_workspace.init_stack("k8s-two-nodes", yaml.safe_dump({"config": config}, sort_keys=False))
     kube_workspace.run("up", "--yes", "--skip-preview", "-s", "k8s-two-nodes", timeout_s=900)
@@ -202,14 +323,28 @@ def test_a_two_node_server_runs_as_a_leader_worker_set(
     lws = _get(kube_cluster, "leaderworkerset", "-n", namespace, "sglang-k8s-two-nodes")
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     assert _served_flags(f"http://127.0.0.1:{outputs.launch_flags.port}")["nnodes"] == 2
+    # The load generator read the ShareGPT sample from the ConfigMap mounted into the Job's pod.
+    assert outputs.benchmark.errors == 0 and outputs.benchmark.requests == 3
+    (job,) = _get(kube_cluster, "jobs", "-n", namespace, "-l", "sglang-stacks.io/stack=k8s-two-nodes")[
+        "items"
+    ]
+    argv = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert (
+        "--dataset=sharegpt" in argv and "--dataset-path=/opt/sglang-stacks/dataset/sharegpt.json.gz" in argv
+    )
 
 
-def test_destroy_leaves_no_pod_job_or_config_map(
+def test_destroy_leaves_no_pod_job_config_map_or_secret(
     baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
 ) -> None:
-    for stack in ("k8s-two-nodes", "k8s-bs128", "k8s-baseline"):
-        kube_workspace.run("destroy", "--yes", "-s", stack, timeout_s=600)
-    kinds = "pods,jobs,configmaps,deployments,leaderworkersets"
+    stacks = ("k8s-two-nodes", "k8s-bs128", "k8s-slow", "k8s-baseline")
+    with ThreadPoolExecutor(max_workers=len(stacks)) as destroying:  # stacks of their own: side by side
+        list(
+            destroying.map(
+                lambda stack: kube_workspace.run("destroy", "--yes", "-s", stack, timeout_s=600), stacks
+            )
+        )
+    kinds = "pods,jobs,configmaps,secrets,deployments,leaderworkersets"
     for namespace in namespaces:
         # The objects are gone when destroy returns; their pods end with their grace period.
         left = _get(kube_cluster, kinds, "-n", namespace, "-l", MANAGED)["items"]

@@ -1,10 +1,15 @@
 """A kubernetes host in the stack spec, the cluster's GPU facts as preflight sees them, and the pods'
 launch: SGLang's argv from the one renderer, a multi-node group's node flags as LeaderWorkerSet's
-variables, the launch's digest. The cluster itself is exercised in tests/test_kube_deploy.py."""
+variables, the launch's digest; a fleet of replica pods as the spec and preview see it; the hub token
+and a ShareGPT dataset as they reach the pods. The cluster itself is exercised in
+tests/test_kube_deploy.py and tests/test_kube_fleet.py."""
 
 from __future__ import annotations
 
 import copy
+import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +20,15 @@ from sglang_stacks.components._wiring import launch_flags
 from sglang_stacks.config import preflight
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.spec import StackSpec, load_spec
-from sglang_stacks.errors import PreflightError, SpecError
-from sglang_stacks.kube.facts import NodeFacts, cluster_spec, node_facts
+from sglang_stacks.errors import BenchmarkError, PreflightError, SpecError
+from sglang_stacks.hostops.loadgen.prompts import SHAREGPT_SAMPLE, read_sharegpt
+from sglang_stacks.hostops.serving import ServingNote
+from sglang_stacks.kube.claim import ServerObject
+from sglang_stacks.kube.dataset import DATASET_FILE, LIMIT_BYTES, sharegpt_sample
+from sglang_stacks.kube.facts import NodeFacts, check_replicas_fit, cluster_spec, node_facts
+from sglang_stacks.kube.fleet_preview import rollout_order
 from sglang_stacks.kube.launch import server_launch
+from tests.conftest import CLUSTER_SCOPE, _scope, cluster_file
 
 STACKS = Path(__file__).resolve().parent.parent / "stacks"
 GPU_LABELS = {
@@ -142,3 +153,171 @@ def test_a_two_node_server_takes_its_rank_and_leader_from_leader_worker_set() ->
     # Preflight counts the GPUs of one pod and plans memory over the whole group.
     judged = cluster_spec(spec, node_facts(spec, [node(gpus=8)]))
     assert not [f for f in preflight.run_preflight(judged, "0.5.8") if f.severity == "error"]
+
+
+# -- a fleet on a cluster ---------------------------------------------------------------------------
+
+
+def test_the_shipped_fleet_runs_three_replica_pods_on_the_cluster_it_names() -> None:
+    spec = spec_of(shipped("k8s-fleet"), "k8s-fleet")
+    assert spec.fleet is not None and spec.fleet.hosts == []
+    assert spec.fleet.replica_count == 3 and spec.fleet.batches() == [[0], [1], [2]]
+    assert spec.host.cluster is not None and spec.tp_size == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            {
+                "hosts": [
+                    {"kind": "emulator", "server_port": 30300 + i, "state_dir": f"~/h{i}"} for i in range(3)
+                ]
+            },
+            "remove fleet.hosts and set fleet.replicas",
+        ),
+        ({"nodes_per_replica": 2}, "multi-node replicas (fleet.nodes_per_replica"),
+        ({"replicas": None}, "set fleet.replicas and a sglang-stacks:host of kind: kubernetes"),
+    ],
+)
+def test_a_wrong_fleet_on_a_cluster_is_named_with_its_fix(change: dict[str, Any], named: str) -> None:
+    sections = shipped("k8s-fleet")
+    sections["fleet"] = {
+        key: value for key, value in {**sections["fleet"], **change}.items() if value is not None
+    }
+    with pytest.raises(SpecError, match=re.escape(named)):
+        spec_of(sections, "k8s-fleet")
+
+
+def test_replicas_without_a_cluster_are_named_with_the_fix() -> None:
+    sections = shipped("k8s-fleet")
+    del sections["host"]
+    with pytest.raises(SpecError, match=r"fleet\.replicas without fleet\.hosts runs the replicas as pods"):
+        spec_of(sections, "k8s-fleet")
+
+
+def test_each_replica_serves_on_its_own_port_as_its_own_launch() -> None:
+    spec = spec_of(shipped("k8s-fleet"), "k8s-fleet")
+    flags = launch_flags(spec)
+    launches = [
+        server_launch(
+            spec,
+            flags.model_copy(update={"port": 30221 + i}),
+            stack="k8s-fleet",
+            name=f"f-{i}",
+            port=30221 + i,
+        )
+        for i in range(3)
+    ]
+    assert [launch.leader.argv[launch.leader.argv.index("--port") + 1] for launch in launches] == [
+        "30221",
+        "30222",
+        "30223",
+    ]
+    assert len({launch.instance for launch in launches}) == 3
+    assert all(launch.gpus == 1 for launch in launches)
+
+
+def test_the_nodes_must_have_room_for_every_replica() -> None:
+    sections = shipped("k8s-fleet")
+    sections["server"] = {**sections["server"], "tp_size": 4}
+    spec = spec_of(sections, "k8s-fleet")
+    node = NodeFacts("node-a", GPU_LABELS, gpus=8)
+    with pytest.raises(
+        PreflightError, match=r"3 replicas each request 4 nvidia.com/gpu, but .* room for 2 such pods"
+    ):
+        check_replicas_fit(spec, [node], 3)
+    check_replicas_fit(spec, [node, NodeFacts("node-b", GPU_LABELS, gpus=4)], 3)  # 2 + 1 pods
+
+
+def test_the_preview_says_the_rollout_order_and_each_replicas_flag_changes() -> None:
+    spec = spec_of(shipped("k8s-fleet"), "k8s-fleet")
+    flags = launch_flags(spec)
+    launches = [
+        server_launch(
+            spec,
+            flags.model_copy(update={"port": 30221 + i}),
+            stack="k8s-fleet",
+            name=f"f-{i}",
+            port=30221 + i,
+        )
+        for i in range(3)
+    ]
+    old = flags.model_copy(update={"port": 30221, "cuda_graph_max_bs": 512})
+    note = ServingNote(stack="k8s-fleet", pid=0, release="0.5.8", flags=old, launch_command="")
+    objects = {"f-0": ServerObject("Deployment", "f-0", "k8s-fleet", 1, note)}
+    said = rollout_order(spec, "k8s-fleet", launches, objects)
+    assert said.splitlines()[:3] == [
+        "Fleet k8s-fleet rolls a change 1 replica(s) at a time, each batch after the previous one is back "
+        "in the router:",
+        "  batch 1 (canary: replica 0 is benchmarked beside another replica of the router, which leaves the "
+        "router for that benchmark, and judged before the rest proceeds):",
+        "    replica 0 (Deployment/f-0, port 30221):",
+    ]
+    assert "~ --cuda-graph-max-bs 512 => 128" in said
+    assert "replica 1 (Deployment/f-1, port 30222): not deployed; its pod would start" in said
+
+
+# -- secrets and datasets reach the pods ------------------------------------------------------------
+
+
+def test_the_hub_token_reaches_the_pods_from_a_secret_never_as_a_value() -> None:
+    spec = spec_of(shipped("k8s-baseline"))
+    flags = launch_flags(spec)
+    plain = server_launch(spec, flags, stack="k8s-test", name="s", port=30200)
+    hidden = server_launch(
+        spec, flags, stack="k8s-test", name="s", port=30200, hub_token_secret="s-hub-token"
+    )
+    (variable,) = [v for v in hidden.leader.variables() if v.name == "HF_TOKEN"]
+    assert variable.value is None
+    assert variable.value_from.secret_key_ref.name == "s-hub-token"
+    assert variable.value_from.secret_key_ref.key == "HF_TOKEN"
+    assert all(v.name != "HF_TOKEN" for v in plain.leader.variables())
+    assert hidden.instance != plain.instance  # a token given or taken away is a new launch
+
+
+def test_the_dataset_sample_gives_the_pod_the_prompts_a_host_run_sends(tmp_path: Path) -> None:
+    conversations = [
+        {
+            "conversations": [
+                {"from": "human", "value": f"question {i} " * (i % 7 + 1)},
+                {"from": "gpt", "value": f"answer {i}"},
+            ]
+        }
+        for i in range(1500)
+    ]
+    conversations.insert(3, {"conversations": [{"from": "gpt", "value": "opens with the model: skipped"}]})
+    source = tmp_path / "sharegpt.json"
+    source.write_text(json.dumps(conversations))
+    shipped_file = tmp_path / DATASET_FILE
+    shipped_file.write_bytes(sharegpt_sample(str(source), seed=7))
+
+    drawn = read_sharegpt(str(shipped_file), seed=7)
+    assert drawn == read_sharegpt(str(source), seed=7)[:SHAREGPT_SAMPLE]
+    assert len(drawn) == SHAREGPT_SAMPLE and shipped_file.stat().st_size < LIMIT_BYTES
+
+
+def test_a_dataset_too_big_for_a_config_map_is_refused_naming_the_key(tmp_path: Path) -> None:
+    noise = [
+        {"conversations": [{"from": "human", "value": os.urandom(1500).hex()}, {"from": "gpt", "value": "a"}]}
+        for _ in range(1000)
+    ]
+    source = tmp_path / "big.json"
+    source.write_text(json.dumps(noise))
+    with pytest.raises(
+        BenchmarkError, match=r"sglang-stacks:benchmark.dataset_path: .* more than a ConfigMap holds"
+    ):
+        sharegpt_sample(str(source), seed=0)
+
+
+# -- the suite ---------------------------------------------------------------------------------------
+
+
+def test_every_test_file_on_the_cluster_runs_on_one_worker_first() -> None:
+    # Each worker's session starts its own cluster: the files that use it are one scope.
+    tests = Path(__file__).resolve().parent
+    users = sorted(p.name for p in tests.glob("test_*.py") if "kube_cluster: Cluster" in p.read_text())
+    assert {"test_kube_deploy.py", "test_kube_fleet.py", "test_local_cluster.py"} <= set(users)
+    assert all(cluster_file(name) for name in users)
+    assert _scope("tests/test_kube_fleet.py::a") == _scope("tests/test_local_cluster.py::b") == CLUSTER_SCOPE
+    assert _scope("tests/test_fleet.py::c") == "tests/test_fleet.py"

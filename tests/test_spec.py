@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from sglang_emulator.profile import load_profile
 from sglang_stacks.config.sections import HostSpec
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS, StackSpec, load_spec, spec_json_schema
 from sglang_stacks.config.stackfile import load_stack_spec
@@ -240,8 +241,11 @@ def test_every_shipped_stack_loads(path):
     # local cluster (scripts/k8s-up.sh).
     assert all(host.kind in ("emulator", "kubernetes") for host in hosts)
     assert spec.runtime == "emulator"
-    # The campaign's model: 72.33 GB per GPU at tp 8, or the whole of it over the two-node demo's 16 GPUs.
-    assert (spec.model.weights_per_gpu_gb, spec.model.total_weights_gb) in ((72.33, None), (None, 578.64))
+    # The model its emulator profile plays: the campaign's (72.33 GB per GPU at tp 8, or the whole of
+    # it over the two-node demo's 16 GPUs), or the cluster fleet's Llama-3.1-8B on one GPU.
+    played = load_profile(spec.environment.emulator.profile).model.weights_gib_total
+    per_gpu = round(played / spec.tp_size, 2)
+    assert (spec.model.weights_per_gpu_gb, spec.model.total_weights_gb) in ((per_gpu, None), (None, played))
 
 
 def test_emulator_faults_are_checked_by_the_spec_before_anything_runs() -> None:

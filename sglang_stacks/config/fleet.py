@@ -1,8 +1,10 @@
-"""The ``sglang-stacks:fleet`` section: several hosts serving one configuration behind SGLang's
+"""The ``sglang-stacks:fleet`` section: several servers of one configuration behind SGLang's
 router (the ``sglang-router`` package), and how a change rolls over them.
 
-Every host runs one replica: the stack's server flags, with its own HTTP port. The router spreads
-requests over them; a rolling update takes replicas out of the router a batch at a time.
+Every host runs one replica: the stack's server flags, with its own HTTP port. On a Kubernetes
+cluster (``sglang-stacks:host`` of kind ``kubernetes``) the fleet lists no hosts: its ``replicas``
+are server pods of the cluster, replica i on port ``server.port + i``. The router spreads requests
+over them; a rolling update takes replicas out of the router a batch at a time.
 """
 
 from __future__ import annotations
@@ -101,10 +103,12 @@ def _first_clash(places: list[tuple[object, ...]]) -> tuple[int, int] | None:
 class FleetSpec(FileSection):
     """``sglang-stacks:fleet``: the hosts, one replica each, the router and the rollout policy."""
 
-    hosts: list[FleetHostSpec] = Field(min_length=1)
-    """The hosts, each a host section; replica i runs on hosts[i]."""
-    replicas: int | None = Field(default=None, ge=1)
-    """How many servers: when set, it must equal the number of hosts over ``nodes_per_replica``."""
+    hosts: list[FleetHostSpec] = Field(default_factory=list)
+    """The hosts, each a host section; replica i runs on hosts[i]. A fleet on a Kubernetes cluster
+    lists none: its replicas are pods of the cluster ``sglang-stacks:host`` names."""
+    replicas: int | None = Field(default=None, ge=1, le=64)
+    """How many servers: with hosts, it must equal the number of hosts over ``nodes_per_replica``;
+    on a Kubernetes cluster, the number of server pods (replica i serves on ``server.port + i``)."""
     nodes_per_replica: int = Field(default=1, ge=1, le=64)
     """Hosts one server spans (SGLang's ``--nnodes``): replica k runs on hosts k*n .. k*n+n-1, node
     rank 0 first; ``server.tp_size`` is the total over them."""
@@ -122,12 +126,18 @@ class FleetSpec(FileSection):
     @model_validator(mode="after")
     def _hosts_fit(self) -> FleetSpec:
         nodes, count = self.nodes_per_replica, len(self.hosts)
+        if not self.hosts and self.replicas is None:
+            raise ValueError(
+                "a fleet needs its servers: list its hosts in fleet.hosts (one replica each), or, for "
+                "replicas as pods of a Kubernetes cluster, set fleet.replicas and a sglang-stacks:host of "
+                "kind: kubernetes"
+            )
         if count % nodes:
             raise ValueError(
                 f"nodes_per_replica is {nodes} but {count} host(s) are listed; every server spans "
                 f"{nodes} hosts: list a multiple of {nodes} hosts or change nodes_per_replica"
             )
-        if self.replicas is not None and self.replicas != count // nodes:
+        if self.hosts and self.replicas is not None and self.replicas != count // nodes:
             per = "on its own host" if nodes == 1 else f"over {nodes} hosts (nodes_per_replica)"
             raise ValueError(
                 f"replicas is {self.replicas} but {count} host(s) are listed; each replica runs {per}: "
@@ -162,7 +172,9 @@ class FleetSpec(FileSection):
 
     @property
     def replica_count(self) -> int:
-        """Servers in the fleet: the hosts over ``nodes_per_replica``."""
+        """Servers in the fleet: the hosts over ``nodes_per_replica``, or on a cluster ``replicas``."""
+        if not self.hosts:
+            return self.replicas or 0
         return len(self.hosts) // self.nodes_per_replica
 
     def replica_hosts(self, replica: int) -> list[int]:
@@ -175,3 +187,34 @@ class FleetSpec(FileSection):
         canary batch first, then ``batch_size`` at a time."""
         size, count = self.rollout.batch_size, self.replica_count
         return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
+
+
+def fleet_placement_problem(fleet: FleetSpec | None, host: HostSpec, host_declared: bool) -> str | None:
+    """What is wrong with where a stack's fleet runs (``host`` is its ``sglang-stacks:host`` section,
+    ``host_declared`` whether the stack file sets it), as a sentence with the fix; None when nothing."""
+    if fleet is None:
+        return None
+    if host.kind == "kubernetes":
+        if fleet.hosts:
+            return (
+                "a fleet on a Kubernetes cluster runs its replicas as pods of the cluster sglang-stacks:host "
+                "names; remove fleet.hosts and set fleet.replicas"
+            )
+        if fleet.nodes_per_replica > 1 or (host.cluster is not None and host.cluster.nodes > 1):
+            return (
+                "a fleet on a Kubernetes cluster runs each replica as one pod; multi-node replicas "
+                "(fleet.nodes_per_replica or host.cluster.nodes above 1) are not supported there yet: "
+                "remove them, or deploy the multi-node server as a stack without a fleet"
+            )
+        return None
+    if host_declared:
+        return (
+            "a stack with a fleet lists its hosts in fleet.hosts; move the sglang-stacks:host section into "
+            "fleet.hosts (one entry per host), or set its kind: kubernetes to run the replicas as pods"
+        )
+    if not fleet.hosts:
+        return (
+            "fleet.replicas without fleet.hosts runs the replicas as pods of a Kubernetes cluster: add a "
+            "sglang-stacks:host section of kind: kubernetes, or list the hosts in fleet.hosts"
+        )
+    return None

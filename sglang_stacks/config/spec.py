@@ -20,7 +20,7 @@ from sglang_stacks.config import multinode
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec, SloSpec
 from sglang_stacks.config.docstrings import describe_fields
 from sglang_stacks.config.flags import ServerFlags
-from sglang_stacks.config.fleet import FleetSpec
+from sglang_stacks.config.fleet import FleetSpec, fleet_placement_problem
 from sglang_stacks.config.sections import (
     CONFIG_NAMESPACE,
     EMULATOR_HOST_FACTS,
@@ -80,15 +80,13 @@ class StackSpec(BaseModel):
     """``sglang-stacks:launch``: supervision of the server process."""
     fleet: FleetSpec | None = None
     """``sglang-stacks:fleet``: several hosts, one replica each, behind SGLang's router; replaces
-    ``sglang-stacks:host``."""
+    ``sglang-stacks:host``, except on a Kubernetes cluster, whose pods are the replicas."""
 
     @model_validator(mode="after")
     def _one_place(self) -> StackSpec:
-        if self.fleet is not None and "host" in self.model_fields_set:
-            raise ValueError(
-                "a stack with a fleet lists its hosts in fleet.hosts; move the sglang-stacks:host section "
-                "into fleet.hosts (one entry per host)"
-            )
+        placement = fleet_placement_problem(self.fleet, self.host, "host" in self.model_fields_set)
+        if placement:
+            raise ValueError(placement)
         if self.fleet is not None and self.gate is not None:
             raise ValueError(
                 "a fleet is gated by fleet.rollout (its canary against the current replicas); remove "

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.loadgen.progress import LINE_PREFIX
 from sglang_stacks.hostops.programs.logs_contract import FollowLogs, ShowLogs
 from sglang_stacks.hostops.programs.runner import call
 
@@ -45,7 +46,7 @@ def _count(number: int, thing: str) -> str:
 def describe_progress(line: str) -> str:
     """A progress line as a sentence (``benchmark: concurrency 1, measure 2/5: 1 request, 80.1 tok/s
     so far, 0 errors``); any other line as it is."""
-    if not line.startswith('{"time_unix_s"'):
+    if not line.startswith(LINE_PREFIX):
         return line
     try:
         step = json.loads(line)

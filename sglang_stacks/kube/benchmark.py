@@ -19,6 +19,7 @@ from sglang_stacks.components._provider import LABEL, REPLACES, Props, TypedProv
 from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
 from sglang_stacks.errors import BenchmarkError, HostError
+from sglang_stacks.hostops.loadgen.progress import LINE_PREFIX
 from sglang_stacks.kube import pods
 from sglang_stacks.kube.client import ClusterAccess, api_error_text
 
@@ -86,7 +87,9 @@ def job_document(inputs: KubeBenchmarkInputs) -> Document:
     pod = _job_pod(access, job)
     log = pods.pod_log(access, pod) if pod else ""
     lines = [line for line in log.splitlines() if line.strip()]
-    if state != "succeeded" or not lines or not lines[-1].startswith("{"):
+    # Its progress lines come first, in the same log; the document is the last line.
+    documents = [line for line in lines if line.startswith("{") and not line.startswith(LINE_PREFIX)]
+    if state != "succeeded" or not documents:
         shown = "\n".join(lines[-20:]) or "(no log)"
         why = "did not finish in time" if state == "running" else f"ended {state}"
         raise BenchmarkError(
@@ -94,7 +97,7 @@ def job_document(inputs: KubeBenchmarkInputs) -> Document:
             f"Check that the server still serves (`pulumi refresh -s {inputs.stack}`) and that the workload "
             "fits its limits; nothing was recorded."
         )
-    return read_document(lines[-1])
+    return read_document(documents[-1])
 
 
 def measure(inputs: KubeBenchmarkInputs) -> BenchmarkOutputs:

@@ -16,19 +16,20 @@ from sglang_stacks.components._resource import Args, register
 from sglang_stacks.components._wiring import flags_digest, launch_flags
 from sglang_stacks.components.deployment import DEFAULT_PORT, DeploymentExports
 from sglang_stacks.config import preflight
+from sglang_stacks.config.findings import Finding
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.hostops import serving
-from sglang_stacks.kube import facts, workloads
-from sglang_stacks.kube.benchmark import KubeBenchmark, KubeBenchmarkArgs
+from sglang_stacks.hostops.facts import FoundFacts
+from sglang_stacks.kube import facts, jobs, workloads
 from sglang_stacks.kube.claim import KubeClaim, KubeClaimArgs, serving_now
 from sglang_stacks.kube.client import ClusterAccess
 from sglang_stacks.kube.launch import ServerLaunch, server_launch
 from sglang_stacks.kube.server import KubeServer, KubeServerArgs
 from sglang_stacks.results.outputs import DeploymentOutputs
 
-__all__ = ["KubeDeployment", "KubeDeploymentArgs", "object_name"]
+__all__ = ["Checked", "KubeDeployment", "KubeDeploymentArgs", "cluster_preflight", "object_name"]
 
 
 def object_name(stack: str) -> str:
@@ -38,11 +39,41 @@ def object_name(stack: str) -> str:
 
 
 @dataclass(frozen=True)
+class Checked:
+    """What preflight found on a cluster: the GPUs a server pod gets, the spec judged with them (its
+    host's facts the cluster's), and the findings (no errors: they stop the program)."""
+
+    found: FoundFacts
+    judged: StackSpec
+    findings: list[Finding]
+
+
+def cluster_preflight(spec: StackSpec, access: ClusterAccess, parent: pulumi.Resource) -> Checked:
+    """Reads the cluster's nodes and runs preflight on the GPUs a server pod gets (and, for a fleet,
+    checks that the nodes have room for every replica's pod) before anything is declared; warnings
+    are logged on ``parent``."""
+    nodes = facts.read_nodes(access)
+    found = facts.node_facts(spec, nodes)
+    if spec.fleet is not None:
+        facts.check_replicas_fit(spec, nodes, spec.fleet.replica_count)
+    judged = facts.cluster_spec(spec.model_copy(update={"fleet": None}), found)
+    findings = preflight.run_preflight(judged, spec.environment.sglang_release)
+    preflight.raise_on_errors(findings)
+    for finding in findings:
+        if finding.severity == "warning":
+            pulumi.log.warn(finding.sentence(), parent)
+    return Checked(found, judged, findings)
+
+
+@dataclass(frozen=True)
 class KubeDeploymentArgs:
     """What a deployment on a cluster is made of: the stack's name and its spec (kind: kubernetes)."""
 
     stack: str
     spec: StackSpec
+    hub_token: pulumi.Output[str] | None = None
+    """A Hugging Face token for gated models, a Pulumi secret: a Kubernetes Secret the server pods
+    read as HF_TOKEN."""
 
 
 class KubeDeployment(pulumi.ComponentResource):
@@ -68,20 +99,12 @@ class KubeDeployment(pulumi.ComponentResource):
             )
         release = spec.environment.sglang_release
         access = ClusterAccess.of(cluster)
-        found = facts.node_facts(spec, facts.read_nodes(access))
-        judged = facts.cluster_spec(spec, found)
-        findings = preflight.run_preflight(judged, release)
-        preflight.raise_on_errors(findings)
-        for finding in findings:
-            if finding.severity == "warning":
-                pulumi.log.warn(finding.sentence(), self)
+        checked = cluster_preflight(spec, access, self)
         flags = launch_flags(spec)
+        base = cluster.name or object_name(stack)
+        token = f"{base}-hub-token" if args.hub_token is not None else None
         launch = server_launch(
-            spec,
-            flags,
-            stack=stack,
-            name=cluster.name or object_name(stack),
-            port=spec.server.port or DEFAULT_PORT,
+            spec, flags, stack=stack, name=base, port=spec.server.port or DEFAULT_PORT, hub_token_secret=token
         )
         if pulumi.runtime.is_dry_run():
             self._announce(access, stack, launch, release)
@@ -104,7 +127,15 @@ class KubeDeployment(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self),
         )
         claimed = claim.output(lambda o: o.claim_id)
-        server_object = self._server_object(name, launch, claimed, child, claim)
+        before: list[pulumi.Resource] = [claim]
+        if token is not None and args.hub_token is not None:
+            labels = {**workloads.MANAGED_BY, workloads.STACK_LABEL: stack}
+            before.append(
+                k8s.core.v1.Secret(
+                    f"{name}-hub-token", workloads.hub_token_secret(token, args.hub_token, labels), opts=child
+                )
+            )
+        server_object = self._server_object(name, launch, claimed, child, before)
         server = KubeServer(
             f"{name}-server",
             KubeServerArgs(
@@ -122,7 +153,23 @@ class KubeDeployment(pulumi.ComponentResource):
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[server_object]),
         )
-        benchmark = self._benchmark(name, stack, spec, access, launch, server, child)
+        benchmark = jobs.measure(
+            f"{name}-benchmark",
+            stack=stack,
+            spec=spec,
+            access=access,
+            files=jobs.benchmark_files(name, stack, spec, child),
+            measured=jobs.Measured(
+                url=server.output(lambda o: o.url),
+                instance=server.output(lambda o: o.pod_uid),
+                launch_command=launch.command,
+                flags_digest=flags_digest(flags),
+                gpus=launch.gpus * launch.size,
+            ),
+            parent=self,
+            child=child,
+            after=[server],
+        )
         levels = benchmark.output(lambda o: o.levels)
         first = levels.apply(lambda measured: measured[0])
         self.outputs = DeploymentExports(
@@ -133,12 +180,12 @@ class KubeDeployment(pulumi.ComponentResource):
             launch_command=launch.command,
             launch_flags=flags,
             sglang_version=release,
-            host=found,
+            host=checked.found,
             server_log=server.output(lambda o: o.pod).apply(
                 lambda pod: f"kubectl logs -n {access.namespace} {pod}"
             ),
-            preflight=findings,
-            memory_plan=plan_memory(judged, release),
+            preflight=checked.findings,
+            memory_plan=plan_memory(checked.judged, release),
         )
         register(self, self.outputs)
 
@@ -148,13 +195,14 @@ class KubeDeployment(pulumi.ComponentResource):
         launch: ServerLaunch,
         claimed: pulumi.Output[str],
         child: pulumi.ResourceOptions,
-        claim: KubeClaim,
+        before: list[pulumi.Resource],
     ) -> pulumi.Resource:
-        """The Deployment or LeaderWorkerSet, applied once the claim holds the namespace; the claim's
-        id in an annotation makes a claim taken anew reapply it (and so scale it back up)."""
+        """The Deployment or LeaderWorkerSet, applied once the claim holds the namespace (and the hub
+        token's Secret exists: ``before``); the claim's id in an annotation makes a claim taken anew
+        reapply it (and so scale it back up)."""
         annotations = claimed.apply(lambda claim_id: workloads.server_annotations(launch.note, claim_id))
         options = pulumi.ResourceOptions.merge(
-            child, pulumi.ResourceOptions(depends_on=[claim], delete_before_replace=True)
+            child, pulumi.ResourceOptions(depends_on=before, delete_before_replace=True)
         )
         server_object: pulumi.Resource
         if launch.worker is None:
@@ -173,74 +221,6 @@ class KubeDeployment(pulumi.ComponentResource):
             opts=options,
         )
         return server_object
-
-    def _benchmark(
-        self,
-        name: str,
-        stack: str,
-        spec: StackSpec,
-        access: ClusterAccess,
-        launch: ServerLaunch,
-        server: KubeServer,
-        child: pulumi.ResourceOptions,
-    ) -> KubeBenchmark:
-        """The load generator's ConfigMap, the Job that runs it against the ready server, its result."""
-        from sglang_stacks.hostops import loadgen
-        from sglang_stacks.hostops.loadgen.contract import Workload
-
-        if spec.benchmark.dataset_path:
-            raise SpecError(
-                "sglang-stacks:benchmark.dataset_path is not supported on a kubernetes host yet; use "
-                "dataset: fixed or random."
-            )
-        cluster = spec.host.cluster
-        assert cluster is not None
-        labels = {
-            **workloads.MANAGED_BY,
-            "app.kubernetes.io/name": "sglang-benchmark",
-            workloads.STACK_LABEL: stack,
-        }
-        config_map = k8s.core.v1.ConfigMap(
-            f"{name}-loadgen", workloads.loadgen_config_map(loadgen.source_files(), labels), opts=child
-        )
-        settings = spec.benchmark.settings()
-
-        def command(url: str) -> list[str]:
-            return [cluster.python, "-m", loadgen.PACKAGE_NAME, *Workload.from_settings(url, settings).argv()]
-
-        job = k8s.batch.v1.Job(
-            f"{name}-benchmark-job",
-            workloads.benchmark_job(
-                image=cluster.image,
-                pull_policy=cluster.image_pull_policy,
-                command=server.output(lambda o: o.url).apply(command),
-                config_map=config_map.metadata.name,
-                node_selector=cluster.selector(),
-                labels=labels,
-                pod_labels=server.output(lambda o: o.pod_uid).apply(
-                    lambda pod_uid: {**labels, workloads.SERVER_POD_LABEL: pod_uid}
-                ),
-                timeout_s=spec.benchmark.timeout_s,
-            ),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[server])),
-        )
-        return KubeBenchmark(
-            f"{name}-benchmark",
-            KubeBenchmarkArgs(
-                access=access,
-                stack=stack,
-                job=job.metadata.name,
-                server_instance=server.output(lambda o: o.pod_uid),
-                workload=spec.benchmark,
-                launch_command=launch.command,
-                sglang_version=spec.environment.sglang_release,
-                flags_digest=flags_digest(launch_flags(spec)),
-                gate=spec.gate,
-                gpu_hour_price=spec.host.gpu_hour_price,
-                gpu_count=launch.gpus * launch.size,
-            ),
-            pulumi.ResourceOptions(parent=self, depends_on=[job]),
-        )
 
     def _announce(self, access: ClusterAccess, stack: str, launch: ServerLaunch, release: str) -> None:
         """Says in the preview how this stack differs from what the namespace serves now."""

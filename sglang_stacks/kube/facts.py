@@ -16,7 +16,15 @@ from sglang_stacks.errors import HostError, PreflightError
 from sglang_stacks.hostops.facts import FoundFacts
 from sglang_stacks.kube.client import ClusterAccess, api_error_text
 
-__all__ = ["GPU_RESOURCE", "NodeFacts", "cluster_spec", "gpus_per_pod", "node_facts", "read_nodes"]
+__all__ = [
+    "GPU_RESOURCE",
+    "NodeFacts",
+    "check_replicas_fit",
+    "cluster_spec",
+    "gpus_per_pod",
+    "node_facts",
+    "read_nodes",
+]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """The extended resource a GPU node advertises and a server pod requests."""
@@ -83,14 +91,38 @@ def gpus_per_pod(spec: StackSpec) -> int:
     return cluster.gpus_per_pod or max(1, spec.tp_size // cluster.nodes)
 
 
+def _matching(cluster: ClusterSpec, nodes: Sequence[NodeFacts]) -> tuple[list[NodeFacts], str]:
+    """The nodes the server pods' node selector admits, and the selector as messages show it."""
+    selector = cluster.selector()
+    matching = [node for node in nodes if all(node.labels.get(k) == v for k, v in selector.items())]
+    return matching, ", ".join(f"{key}={value}" for key, value in selector.items()) or "(none)"
+
+
+def check_replicas_fit(spec: StackSpec, nodes: Sequence[NodeFacts], replicas: int) -> None:
+    """PreflightError when the nodes the pods' selector admits cannot run ``replicas`` server pods at
+    once (a fleet's), each with its GPUs."""
+    cluster = spec.host.cluster
+    assert cluster is not None
+    wanted = gpus_per_pod(spec)
+    matching, shown = _matching(cluster, nodes)
+    room = sum(node.gpus // wanted for node in matching)
+    if room < replicas:
+        total = sum(node.gpus for node in matching)
+        raise PreflightError(
+            f"Preflight: the fleet's {replicas} replicas each request {wanted} {GPU_RESOURCE}, but the "
+            f"nodes matching {shown} have room for {room} such pods ({total} {GPU_RESOURCE} in all). Lower "
+            "fleet.replicas or the GPUs per pod (tp_size, host.cluster.gpus_per_pod), or select more "
+            "nodes; nothing was applied."
+        )
+
+
 def node_facts(spec: StackSpec, nodes: Sequence[NodeFacts]) -> FoundFacts:
     """The facts of the GPUs one server pod gets, from the nodes its selector admits; PreflightError
     naming the selector and what the nodes have when no node can run the pod."""
     cluster = spec.host.cluster
     assert cluster is not None
-    selector, wanted = cluster.selector(), gpus_per_pod(spec)
-    matching = [node for node in nodes if all(node.labels.get(k) == v for k, v in selector.items())]
-    shown = ", ".join(f"{key}={value}" for key, value in selector.items()) or "(none)"
+    wanted = gpus_per_pod(spec)
+    matching, shown = _matching(cluster, nodes)
     if not matching:
         products = sorted({node.labels.get(PRODUCT, "(no GPU label)") for node in nodes}) or ["(no node)"]
         raise PreflightError(

@@ -21,7 +21,7 @@ from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
 from sglang_stacks.hostops.serving import ServingNote
 from sglang_stacks.kube.facts import gpus_per_pod
-from sglang_stacks.kube.workloads import INSTANCE_LABEL, ServerPod, server_labels
+from sglang_stacks.kube.workloads import HUB_TOKEN_VARIABLE, INSTANCE_LABEL, ServerPod, server_labels
 
 __all__ = ["LEADER_SELECTOR", "ServerLaunch", "server_launch"]
 
@@ -75,9 +75,17 @@ def _node_argv(argv: list[str], leader: str, *, worker: bool) -> list[str]:
     return words
 
 
-def server_launch(spec: StackSpec, flags: ServerFlags, *, stack: str, name: str, port: int) -> ServerLaunch:
+def server_launch(
+    spec: StackSpec,
+    flags: ServerFlags,
+    *,
+    stack: str,
+    name: str,
+    port: int,
+    hub_token_secret: str | None = None,
+) -> ServerLaunch:
     """The launch of stack ``stack``'s server with ``flags``, its object named ``name``, serving on
-    ``port``."""
+    ``port``; with ``hub_token_secret``, the pods read the hub token from that Secret."""
     cluster = spec.host.cluster
     assert cluster is not None  # a kubernetes host has a cluster section
     release = spec.environment.sglang_release
@@ -94,6 +102,7 @@ def server_launch(spec: StackSpec, flags: ServerFlags, *, stack: str, name: str,
             "is checked in the pod before the server starts)."
         )
     gpus, size = gpus_per_pod(spec), cluster.nodes
+    secret_env = {HUB_TOKEN_VARIABLE: hub_token_secret} if hub_token_secret else {}
 
     def pod(argv: list[str], *, serves: bool) -> ServerPod:
         return ServerPod(
@@ -109,6 +118,7 @@ def server_launch(spec: StackSpec, flags: ServerFlags, *, stack: str, name: str,
             draft_path=draft.path_on_host if draft else None,
             draft_sha256=draft.sha256 if draft else None,
             probe=serves,
+            secret_env=secret_env,
         )
 
     worker = None
@@ -136,6 +146,8 @@ def server_launch(spec: StackSpec, flags: ServerFlags, *, stack: str, name: str,
             "gpus": gpus,
             "selector": cluster.selector(),
             "draft": draft.model_dump(mode="json") if draft else None,
+            # Only when set: the launches of stacks without a token keep their digests.
+            **({"secret_env": secret_env} if secret_env else {}),
         }
     )
     note = ServingNote(stack=stack, pid=0, release=release, flags=flags, launch_command=command)

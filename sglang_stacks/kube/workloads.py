@@ -1,8 +1,8 @@
-"""The Kubernetes objects of a stack, as pulumi-kubernetes's typed arguments: the server's pod template
+"""The server objects of a stack, as pulumi-kubernetes's typed arguments: the server's pod template
 (on the host's network, SGLang's argv from the one renderer, ``/health_generate`` as its readiness
-probe, ``nvidia.com/gpu`` requested, the draft model as a volume), the Deployment of a one-node
-server, the LeaderWorkerSet of a multi-node one, and the benchmark's Job with the load generator
-mounted from a ConfigMap.
+probe, ``nvidia.com/gpu`` requested, the draft model as a volume, the hub token from a Secret), the
+Deployment of a one-node server and the LeaderWorkerSet of a multi-node one. The benchmark's Job is
+`sglang_stacks.kube.jobs`'s.
 
 Every object carries ``pulumi.com/skipAwait``: the project's own providers wait for a server's pod
 (`sglang_stacks.kube.server`) and for the benchmark (`sglang_stacks.kube.benchmark`), so that a Pending
@@ -13,7 +13,7 @@ generic ten-minute wait.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -21,11 +21,11 @@ import pulumi_kubernetes as k8s
 from sglang_stacks.kube.facts import GPU_RESOURCE
 
 __all__ = [
-    "LOADGEN_DIR",
+    "DELETED_AT_ONCE",
+    "HUB_TOKEN_VARIABLE",
     "MANAGED_BY",
     "ServerPod",
-    "benchmark_job",
-    "loadgen_config_map",
+    "hub_token_secret",
     "server_annotations",
     "server_deployment",
     "server_labels",
@@ -45,8 +45,13 @@ SERVING_ANNOTATION = "sglang-stacks.io/serving"
 CLAIM_ANNOTATION = "sglang-stacks.io/claim"
 """The claim a server object was applied under: a claim taken anew reapplies it (`kube.claim`)."""
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
-LOADGEN_DIR = "/opt/sglang-stacks"
-"""Where the benchmark's pod finds the load generator's package (``loadgen/`` below it)."""
+DELETED_AT_ONCE = {"pulumi.com/deletionPropagationPolicy": "background"}
+"""On an object replaced by a new one of the same name: the old one is gone when its delete returns
+(its pods stop after it, in the background). The default, foreground, leaves it in place until its
+pods are gone, and pulumi-kubernetes does not wait for that on an object it does not await: the new
+object's apply would land on the old one, about to vanish."""
+HUB_TOKEN_VARIABLE = "HF_TOKEN"
+"""The variable the hub token reaches the server in, as on an SSH host."""
 _DRAFT_VOLUME = "draft-model"
 
 
@@ -80,6 +85,23 @@ class ServerPod:
     draft_sha256: str | None = None
     probe: bool = True
     """Whether the pod serves HTTP (a multi-node server's other ranks do not)."""
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+    """Variables taken from a Secret: variable name -> the Secret's name (its key is the variable's
+    name), so that no pod spec holds the value (the hub token)."""
+
+    def variables(self) -> list[k8s.core.v1.EnvVarArgs]:
+        """The container's variables: the plain ones, then those from Secrets."""
+        plain = [k8s.core.v1.EnvVarArgs(name=key, value=value) for key, value in sorted(self.env.items())]
+        hidden = [
+            k8s.core.v1.EnvVarArgs(
+                name=key,
+                value_from=k8s.core.v1.EnvVarSourceArgs(
+                    secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(name=secret, key=key)
+                ),
+            )
+            for key, secret in sorted(self.secret_env.items())
+        ]
+        return plain + hidden
 
     def container(self) -> k8s.core.v1.ContainerArgs:
         """The server's container."""
@@ -95,7 +117,7 @@ class ServerPod:
             image_pull_policy=self.pull_policy,
             command=list(self.command),
             args=list(self.argv),
-            env=[k8s.core.v1.EnvVarArgs(name=key, value=value) for key, value in sorted(self.env.items())],
+            env=self.variables(),
             ports=[k8s.core.v1.ContainerPortArgs(container_port=self.port, name="http")]
             if self.probe
             else None,
@@ -214,56 +236,13 @@ def server_leader_worker_set(
     }
 
 
-def loadgen_config_map(files: Mapping[str, str], labels: Mapping[str, str]) -> k8s.core.v1.ConfigMapInitArgs:
-    """The load generator's source files, one key each, mounted into the benchmark's pod."""
-    return k8s.core.v1.ConfigMapInitArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(labels)), data=dict(files)
-    )
-
-
-def benchmark_job(
-    *,
-    image: str,
-    pull_policy: str,
-    command: pulumi.Input[Sequence[str]],
-    config_map: pulumi.Input[str],
-    node_selector: Mapping[str, str],
-    labels: Mapping[str, str],
-    pod_labels: pulumi.Input[Mapping[str, str]],
-    timeout_s: float,
-) -> k8s.batch.v1.JobInitArgs:
-    """The benchmark: one pod on the host's network running ``command`` (the image's Python with the
-    load generator, ``python3 -m loadgen <workload>``) once (no retries: a failed measurement is
-    reported, not repeated), its document printed to its log."""
-    mount = k8s.core.v1.VolumeMountArgs(name="loadgen", mount_path=f"{LOADGEN_DIR}/loadgen", read_only=True)
-    container = k8s.core.v1.ContainerArgs(
-        name="loadgen",
-        image=image,
-        image_pull_policy=pull_policy,
-        command=command,
-        working_dir=LOADGEN_DIR,
-        volume_mounts=[mount],
-    )
-    volume = k8s.core.v1.VolumeArgs(
-        name="loadgen", config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=config_map)
-    )
-    return k8s.batch.v1.JobInitArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(labels), annotations=SKIP_AWAIT),
-        spec=k8s.batch.v1.JobSpecArgs(
-            backoff_limit=0,
-            active_deadline_seconds=int(timeout_s),
-            # The pod's labels name the server pod measured: a new server pod is a new template,
-            # which Kubernetes cannot change in a Job, so a new Job that measures it.
-            template=k8s.core.v1.PodTemplateSpecArgs(
-                metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels),
-                spec=k8s.core.v1.PodSpecArgs(
-                    host_network=True,
-                    dns_policy="ClusterFirstWithHostNet",
-                    restart_policy="Never",
-                    node_selector=dict(node_selector) or None,
-                    containers=[container],
-                    volumes=[volume],
-                ),
-            ),
-        ),
+def hub_token_secret(
+    name: str, token: pulumi.Input[str], labels: Mapping[str, str]
+) -> k8s.core.v1.SecretInitArgs:
+    """The Secret that holds the hub token (``hubToken``, a Pulumi secret, stays one in the state:
+    pulumi-kubernetes keeps a Secret's data secret) under the key the server pods read it from."""
+    return k8s.core.v1.SecretInitArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=name, labels=dict(labels)),
+        type="Opaque",
+        string_data=pulumi.Output.secret(token).apply(lambda value: {HUB_TOKEN_VARIABLE: value}),
     )

@@ -102,12 +102,15 @@ class ReplicaOutputs(_Outputs):
 
 
 class FleetOutputs(_Outputs):
-    """The outputs of a fleet behind SGLang's router (`Fleet`)."""
+    """The outputs of a fleet behind SGLang's router (`Fleet`, or `KubeFleet` on a cluster)."""
 
     tok_s: float
     """Output tokens per second through the router at the benchmark's first load level."""
     router_url: str
-    """Where clients send requests."""
+    """Where clients send requests (on a cluster: the router's pod, at its node's address)."""
+    router_service: str | None = None
+    """On a cluster: the router's Service, as clients inside the cluster reach it
+    (``http://<name>.<namespace>.svc:<port>``); none for a fleet of hosts."""
     benchmark_levels: list[BenchmarkResult]
     """The benchmark through the router at each load level."""
     replicas: list[ReplicaOutputs]

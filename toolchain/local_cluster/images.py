@@ -1,23 +1,27 @@
 """The images the cluster's pods run, built here (no registry is reachable) and imported into the
-node's containerd: the emulator's image, which also holds the load generator.
+node's containerd: the emulator's image, which also holds the load generator and SGLang's router.
 
 It is Debian's minimal system with python3 (the base scripts/ensure-k8s.sh made with debootstrap)
 plus one layer with the project's own code, as a host's emulator environment has it: the emulator
-packages (``EMULATOR_PACKAGES``), the load generator as its ``loadgen`` package, and the load
-generator's pinned dependencies (``LOADGEN_PINS``, installed by pip for the image's python). The
-tag is a digest of all of that, and a built image is kept in the cache under its tag: an unchanged
-checkout builds nothing.
+packages (``EMULATOR_PACKAGES``), the load generator as its ``loadgen`` package, the load
+generator's pinned dependencies (``LOADGEN_PINS``) and sglang-router (``router_pins``: the release
+fleets pin and what it needs, at the versions this checkout's environment runs), installed by pip
+for the image's python. The tag is a digest of all of that, and a built image is kept in the cache
+under its tag: an unchanged checkout builds nothing.
 
     python3 -m sglang_emulator --model-path ... --port 30000   # the server (image's working folder)
     python3 -m loadgen ...                                      # the load generator
+    python3 -m sglang_router.launch_router --port 30100         # a fleet's router
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_stacks.config.fleet import ROUTER_RELEASE
 from sglang_stacks.hostops import loadgen
 from sglang_stacks.hostops.environment import EMULATOR_PACKAGES, LOADGEN_PINS, emulator_digest
 from toolchain.local_cluster.errors import ClusterError
@@ -60,6 +65,36 @@ class Image:
         return f"{self.name}:{self.tag}"
 
 
+def router_pins() -> list[str]:
+    """sglang-router at the release fleets pin and every package it needs (its requirements, theirs,
+    ...), each at the version installed here: the image's router is the one the project runs."""
+    from packaging.requirements import Requirement
+
+    pins: dict[str, str] = {}
+    pending = ["sglang-router"]
+    while pending:
+        try:
+            found = importlib.metadata.distribution(pending.pop())
+        except importlib.metadata.PackageNotFoundError as missing:
+            raise ClusterError(
+                f"Building the emulator image: {missing.name} is not installed; run scripts/bootstrap.sh."
+            ) from None
+        name = re.sub(r"[-_.]+", "-", found.metadata["Name"]).lower()
+        if name in pins:
+            continue
+        pins[name] = found.version
+        for text in found.requires or []:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(requirement.name)
+    if pins["sglang-router"] != ROUTER_RELEASE:
+        raise ClusterError(
+            f"Building the emulator image: sglang-router {pins['sglang-router']} is installed here, but "
+            f"fleets run {ROUTER_RELEASE}; run scripts/bootstrap.sh."
+        )
+    return [f"{name}=={version}" for name, version in sorted(pins.items())]
+
+
 def cache_folder() -> Path:
     """Where built images are kept (``$SGLANG_STACKS_CACHE/images``)."""
     base = os.environ.get("SGLANG_STACKS_CACHE") or os.path.join(
@@ -75,14 +110,15 @@ def emulator_image(programs: Programs) -> Image:
     digest.update(emulator_digest().encode())
     for source in sorted(Path(loadgen.__file__).parent.glob("*.py")):
         digest.update(source.name.encode() + b"\0" + hashlib.sha256(source.read_bytes()).digest())
-    digest.update("\n".join(LOADGEN_PINS).encode())
+    pins = [*LOADGEN_PINS, *router_pins()]
+    digest.update("\n".join(pins).encode())
     digest.update((programs.debian_python / "index.json").read_bytes())
     tag = digest.hexdigest()[:16]
     image = Image(EMULATOR_IMAGE, tag, cache_folder() / f"emulator-{tag}.tar")
     if image.tarball.exists():
         image.tarball.touch()
     else:
-        _build(programs, image)
+        _build(programs, image, pins)
     _prune(image.tarball.parent)
     return image
 
@@ -94,7 +130,7 @@ def _prune(folder: Path) -> None:
         old.unlink(missing_ok=True)
 
 
-def _build(programs: Programs, image: Image) -> None:
+def _build(programs: Programs, image: Image, pins: list[str]) -> None:
     image.tarball.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="emulator-image-", dir=image.tarball.parent) as work:
         app, layout = Path(work) / "app", Path(work) / "layout"
@@ -118,7 +154,7 @@ def _build(programs: Programs, image: Image) -> None:
                 f"--python-version={_PYTHON}",
                 "--implementation=cp",
                 *_PLATFORMS,
-                *LOADGEN_PINS,
+                *sorted(set(pins)),
             ]
         )
         # The base's blobs are never written (content-addressed): linked, not copied.

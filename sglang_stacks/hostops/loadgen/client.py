@@ -18,7 +18,7 @@ import aiohttp
 from .contract import LoadgenError, LoadgenExit, Workload, parse_args
 from .document import SCHEMA, Document, Level, Record, Repetition
 from .progress import Progress
-from .prompts import WORDS, PromptSource, read_sharegpt
+from .prompts import SHAREGPT_SAMPLE, WORDS, PromptSource, read_sharegpt
 from .shapes import arrival_gaps_s, closed_loop, open_loop
 from .streaming import RequestRecord, stream_one
 
@@ -175,7 +175,7 @@ async def _prepare(client: aiohttp.ClientSession, workload: Workload, nonce: int
         overhead = int(usage["prompt_tokens"]) - 16
     if workload.dataset != "sharegpt":
         return PromptSource(workload, nonce, chat_overhead=overhead), model
-    conversations = read_sharegpt(workload.dataset_path, workload.seed)[:1000]
+    conversations = read_sharegpt(workload.dataset_path, workload.seed)[:SHAREGPT_SAMPLE]
     answers = []
     for conversation in conversations:
         body = {"text": conversation.answer, "sampling_params": {"max_new_tokens": 0}}

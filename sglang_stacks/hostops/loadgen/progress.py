@@ -17,10 +17,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-__all__ = ["TICK_S", "Progress"]
+__all__ = ["LINE_PREFIX", "TICK_S", "Progress"]
 
 TICK_S = 2.0
 """Seconds between two progress lines within a repetition."""
+LINE_PREFIX = '{"time_unix_s"'
+"""How every progress line starts, which tells it from the document in one stream (a Job's log)."""
 
 
 class Progress:

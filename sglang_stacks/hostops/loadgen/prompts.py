@@ -10,6 +10,7 @@ or ShareGPT dataset sends the same lengths in every run.
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from collections.abc import Sequence
@@ -54,11 +55,17 @@ class Conversation:
     answer: str
 
 
+SHAREGPT_SAMPLE = 1000
+"""The conversations a run draws from: the first of the file's shuffle."""
+
+
 def read_sharegpt(path: str, seed: int) -> list[Conversation]:
-    """The file's conversations that open with a human turn answered by a model, shuffled by ``seed``."""
+    """The file's conversations that open with a human turn answered by a model, shuffled by ``seed``.
+    The file is JSON, or JSON compressed with gzip (a cluster's benchmark gets it so: `kube.dataset`)."""
     try:
-        entries = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        raw = Path(path).read_bytes()
+        entries = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    except (OSError, EOFError, ValueError) as exc:
         raise LoadgenError(f"dataset_path {path!r} is not a readable JSON file ({exc}).") from exc
     found = []
     for entry in entries if isinstance(entries, list) else []:
