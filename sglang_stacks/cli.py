@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sglang_stacks.cli_config import configure_render, configure_schema, run_render, run_schema
 from sglang_stacks.config.spec import load_spec
@@ -22,9 +21,6 @@ from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir, stacks_dir
 from sglang_stacks.results import compare, history, plot, promote
 from sglang_stacks.results.stats import LAUNCH_CV_PCT, Noise
-
-if TYPE_CHECKING:
-    from sglang_stacks.config.kube import ClusterSpec
 
 __all__ = ["COMMANDS", "Command", "main"]
 
@@ -177,27 +173,17 @@ def _run_logs(args: argparse.Namespace) -> int:
     config = automation.stack_config(args.stack)
     spec = load_spec(config, args.stack)
     host = spec.host
-    if host.cluster is not None:
-        return _cluster_logs(args, host.cluster)
+    if host.cluster is not None:  # a cluster's pods' logs, through the Kubernetes client
+        from sglang_stacks.kube.logs import print_logs
+
+        print_logs(host.cluster, args.stack, following=args.follow, lines=args.lines)
+        return ExitCode.OK
     conn = Connection.for_host(host, config.get("sglang-stacks:sshPrivateKey"))
     found = logs.StackLogs(args.stack, server_log_dir(spec), progress_path(host.state_dir, args.stack))
     if args.follow:
         logs.follow(conn, found, lambda line: print(line, flush=True), args.lines)
     else:
         print("\n".join(logs.show(conn, found, args.lines)))
-    return ExitCode.OK
-
-
-def _cluster_logs(args: argparse.Namespace, cluster: ClusterSpec) -> int:
-    """``logs`` of a stack on a cluster: its pods' logs, through the Kubernetes client."""
-    from sglang_stacks.kube import logs
-    from sglang_stacks.kube.client import ClusterAccess
-
-    access = ClusterAccess.of(cluster)
-    if args.follow:
-        logs.follow(access, args.stack, lambda line: print(line, flush=True), args.lines)
-    else:
-        print("\n".join(logs.show(access, args.stack, args.lines)))
     return ExitCode.OK
 
 

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglang_stacks.hostops.loadgen.progress import LINE_PREFIX
 from sglang_stacks.hostops.logs import describe_progress
@@ -22,7 +22,10 @@ from sglang_stacks.kube.client import ClusterAccess, api_error_text
 from sglang_stacks.kube.pods import pod_log
 from sglang_stacks.kube.workloads import MANAGED_BY, STACK_LABEL
 
-__all__ = ["StackPod", "follow", "show", "stack_pods"]
+if TYPE_CHECKING:
+    from sglang_stacks.config.kube import ClusterSpec
+
+__all__ = ["StackPod", "follow", "print_logs", "show", "stack_pods"]
 
 _ROLES = {"sglang": "server", "sglang-router": "router", "sglang-benchmark": "benchmark"}
 _POLL_S = 1.0
@@ -140,3 +143,12 @@ def follow(access: ClusterAccess, stack: str, emit: Callable[[str], None], lines
                     break
     except KeyboardInterrupt:
         return
+
+
+def print_logs(cluster: ClusterSpec, stack: str, *, following: bool, lines: int) -> None:
+    """``sglang-stacks logs`` of a stack on ``cluster``: its pods' last ``lines``, or followed."""
+    access = ClusterAccess.of(cluster)
+    if following:
+        follow(access, stack, lambda line: print(line, flush=True), lines)
+    else:
+        print("\n".join(show(access, stack, lines)))
