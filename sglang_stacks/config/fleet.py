@@ -38,10 +38,12 @@ class FleetHostSpec(HostSpec):
 
 
 class RouterSpec(FileSection):
-    """SGLang's router in front of the replicas; it runs on the machine that runs ``pulumi up``."""
+    """SGLang's router in front of the replicas; it runs on the machine that runs ``pulumi up``, or,
+    for a fleet on a Kubernetes cluster, as a pod of the cluster."""
 
     host: str = Field(default="127.0.0.1", pattern=r"^[A-Za-z0-9.:_-]+$")
-    """The address the router listens on."""
+    """The address the router listens on; on a Kubernetes cluster, left out, every address of its
+    pod's node (``0.0.0.0``), where the router's Service reaches it."""
     port: int = Field(default=30100, ge=1, le=65535)
     """The router's HTTP port: clients send their requests here."""
     metrics_port: int = Field(default=29000, ge=1, le=65535)
@@ -56,7 +58,8 @@ class RouterSpec(FileSection):
     drain_timeout_s: float = Field(default=120.0, gt=0)
     """How long a worker taken out of the router may take to finish its requests before it stops."""
     state_dir: str = Field(default="~/.sglang-stacks/router", pattern=r"^[A-Za-z0-9_./~-]+$")
-    """Folder for the router's log and pid file."""
+    """Folder for the router's log and pid file; on a Kubernetes cluster (where the router's log is
+    its pod's), for the canary gate's and the replicas' own benchmarks, run from this machine."""
 
 
 class RolloutSpec(FileSection):
