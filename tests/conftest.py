@@ -76,11 +76,11 @@ def workspace(tmp_path: Path) -> Workspace:
 
 
 @pytest.fixture(scope="session")
-def kube_cluster() -> Iterator[Cluster]:
+def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A real local Kubernetes cluster on 127.0.0.1, one per session (tests/kube.py)."""
     from tests.kube import session_cluster
 
-    yield from session_cluster()
+    yield from session_cluster(tmp_path_factory)
 
 
 @pytest.fixture(scope="session", autouse=True)

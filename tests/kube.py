@@ -1,7 +1,10 @@
 """A real Kubernetes cluster on 127.0.0.1 for tests (toolchain/local_cluster): etcd, the control
 plane, one kubelet with containerd and runc whose node shows the emulator profile's GPUs, and the
-LeaderWorkerSet controller; the emulator's image imported. One per test session (per worker),
-in a temporary folder, stopped at the end with nothing left behind.
+LeaderWorkerSet controller; the emulator's image imported. One per test session, in a temporary
+folder, stopped at the end with nothing left behind. Under pytest-xdist each worker's session has
+fixtures of its own: scripts/test.sh sends every file that uses the cluster to one worker
+(tests/conftest.py), and whatever the distribution, a worker's cluster starts only once another
+worker's has stopped (``one_cluster_at_a_time``), so two never share the machine's cores and ports.
 
     def test_something(kube_cluster: Cluster) -> None:
         kube_cluster.kubectl("apply", "--filename=-", input=manifest)  # or KUBECONFIG=.kubeconfig
@@ -14,24 +17,49 @@ the command that installs them (scripts/ensure-k8s.sh); the cluster needs root.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests._ports import free_port
 from toolchain.local_cluster import Cluster, ClusterError, running_cluster
 
+LOCK_FILE = "local-cluster.lock"
 
-def session_cluster() -> Iterator[Cluster]:
+
+@contextlib.contextmanager
+def one_cluster_at_a_time(temporary: pytest.TempPathFactory) -> Iterator[None]:
+    """The block holds the test run's cluster lock: under pytest-xdist, an exclusive lock on a file
+    in the folder every worker's temporary folder is in (one per run), held until the block ends;
+    outside xdist, the session is the run and needs none."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    path = Path(temporary.getbasetemp()).parent / LOCK_FILE
+    with path.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("another worker's local cluster is running: waiting until it stops")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
+def session_cluster(temporary: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The session's cluster, its emulator image imported (the ``kube_cluster`` fixture of
     tests/conftest.py); after the session, a check that stopping it left nothing behind."""
-    started = time.monotonic()
-    try:
-        with running_cluster(free_port=free_port) as cluster:
-            print(f"local cluster ready in {time.monotonic() - started:.1f} s")
-            yield cluster
-    except ClusterError as error:
-        pytest.fail(str(error), pytrace=False)
+    with one_cluster_at_a_time(temporary):
+        started = time.monotonic()
+        try:
+            with running_cluster(free_port=free_port) as cluster:
+                print(f"local cluster ready in {time.monotonic() - started:.1f} s")
+                yield cluster
+        except ClusterError as error:
+            pytest.fail(str(error), pytrace=False)
     leftovers = cluster.leftovers()
     assert not leftovers, f"The stopped cluster left: {leftovers}"

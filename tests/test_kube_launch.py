@@ -10,6 +10,9 @@ import copy
 import json
 import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from sglang_stacks.kube.dataset import DATASET_FILE, LIMIT_BYTES, sharegpt_sampl
 from sglang_stacks.kube.facts import NodeFacts, check_replicas_fit, cluster_spec, node_facts
 from sglang_stacks.kube.fleet_preview import rollout_order
 from sglang_stacks.kube.launch import server_launch
+from tests._pulumi import ROOT
 from tests.conftest import CLUSTER_SCOPE, _scope, cluster_file
 
 STACKS = Path(__file__).resolve().parent.parent / "stacks"
@@ -321,3 +325,86 @@ def test_every_test_file_on_the_cluster_runs_on_one_worker_first() -> None:
     assert all(cluster_file(name) for name in users)
     assert _scope("tests/test_kube_fleet.py::a") == _scope("tests/test_local_cluster.py::b") == CLUSTER_SCOPE
     assert _scope("tests/test_fleet.py::c") == "tests/test_fleet.py"
+
+
+# A suite of the same shape as this one, run by pytest-xdist with two workers: the suite's own hooks
+# (tests/conftest.py) and cluster lock (tests/kube.py), and a ``kube_cluster`` that records each
+# cluster's worker and lifetime instead of starting one (a real one takes seconds of both cores).
+_SUITE = {
+    "pytest.ini": "[pytest]\n",
+    "conftest.py": """
+        import json, os, time
+        import pytest
+        from tests.conftest import pytest_collection_modifyitems, pytest_xdist_make_scheduler
+        from tests.kube import one_cluster_at_a_time
+
+        def record(what, **fields):
+            with open(os.environ["SUITE_RECORD"], "a") as out:
+                worker = os.environ["PYTEST_XDIST_WORKER"]
+                out.write(json.dumps({"what": what, "worker": worker, **fields}) + "\\n")
+
+        @pytest.fixture(scope="session")
+        def kube_cluster(tmp_path_factory):
+            with one_cluster_at_a_time(tmp_path_factory):
+                started = time.monotonic()
+                time.sleep(0.5)  # a cluster starting
+                yield
+                stopped = time.monotonic()
+            record("cluster", started=started, stopped=stopped)
+    """,
+    "test_kube_deploy.py": """
+        import time
+        from conftest import record
+
+        def test_a(kube_cluster): record("test", file=__file__); time.sleep(0.3)
+        def test_b(kube_cluster): record("test", file=__file__); time.sleep(0.3)
+    """,
+    "test_local_cluster.py": """
+        import time
+        from conftest import record
+
+        def test_c(kube_cluster): record("test", file=__file__); time.sleep(0.3)
+        def test_d(kube_cluster): record("test", file=__file__); time.sleep(0.3)
+    """,
+    "test_quick.py": "".join(f"def test_{i}(): pass\n" for i in range(6)),
+}
+
+
+def _run_suite(folder: Path, *options: str) -> list[dict[str, Any]]:
+    folder.mkdir()
+    for name, text in _SUITE.items():
+        (folder / name).write_text(textwrap.dedent(text))
+    record = folder / "record.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SUITE_RECORD": str(record)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *options],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [json.loads(line) for line in record.read_text().splitlines()]
+
+
+def test_the_suite_on_two_workers_runs_one_cluster_for_every_file_that_uses_it(tmp_path: Path) -> None:
+    # As scripts/test.sh runs the suite: the files on the cluster are one worker's, one cluster.
+    records = _run_suite(tmp_path / "loadfile", "--dist", "loadfile", "--no-loadscope-reorder")
+    clusters = [r for r in records if r["what"] == "cluster"]
+    tests = [r for r in records if r["what"] == "test"]
+    assert len(clusters) == 1 and len(tests) == 4
+    assert {r["worker"] for r in tests} == {clusters[0]["worker"]}
+
+
+def test_two_workers_given_tests_on_the_cluster_run_their_clusters_one_after_the_other(
+    tmp_path: Path,
+) -> None:
+    # Distributed test by test, both workers get tests on the cluster: the second worker's cluster
+    # starts only once the first's has stopped.
+    records = _run_suite(tmp_path / "load", "--dist", "load")
+    clusters = sorted((r for r in records if r["what"] == "cluster"), key=lambda r: r["started"])
+    assert len({r["worker"] for r in clusters}) == 2, clusters
+    first, second = clusters
+    assert first["stopped"] <= second["started"], clusters

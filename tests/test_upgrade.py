@@ -50,6 +50,7 @@ PICKLED_PROVIDERS = (
     "sglang_stacks.components.server:ServerProvider",
     "sglang_stacks.kube.benchmark:KubeBenchmarkProvider",
     "sglang_stacks.kube.claim:KubeClaimProvider",
+    "sglang_stacks.kube.router:KubeRouterProvider",
     "sglang_stacks.kube.server:KubeServerProvider",
 )
 
