@@ -33,6 +33,7 @@ from sglang_emulator.engine import Request
 from sglang_emulator.faults import Faults
 from sglang_emulator.launch import LaunchConfig, resolve_launch
 from sglang_emulator.memory import plan_memory
+from sglang_emulator.metrics import Histogram
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import Profile, load_profile
 from sglang_emulator.startup import Boot, StartupFailed
@@ -53,7 +54,7 @@ _profile = functools.cache(load_profile)
 # sglang_emulator.launch.parse_launch_flags builds the release's parser (80 ms) on every call; the
 # emulator parses once per process, this benchmark thousands of times, so it keeps one per release.
 _parser = functools.cache(build_parser)
-_BENCHMARKS: dict[tuple[object, ...], tuple[float, tuple[Level, ...]]] = {}
+_BENCHMARKS: dict[tuple[object, ...], tuple[float, tuple[Level, ...] | str]] = {}
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,14 @@ class _VirtualBoot(Boot):
         self.elapsed_s += seconds
 
 
+class _Unobserved(Histogram):
+    """A latency histogram nobody reads: the benchmark times requests by their finish, and an
+    observation per emitted token is a fifth of a benchmark's CPU time."""
+
+    def observe(self, value_s: float) -> None:
+        pass
+
+
 class _Engine(VirtualEngine):
     """The virtual scheduler telling its listeners of every finished request."""
 
@@ -116,6 +125,8 @@ class _Engine(VirtualEngine):
     ) -> None:
         super().__init__(PerformanceModel(config, profile), limits, rules, config.random_seed, self._done)
         self.listeners: list[Callable[[Request], None]] = []
+        self.stats.ttft = _Unobserved()
+        self.stats.inter_token = _Unobserved()
 
     def _done(self, request: Request) -> None:
         for listener in list(self.listeners):
@@ -190,9 +201,13 @@ class Workload:
 
 def _benchmark(
     config: LaunchConfig, profile: Profile, limits: PoolLimits, rules: SchedulingRules, workload: Workload
-) -> tuple[float, tuple[Level, ...]]:
-    """The server's warmup request's time, then each level of the load generator's run."""
+) -> tuple[float, tuple[Level, ...] | str]:
+    """The server's warmup request's time, then each level of the load generator's run, or the
+    server's refusal of the workload's prompts (longer than its pool or context can hold)."""
     engine = _Engine(config, profile, limits, rules)
+    refused = engine.input_problem(workload.input_len)
+    if refused is not None:
+        return 0.0, refused
     # The server's own warmup request (sglang_emulator.__main__._warmup_request) comes first: it
     # takes the first request ordinal, whose seed the accept-length sampler uses.
     engine.submit(Request(rid="warmup", prompt_ids=[1, 2, 3, 4, 5, 6], max_new_tokens=8))
@@ -272,4 +287,7 @@ def emulate(spec: StackSpec, workload: Workload | None = None) -> EmulatedTrial:
     if key not in _BENCHMARKS:
         _BENCHMARKS[key] = _benchmark(config, profile, limits, rules, key[5])
     warmup_s, levels = _BENCHMARKS[key]
+    if isinstance(levels, str):
+        # The load generator's first request is refused: the trial fails once the server is up.
+        return EmulatedTrial(boot.elapsed_s, f"benchmark: {levels}", gpus=gpus)
     return EmulatedTrial(boot.elapsed_s + warmup_s, None, levels, gpus)

@@ -1,19 +1,24 @@
 """The search strategies as Optuna samplers, seeded with ``search.seed``: ``grid`` (every kept
 candidate, enqueued in file order by ``sweep run``, a random sampler behind it), ``random``, ``tpe``
-(the default once the kept candidates outnumber the budget) and ``nsga2``; and early stop
-(``early_stop``) as the study's pruner, fed the first objective's samples one repetition a step.
+(the default once the kept candidates outnumber the budget; with one objective it opens from the
+base stack one axis at a time, ``opening``) and ``nsga2``; and early stop (``early_stop``) as the
+study's pruner, fed the first objective's samples one repetition a step.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import optuna
 
 from sglang_stacks.campaign.early_stop import IntervalPruner
 from sglang_stacks.campaign.model import CampaignSpec
 from sglang_stacks.campaign.model_search import Strategy
+from sglang_stacks.campaign.opening import OpeningSampler
+from sglang_stacks.campaign.plan import judge
+from sglang_stacks.campaign.space import SearchSpace
 
 __all__ = ["make_pruner", "make_sampler", "report_repetitions", "startup_trials"]
 
@@ -28,18 +33,50 @@ def startup_trials(campaign: CampaignSpec, strategy: Strategy) -> int:
     return 10 if limit is None else min(10, max(4, limit // 4))
 
 
-def make_sampler(campaign: CampaignSpec, strategy: Strategy) -> optuna.samplers.BaseSampler:
+OPENING_MARGIN = 0.01
+"""The lead (relative) a trial needs over the opening's incumbent to replace it."""
+SLOWER = frozenset(
+    {
+        "pcie-custom-all-reduce",
+        "benchmark-over-running-limit",
+        "benchmark-over-graph-bs",
+        "nccl-tree-cuda-graphs",
+    }
+)
+"""Preflight's warnings that a kept candidate serves the workload slower than it could: the
+opening passes such candidates over (the model may still suggest them)."""
+
+
+def _clean(campaign: CampaignSpec, space: SearchSpace) -> Callable[[Mapping[str, Any]], bool]:
+    """Whether preflight keeps a point of ``space`` without a warning that it is slower."""
+
+    def clean(params: Mapping[str, Any]) -> bool:
+        row = judge(campaign.base, campaign, space.candidate(params))
+        return row.verdict == "kept" and not SLOWER.intersection(row.warnings)
+
+    return clean
+
+
+def make_sampler(
+    campaign: CampaignSpec, strategy: Strategy, space: SearchSpace | None = None
+) -> optuna.samplers.BaseSampler:
     """The sampler of ``strategy``, seeded with ``search.seed``. ``grid`` enqueues its candidates
-    instead of sampling (``sweep run`` does it): a random sampler stands behind it."""
+    instead of sampling (``sweep run`` does it): a random sampler stands behind it. ``tpe`` with one
+    objective opens from the base stack of ``space`` (``opening``) when given it."""
     seed = campaign.search.seed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if strategy == "tpe":
-            return optuna.samplers.TPESampler(
+            model = optuna.samplers.TPESampler(
                 seed=seed,
                 n_startup_trials=startup_trials(campaign, strategy),
                 multivariate=True,
                 constant_liar=True,  # the hosts' running trials are not suggested again meanwhile
+            )
+            if space is None or len(campaign.goals) > 1:
+                return model
+            return OpeningSampler(
+                space.distributions(), space.base_params(), model, OPENING_MARGIN, _clean(campaign, space)
             )
         if strategy == "nsga2":
             return optuna.samplers.NSGAIISampler(

@@ -68,14 +68,15 @@ class Search:
         """A search whose study lives in memory (a simulation's), with the campaign's strategy
         (chosen for ``kept`` kept candidates when the campaign names none)."""
         strategy = choose_strategy(campaign, kept)
+        space = SearchSpace.of(campaign, base_stack)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study = optuna.create_study(
                 directions=[goal.goal for goal in campaign.goals],
-                sampler=make_sampler(campaign, strategy),
+                sampler=make_sampler(campaign, strategy, space),
                 pruner=make_pruner(campaign, total_repetitions),
             )
-        return cls(campaign, SearchSpace.of(campaign, base_stack), study, strategy)
+        return cls(campaign, space, study, strategy)
 
     @classmethod
     def open(cls, plan: Plan, folder: Path) -> Search:
@@ -87,7 +88,7 @@ class Search:
             plan.name,
             campaign,
             folder,
-            sampler=make_sampler(campaign, plan.strategy),
+            sampler=make_sampler(campaign, plan.strategy, space),
             pruner=make_pruner(campaign, space.repetitions()),
         )
         return cls(campaign, space, study, plan.strategy)

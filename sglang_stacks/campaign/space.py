@@ -1,6 +1,7 @@
 """A campaign's axes as the parameters of its Optuna study: a list or zipped axis is a categorical
 parameter over its labels, a ``low``/``high`` interval an integer or real one. A trial's parameters
-make one ``Candidate``; a candidate's labels give its parameters back (to queue or import it).
+make one ``Candidate``; a candidate's labels give its parameters back (to queue or import it); the
+base stack's own point of the axes is where a search opens (``base_params``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from sglang_stacks.campaign.axes import Candidate, candidate_base, combine
+from sglang_stacks.campaign.axes import Candidate, apply, candidate_base, combine
 from sglang_stacks.campaign.model import CampaignSpec
 from sglang_stacks.campaign.model_axes import Axis
 from sglang_stacks.config.spec import BenchmarkSpec
@@ -85,17 +86,52 @@ class SearchSpace:
             return 1
         return int((candidate.sections.get("server") or {}).get("tp_size") or 1)
 
+    def base_params(self) -> dict[str, Any]:
+        """The base stack's parameters: on each list or zipped axis the point that leaves the base's
+        sections as they are (the axis's first point when none does), on an interval the base's
+        value when it is one of the interval's (else its low end)."""
+        found: dict[str, Any] = {}
+        for axis in self.campaign.axes:
+            if axis.interval:
+                assert axis.key is not None and axis.low is not None
+                value = _value_at(self.base, axis.key)
+                found[axis.title] = value if _on(axis, value) else axis.low
+                continue
+            points = axis.points()
+            same = (label for label, assignments in points if apply(self.base, assignments) == self.base)
+            found[axis.title] = next(same, points[0][0])
+        return found
+
     def flags(self, candidate: Candidate) -> dict[str, str]:
         """The keys the candidate sets to something else than the base stack has, with its labels."""
         changed: dict[str, str] = {}
         for key, value in candidate.assignments.items():
-            node: Any = self.base
-            for part in key.split("."):
-                node = node.get(part) if isinstance(node, dict) else None
+            node = _value_at(self.base, key)
             unset = value is None or value == "auto"
             if (node is None and not unset) or (node is not None and node != value):
                 changed[key] = "auto" if unset else ("set" if isinstance(value, dict) else str(value))
         return changed
+
+
+def _value_at(sections: Mapping[str, Any], key: str) -> Any:
+    """The value a dotted key has in ``sections``; None when unset."""
+    node: Any = sections
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _on(axis: Axis, value: Any) -> bool:
+    """Whether ``value`` is a value of the interval ``axis`` (inside it, on its step)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    assert axis.low is not None and axis.high is not None
+    if not axis.low <= value <= axis.high or (axis.integer and not float(value).is_integer()):
+        return False
+    return (
+        axis.step is None
+        or abs((value - axis.low) / axis.step - round((value - axis.low) / axis.step)) < 1e-9
+    )
 
 
 def _distribution(axis: Axis) -> BaseDistribution:

@@ -1,0 +1,157 @@
+"""How a TPE search opens: from the base stack, one axis at a time, before the model takes over.
+
+An engineer tuning a server starts from the configuration they run and changes one flag at a time,
+keeping a change that helps, and does not try what they already know to be slower. The opening does
+the same with the campaign's base stack: its first suggestion is the base's own point of the axes
+(or, on an axis whose points do not include the base's value, the axis's first point). Then it
+walks the axes once, in the file's order: each other point of an axis (an interval's low end,
+middle and high end) with the rest of the best configuration so far, the incumbent; once an axis is
+walked, the incumbent moves to its best point if that is better than the incumbent by more than
+``margin`` (a relative difference: two launches of one configuration differ by about that much, so
+a smaller lead is noise), or to its best feasible point when the incumbent itself was not measured.
+A point that preflight discards, or keeps with a warning that it serves the workload slower
+(``clean`` says which), is passed over: the opening launches only what preflight has nothing
+against. After the last axis the sampler's model (multivariate TPE) suggests the rest, every point
+included, with every trial of the opening as its history instead of random suggestions.
+
+The walk is replayed from the study's trials at each suggestion, so a resumed campaign, or several
+drivers sharing the study, open where the study stands; a point another worker is running counts
+as taken, and a point already measured (by the opening or not) is not launched again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.samplers import BaseSampler
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+__all__ = ["OpeningSampler", "axis_points"]
+
+
+def axis_points(distribution: BaseDistribution) -> list[Any]:
+    """The points the opening tries on an axis: every choice of a list, an interval's low end,
+    middle (geometric with ``log``) and high end."""
+    if isinstance(distribution, CategoricalDistribution):
+        return list(distribution.choices)
+    assert isinstance(distribution, IntDistribution | FloatDistribution)
+    low, high = distribution.low, distribution.high
+    middle = math.sqrt(low * high) if distribution.log else (low + high) / 2
+    if distribution.step is not None:
+        middle = low + round((middle - low) / distribution.step) * distribution.step
+    if isinstance(distribution, IntDistribution):
+        middle = round(middle)
+    return list(dict.fromkeys([low, middle, high]))
+
+
+class OpeningSampler(BaseSampler):
+    """Suggests the opening's points (``next_point``) while it has any, then defers to ``model``."""
+
+    def __init__(
+        self,
+        distributions: Mapping[str, BaseDistribution],
+        start: Mapping[str, Any],
+        model: BaseSampler,
+        margin: float,
+        clean: Callable[[Mapping[str, Any]], bool] = lambda params: True,
+    ) -> None:
+        self.distributions = dict(distributions)
+        self.start = dict(start)
+        """The base stack's parameters: its label on each axis (its value on an interval)."""
+        self.model = model
+        self.margin = margin
+        self._clean = clean
+        self._judged: dict[tuple[Any, ...], bool] = {}
+        self._planned: dict[int, dict[str, Any] | None] = {}
+
+    def next_point(self, trials: Sequence[FrozenTrial], direction: StudyDirection) -> dict[str, Any] | None:
+        """The opening's next parameters given the study's ``trials``, or None once it walked every
+        axis."""
+        taken: set[tuple[Any, ...]] = set()
+        values: dict[tuple[Any, ...], float | None] = {}
+        for trial in sorted(trials, key=lambda t: t.number):
+            if not trial.params or trial.state == TrialState.FAIL:
+                continue
+            key = self._key(trial.params)
+            taken.add(key)
+            values.setdefault(key, _feasible_value(trial))
+        incumbent = dict(self.start)
+        if self._key(incumbent) not in taken and self.clean(incumbent):
+            return incumbent
+        sign = 1.0 if direction == StudyDirection.MAXIMIZE else -1.0
+        for name, distribution in self.distributions.items():
+            walk = [incumbent | {name: point} for point in axis_points(distribution)]
+            untried = next((p for p in walk if self._key(p) not in taken and self.clean(p)), None)
+            if untried is not None:
+                return untried
+            held = values.get(self._key(incumbent))
+            measured = [(values[self._key(p)], p) for p in walk if values.get(self._key(p)) is not None]
+            if not measured:
+                continue
+            value, best = max(measured, key=lambda item: sign * item[0])  # type: ignore[operator]
+            assert value is not None
+            if held is None or sign * (value - held) > self.margin * abs(held):
+                incumbent = best
+        return None
+
+    def clean(self, params: Mapping[str, Any]) -> bool:
+        """Whether preflight keeps the point with nothing against it (judged once per point)."""
+        key = self._key(params)
+        if key not in self._judged:
+            self._judged[key] = self._clean(params)
+        return self._judged[key]
+
+    def _key(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(params.get(name) for name in self.distributions)
+
+    def _plan(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
+        if trial.number not in self._planned:
+            others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+            self._planned = {trial.number: self.next_point(others, study.direction)}
+        return self._planned[trial.number]
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        if self._plan(study, trial) is not None:
+            return dict(self.distributions)
+        return self.model.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        point = self._plan(study, trial)
+        if point is not None:
+            return {name: point[name] for name in search_space}
+        return self.model.sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        return self.model.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.model.before_trial(study, trial)
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self.model.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.model.reseed_rng()
+
+
+def _feasible_value(trial: FrozenTrial) -> float | None:
+    """A complete trial's value when it met every constraint; None otherwise (discarded, failed,
+    missed an SLO, stopped early, still running)."""
+    if trial.state != TrialState.COMPLETE or trial.value is None:
+        return None
+    if any(value > 0 for value in trial.constraints.values()):
+        return None
+    return trial.value
