@@ -153,10 +153,15 @@ class BatchScheduler:
 
     # --- prefill ------------------------------------------------------------------------
 
-    def form_prefill(self, waiting: list[Request], running: Sequence[Request]) -> PrefillBatch | None:
-        """The next prefill batch from ``waiting`` (first come, first served), or None; admitted
-        requests are taken out of ``waiting``, their tokens taken from the pool."""
-        if (self.batch_is_full or not waiting) and self.chunked is None:
+    def form_prefill(
+        self, waiting: list[Request], running: Sequence[Request], arrived_by: float
+    ) -> PrefillBatch | None:
+        """The next prefill batch from the requests of ``waiting`` that arrived by ``arrived_by``
+        (the step's start: one that came later waits for the next step, however late the host
+        let the scheduler run), first come first served; or None. Admitted requests are taken out
+        of ``waiting``, their tokens from the pool."""
+        arrived = [r for r in waiting if r.created_s <= arrived_by]
+        if (self.batch_is_full or not arrived) and self.chunked is None:
             return None
         slots = self.limits.max_running_requests - len(running)
         if slots <= 0:
@@ -166,7 +171,7 @@ class BatchScheduler:
         batch = PrefillBatch(running=len(running), token_usage=self.token_usage())
         if self.chunked is not None:
             self.chunked = adder.add_chunked(self.chunked, batch)
-        for request in waiting:
+        for request in arrived:
             if len(batch.extends) >= slots:
                 self.batch_is_full = True
             if self.batch_is_full:

@@ -27,6 +27,7 @@ from sglang_world.scheduling import SchedulingRules
 __all__ = ["Chunk", "Engine", "EngineStats", "Request"]
 
 _MAX_CATCH_UP_S = 1.0
+_SPIN_S = 0.005
 
 
 class Engine:
@@ -147,9 +148,12 @@ class Engine:
             with self._wake:
                 while not self._stopped and (self._stalled or not self._busy):
                     self._wake.wait()
-                    deadline = time.monotonic()
                 if self._stopped:
                     return
+                if self._waiting and not self._running and self.scheduler.chunked is None:
+                    # An idle GPU starts on a request when it arrives, not when this thread is
+                    # woken for it: the wake-up's delay is the host's, not the server's.
+                    deadline = max(deadline, min(r.created_s for r in self._waiting))
             stepped = self._step(deadline)
             if stepped is None:
                 # Nothing fits and nothing runs (only aborted requests left): wait for news.
@@ -169,7 +173,7 @@ class Engine:
             if chunked is not None and chunked.aborted:
                 self._without_aborted([chunked])
                 self.scheduler.chunked = None
-            batch = self.scheduler.form_prefill(self._waiting, self._running)
+            batch = self.scheduler.form_prefill(self._waiting, self._running, deadline)
             self.stats.queued = len(self._waiting)
         if batch is not None:
             deadline = self._prefill(batch, deadline)
@@ -182,10 +186,19 @@ class Engine:
             self.scheduler.ratio.reset()
         return deadline
 
-    def _sleep_until(self, deadline: float) -> float:
+    def _sleep_until(self, deadline: float, precise: bool = False) -> float:
+        """Wait for ``deadline``; ``precise`` for a step a client waits on alone (a first or a last
+        token): a thread woken by its timer on a busy host gets a core milliseconds late, so it
+        wakes ``_SPIN_S`` early and keeps its core (yielding the GIL) until the deadline."""
         now = time.monotonic()
         if deadline > now:
-            time.sleep(deadline - now)
+            if not precise:
+                time.sleep(deadline - now)
+                return deadline
+            if deadline - now > _SPIN_S:
+                time.sleep(deadline - now - _SPIN_S)
+            while time.monotonic() < deadline:
+                time.sleep(0)
             return deadline
         # Behind because the machine's CPU was busy elsewhere (a GPU does not slow down with its host's
         # load): catch up, so the emitted rate stays the model's. A stall longer than a second (a
@@ -204,7 +217,9 @@ class Engine:
             batch.running,
             self.stats.queued,
         )
-        deadline = self._sleep_until(deadline + self._model.prefill_ms(batch.new_tokens) / 1000)
+        first_tokens = any(request is not self.scheduler.chunked for request, _ in batch.extends)
+        step_s = self._model.prefill_ms(batch.new_tokens) / 1000
+        deadline = self._sleep_until(deadline + step_s, precise=first_tokens)
         self._hold_while_stalled()
         with self._wake:
             self.stats.prompt_tokens_total += batch.new_tokens + batch.cached_tokens
@@ -240,9 +255,12 @@ class Engine:
                 retraction.ratio_after,
             )
         batch = len(self._running)
-        spec = self._model.config.speculative is not None
+        speculative = self._model.config.speculative
+        spec = speculative is not None
         step_ms = self._model.speculative_cycle_ms(batch) if spec else self._model.decode_step_ms(batch)
-        deadline = self._sleep_until(deadline + step_ms / 1000)
+        per_step = speculative.max_accept_length if speculative is not None else 1
+        last_tokens = any(self._remaining(r) <= per_step for r in self._running)
+        deadline = self._sleep_until(deadline + step_ms / 1000, precise=last_tokens)
         self._hold_while_stalled()
         for request in self._running:
             if request.aborted:

@@ -54,6 +54,12 @@ class _Handler(BaseHTTPRequestHandler):
         # Nagle's algorithm would hold a chunk back until the previous one is acknowledged.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+    def parse_request(self) -> bool:
+        # The request's arrival: its first line was just read. Its latency counts from here, as a
+        # server's does from when the request reached it.
+        self.received_s = time.monotonic()
+        return super().parse_request()
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
@@ -222,7 +228,12 @@ class _Handler(BaseHTTPRequestHandler):
         problem = self.server.context.engine.input_problem(len(prompt_ids))
         if problem is not None:
             raise InputRefused(problem)
-        request = Request(rid=rid or uuid.uuid4().hex, prompt_ids=prompt_ids, max_new_tokens=max_new_tokens)
+        request = Request(
+            rid=rid or uuid.uuid4().hex,
+            prompt_ids=prompt_ids,
+            max_new_tokens=max_new_tokens,
+            created_s=self.received_s,
+        )
         self.server.context.engine.submit(request)
         return request
 

@@ -58,7 +58,7 @@ class VirtualEngine(Engine):
         if until_s is not None and self.now_s < until_s:
             self.now_s = until_s
 
-    def _sleep_until(self, deadline: float) -> float:
+    def _sleep_until(self, deadline: float, precise: bool = False) -> float:
         self.now_s = deadline
         return deadline
 

@@ -4,6 +4,7 @@ contract with the stack's benchmark section, and the package as the host runs it
 from __future__ import annotations
 
 import ast
+import asyncio
 import io
 import itertools
 import json
@@ -22,10 +23,12 @@ from pydantic import ValidationError
 
 from sglang_stacks.config.spec import BenchmarkSpec
 from sglang_stacks.hostops import loadgen
-from sglang_stacks.hostops.loadgen import client, contract
+from sglang_stacks.hostops.loadgen import client, contract, streaming
 from sglang_stacks.hostops.loadgen.document import SCHEMA, Document
 from sglang_stacks.hostops.loadgen.progress import Progress
+from sglang_stacks.hostops.loadgen.prompts import PromptSource
 from sglang_stacks.hostops.loadgen.settings import WorkloadSettings
+from sglang_stacks.hostops.loadgen.streaming import RequestRecord
 from sglang_stacks.results import summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -419,3 +422,29 @@ def test_tok_s_so_far_does_not_fall_when_a_request_ends(tmp_path: Path) -> None:
     # between two completions while the server streams steadily.
     assert rates == [50.0] * 6
     assert done == [0, 1, 1, 2, 2, 3]
+
+
+def test_a_request_is_timed_from_when_it_is_written_not_from_when_its_stream_asked(
+    server: FakeSGLang,
+) -> None:
+    """When many streams start together, the event loop builds the others' requests before it writes
+    one: that wait is the client's. The load generator's session times a request from its write, so
+    its TTFT is what the server took (the first chunk 100 ms after the request came), not that plus
+    the second the loop was kept busy."""
+    workload = _workload(server, requests_per_repetition=1)
+    prompt = PromptSource(workload, nonce=1).prompt(0)
+
+    async def with_a_busy_loop() -> RequestRecord:
+        async with streaming.client_session() as session:
+
+            async def other_streams_building_their_requests() -> None:
+                time.sleep(1.0)  # blocks the loop between this request's call and its write
+
+            record, _ = await asyncio.gather(
+                streaming.stream_one(session, workload, prompt), other_streams_building_their_requests()
+            )
+            return record
+
+    record = asyncio.run(with_a_busy_loop())
+    assert record.error is None and record.ttft_s is not None
+    assert 0.1 <= record.ttft_s < 0.5

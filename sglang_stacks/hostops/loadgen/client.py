@@ -20,7 +20,7 @@ from .document import SCHEMA, Document, Level, Record, Repetition
 from .progress import Progress
 from .prompts import SHAREGPT_SAMPLE, WORDS, PromptSource, read_sharegpt
 from .shapes import arrival_gaps_s, closed_loop, open_loop
-from .streaming import RequestRecord, stream_one
+from .streaming import RequestRecord, client_session, stream_one
 
 __all__ = ["ITL_SAMPLE_LIMIT", "main", "run", "run_async", "summarize_level"]
 
@@ -193,7 +193,7 @@ async def run_async(workload: Workload, nonce: int | None = None) -> Document:
     connector = aiohttp.TCPConnector(limit=streams, limit_per_host=0)
     timeout = aiohttp.ClientTimeout(total=workload.request_timeout_s)
     started = time.time()
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
+    async with client_session(connector=connector, timeout=timeout) as client:
         try:
             prompts, model = await _prepare(client, workload, nonce)
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as exc:

@@ -5,6 +5,10 @@ split into events by hand; a chunk's token count is read from its bytes (``compl
 of SGLang's ``meta_info``, one per OpenAI content delta) and only the last event, which carries
 the totals, is parsed as JSON. Cumulative ``/generate`` streams (SGLang's default) cost no more
 than incremental ones this way.
+
+A request is timed from when its bytes go to the connection (``client_session``), not from when
+its coroutine asked to send it: when many streams start together, the event loop writes one
+request after building and connecting the others, and that wait is the client's, not the server's.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import aiohttp
 from .contract import Workload
 from .prompts import Prompt
 
-__all__ = ["RequestRecord", "request_body", "stream_one"]
+__all__ = ["RequestRecord", "client_session", "request_body", "stream_one"]
 
 _PATHS = {"generate": "/generate", "completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _COUNT = b'"completion_tokens":'
@@ -190,6 +194,22 @@ def _ignore(tokens: int) -> None:
     pass
 
 
+def client_session(**options: Any) -> aiohttp.ClientSession:
+    """A session for ``stream_one`` (``options`` as ``aiohttp.ClientSession`` takes them): it stamps
+    each request's ``sent_s`` when its body (after the headers) is handed to the connection."""
+
+    async def on_body_sent(
+        session: aiohttp.ClientSession, context: Any, params: aiohttp.TraceRequestChunkSentParams
+    ) -> None:
+        record = context.trace_request_ctx
+        if isinstance(record, RequestRecord):
+            record.sent_s = time.perf_counter()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(on_body_sent)
+    return aiohttp.ClientSession(trace_configs=[trace], **options)
+
+
 async def stream_one(
     session: aiohttp.ClientSession,
     workload: Workload,
@@ -198,13 +218,14 @@ async def stream_one(
     on_tokens: Callable[[int], None] = _ignore,
 ) -> RequestRecord:
     """Send one streaming request and time every chunk it returns; ``on_tokens`` hears of the
-    output tokens as they arrive."""
+    output tokens as they arrive. On a ``client_session`` the request is timed from when it was
+    written; on another session, from this call."""
     body = json.dumps(request_body(workload, prompt, model), separators=(",", ":")).encode()
     url = workload.url.rstrip("/") + _PATHS[workload.endpoint]
     record = RequestRecord(sent_s=time.perf_counter())
     reader = _Reader(record, native=workload.endpoint == "generate", on_tokens=on_tokens)
     try:
-        async with session.post(url, data=body, headers=_HEADERS) as response:
+        async with session.post(url, data=body, headers=_HEADERS, trace_request_ctx=record) as response:
             if response.status != 200:
                 text = (await response.read()).decode(errors="replace")[:200]
                 kind = "server_status" if response.status >= 500 else "rejected"
