@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from sglang_stacks.errors import GateError as GateError
     from sglang_stacks.errors import HostError as HostError
     from sglang_stacks.errors import PreflightError as PreflightError
+    from sglang_stacks.errors import PulumiError as PulumiError
     from sglang_stacks.errors import RegressionError as RegressionError
     from sglang_stacks.errors import RouterError as RouterError
     from sglang_stacks.errors import SchedulingError as SchedulingError

@@ -12,6 +12,7 @@ StacksError                  base: a sentence saying what went wrong and how to 
 ├── ServerError              SGLang did not become ready (its `Cause`: out_of_memory, bad_flag, nccl, ...)
 │   └── ServingError         SGLang failed while benchmarked (crash, out_of_memory, hang, error_responses)
 ├── RouterError              SGLang's router did not start, or would not add or drain a worker
+├── PulumiError              Pulumi failed with an error of its own (a live update's lock, a failed cancel)
 └── BenchmarkError           the post-deploy benchmark failed
     ├── GateError            the regression gate could not judge the result
     └── RegressionError      a result is slower than its baseline's past the gate's tolerance
@@ -44,6 +45,7 @@ __all__ = [
     "GateError",
     "HostError",
     "PreflightError",
+    "PulumiError",
     "RegressionError",
     "RouterError",
     "SchedulingError",
@@ -86,9 +88,10 @@ class FailureRecord(BaseModel):
 
 
 class StacksError(Exception):
-    """Base of every deliberate error; its message is whole sentences ending with the fix."""
+    """Base of every deliberate error; its message is whole sentences ending with the fix. Only its
+    subclasses are raised: each names its kind of failure."""
 
-    cause: ClassVar[Cause] = Cause.OTHER
+    cause: ClassVar[Cause]
     """The kind of failure the class stands for; a ServerError's instances have their own."""
 
     def __init__(self, message: str, *, stack: str | None = None, summary: str | None = None) -> None:
@@ -180,7 +183,7 @@ class ServerError(StacksError):
         self,
         message: str,
         *,
-        cause: Cause = Cause.OTHER,
+        cause: Cause,
         stack: str | None = None,
         summary: str | None = None,
     ) -> None:
@@ -199,6 +202,13 @@ class RouterError(StacksError):
     """SGLang's router (sglang-router) failed to start, or to add, list or drain a worker."""
 
     cause = Cause.ROUTER
+
+
+class PulumiError(StacksError):
+    """Pulumi itself stands in the way: a live update holds the stack's lock, or a command of its own
+    failed (``pulumi cancel``)."""
+
+    cause = Cause.PULUMI
 
 
 class BenchmarkError(StacksError):
@@ -246,8 +256,12 @@ def _classes(base: type[StacksError] = StacksError) -> dict[str, type[StacksErro
 
 
 def _from_record(record: FailureRecord) -> StacksError:
-    kind = _classes().get(record.error, StacksError)
+    kind = _classes().get(record.error)
     said, common = record.summary, {"stack": record.stack, "summary": record.summary}
+    if kind is None or kind is StacksError:  # a class of another version: its record names the cause
+        unknown = StacksError(said, **common)
+        unknown.cause = record.cause  # type: ignore[misc]  # the record's, as the class is not known here
+        return unknown
     if issubclass(kind, RegressionError):
         return kind(said, measurements=record.measurements or "", **common)
     if issubclass(kind, ServerError):

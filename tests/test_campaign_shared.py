@@ -116,7 +116,7 @@ class _Runner:
         return False
 
     def failure(self, stack: str, error: Exception) -> TrialFailure:
-        return TrialFailure(Cause.CLAIM if isinstance(error, _Refused) else Cause.OTHER, str(error))
+        return TrialFailure(Cause.CLAIM if isinstance(error, _Refused) else Cause.CRASH, str(error))
 
 
 def _driver(tmp_path: Path, name: str, runner: _Runner, plan: Plan) -> Sweep:

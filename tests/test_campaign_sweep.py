@@ -72,7 +72,7 @@ class _Measured:
         return []
 
     def failure(self, stack: str, error: Exception) -> TrialFailure:
-        return TrialFailure(Cause.OTHER, str(error))
+        return TrialFailure(Cause.CRASH, str(error))
 
 
 def _sweep(tmp_path: Path, trials: object, extra: str = "", earlier_s: float = 0.0) -> Sweep:

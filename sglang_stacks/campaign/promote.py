@@ -15,6 +15,7 @@ from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.rank import rank
 from sglang_stacks.campaign.report import load_records
 from sglang_stacks.campaign.space import SearchSpace
+from sglang_stacks.causes import cause_text
 from sglang_stacks.config.stackfile import stack_file_text
 from sglang_stacks.errors import SpecError
 from sglang_stacks.results import promote as promote_stack
@@ -41,8 +42,8 @@ def _measured(name: str, found: list[TrialRecord], stack: str) -> TrialRecord:
             else "was discarded by preflight, never launched"
         )
         raise SpecError(
-            f"Trial {stack} of campaign {name} {what} ({record.cause}): it has no measured configuration "
-            "to promote. Promote a measured trial (`sglang-stacks sweep report` lists them)."
+            f"Trial {stack} of campaign {name} {what} ({cause_text(record.cause)}): it has no measured "
+            "configuration to promote. Promote a measured trial (`sglang-stacks sweep report` lists them)."
         )
     known = sorted({r.stack for r in measured})
     raise SpecError(

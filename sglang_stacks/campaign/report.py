@@ -17,6 +17,7 @@ from sglang_stacks.campaign.objective import describe
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.rank import Ranking, rank
 from sglang_stacks.campaign.search import Search
+from sglang_stacks.causes import cause_text
 
 __all__ = ["REPORT_FILE", "load_ranking", "load_records", "search_summary", "write_report"]
 
@@ -198,7 +199,7 @@ def write_report(plan: Plan, reports: Path) -> Path:
     if ranking.failed:
         lines += ["## Failed trials", "", "| stack | cause | message |", "|---|---|---|"]
         lines += [
-            f"| `{r.stack}` | {r.cause} | {(r.message or '').replace('|', '/')[:200]} |"
+            f"| `{r.stack}` | {cause_text(r.cause)} | {(r.message or '').replace('|', '/')[:200]} |"
             for r in ranking.failed
         ]
         lines.append("")

@@ -43,7 +43,8 @@ from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.study import GRACE_S, database_of
 from sglang_stacks.campaign.trial import TrialRunner
-from sglang_stacks.errors import BenchmarkError, StacksError
+from sglang_stacks.causes import cause_text
+from sglang_stacks.errors import BenchmarkError, PulumiError, StacksError
 from sglang_stacks.results import history
 
 __all__ = ["ORPHAN_S", "Resumption", "settling"]
@@ -151,12 +152,17 @@ class Resumption:
             self.say(f"{record.stack}: {line}")
 
     def _settled(self, record: TrialRecord) -> list[str]:
+        log = f"reports/{self.plan.name}/logs/{record.stack}.log"
         try:
             return self.trials.settle(record.stack)
-        except (StacksError, auto.CommandError) as error:
-            raise StacksError(
-                f"Trial {record.stack} of a killed sweep could not be settled ({error}). See "
-                f"reports/{self.plan.name}/logs/{record.stack}.log, fix the cause, and run the sweep again."
+        except StacksError:
+            # Its own class and fix (a host out of reach, a live update's lock) say what to do.
+            self.say(f"{record.stack}: its stack could not be settled (see {log}); the sweep stops")
+            raise
+        except auto.CommandError as error:
+            raise PulumiError(
+                f"Trial {record.stack} of a killed sweep could not be settled: Pulumi failed ({error}). See "
+                f"{log}, fix what it names, and run the sweep again."
             ) from None
 
     def _orphan(self, trial: optuna.trial.FrozenTrial) -> None:
@@ -190,7 +196,11 @@ class Resumption:
         if saved is not None:
             try:
                 self.search.record(saved.model_copy(update={"replaces": number}))
-                kept = "result it had measured" if saved.status == "measured" else f"failure ({saved.cause})"
+                kept = (
+                    "result it had measured"
+                    if saved.status == "measured"
+                    else f"failure ({cause_text(saved.cause)})"
+                )
                 self.say(f"{attributes.stack}: keeps the {kept}; not run again")
                 return
             except (KeyError, BenchmarkError) as error:

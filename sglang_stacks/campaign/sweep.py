@@ -207,7 +207,8 @@ class Sweep:
                 self._tell_measured(picked, outcome["levels"], outcome["stopped_early"], told)
             else:
                 self.search.tell_failed(trial, outcome["cause"], outcome["message"], told)
-                self.say(f"{stack} failed on {host.name} ({outcome['cause']}); the sweep goes on")
+                said = f"{stack} failed on {host.name} ({outcome['cause']}); the sweep goes on."
+                self.say(f"{said} {outcome['message']}")
 
     def _held(self, picked: Picked, host: PoolHost, why: str) -> None:
         """Another stack held the host's claim: the trial goes back to the queue, and the host

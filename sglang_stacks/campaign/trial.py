@@ -12,6 +12,7 @@ configuration again.
 from __future__ import annotations
 
 import io
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from sglang_stacks.campaign.plan import PlanRow
 from sglang_stacks.config.stackfile import stack_path
 from sglang_stacks.drive import automation, recover
 from sglang_stacks.drive.state import resources_of
-from sglang_stacks.errors import Cause, SpecError, failure_from_output
+from sglang_stacks.errors import Cause, SpecError, StacksError, failure_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 from sglang_stacks.results.outputs import DeploymentOutputs
@@ -42,15 +43,38 @@ class TrialFailure:
     message: str
 
 
-def classify(output: str) -> TrialFailure:
+_TAIL_LINES = 3
+"""Lines of Pulumi's output a failure with no error line quotes."""
+
+
+def classify(output: str, *, exit_code: int | None = None, log: str = "the trial's log") -> TrialFailure:
     """The cause of a failed ``pulumi up`` from the error record in its output (see
-    `sglang_stacks.errors`); ``other`` with Pulumi's last error line when no error of this tool
-    failed the update."""
+    `sglang_stacks.errors`). When no error of this tool failed the update, Pulumi did (``pulumi``):
+    its last error line, or with none its exit code and last lines, and where its whole output
+    is (``log``)."""
     error = failure_from_output(output)
     if error is not None:
         return TrialFailure(error.cause, error.summary)
+    # The class and the fix first: the report's table shows a message's first 200 characters.
+    fix = f"fix what it names (its whole output is in {log})"
     errors = [line.strip() for line in output.splitlines() if "error" in line.lower()]
-    return TrialFailure(Cause.OTHER, errors[-1] if errors else "pulumi up failed; see the trial's log")
+    if errors:
+        return TrialFailure(
+            Cause.PULUMI, f'Pulumi failed the update with an error of its own; {fix}: "{errors[-1]}"'
+        )
+    lines = [line.strip() for line in output.splitlines() if line.strip()][-_TAIL_LINES:]
+    code = "" if exit_code is None else f" with exit code {exit_code}"
+    last = " / ".join(lines) if lines else "(it printed nothing)"
+    return TrialFailure(
+        Cause.PULUMI, f'pulumi up ended{code} and named no error; {fix}. Its last lines: "{last}"'
+    )
+
+
+def _exit_code(error: auto.CommandError) -> int | None:
+    """The Pulumi CLI's exit code, which the Automation API keeps only in the error's text (its
+    ``CommandResult`` as ``code: N``)."""
+    found = re.search(r"^ *code: (-?\d+)$", str(error), re.MULTILINE)
+    return int(found.group(1)) if found else None
 
 
 class TrialRunner:
@@ -129,10 +153,20 @@ class TrialRunner:
     def failure(self, stack: str, error: Exception) -> TrialFailure:
         """The classified cause of the last failed update, from the trial's log (or the error, when
         the update never started)."""
+        if isinstance(error, StacksError):
+            return TrialFailure(error.cause, error.summary)
         if not isinstance(error, auto.CommandError):
-            return TrialFailure(Cause.OTHER, (str(error).splitlines() or [type(error).__name__])[0])
+            first = (str(error).splitlines() or [""])[0]
+            return TrialFailure(
+                Cause.DRIVER,
+                f"sweep run failed around the update of {stack}, not in it: {type(error).__name__}"
+                f"{': ' + first if first else ''}. Fix what it names; if it names nothing of this "
+                "machine (a disk, a permission), it is a fault of sglang-stacks: report it with the "
+                f"trial's log, {self.log_path(stack)}.",
+            )
         text = self.log_path(stack).read_text(encoding="utf-8") if self.log_path(stack).exists() else ""
-        return classify(text.rsplit("=== pulumi up", 1)[-1])
+        last_up = text.rsplit("=== pulumi up", 1)[-1].partition("\n")[2]  # after its header line
+        return classify(last_up, exit_code=_exit_code(error), log=str(self.log_path(stack)))
 
     def settle(self, stack: str) -> list[str]:
         """Bring the stack of a trial whose ``sweep run`` was killed back to nothing: let go of the

@@ -14,7 +14,7 @@ import pulumi
 from sglang_stacks.config import render
 from sglang_stacks.config.flags import ServerFlags, launch_values
 from sglang_stacks.config.spec import StackSpec
-from sglang_stacks.errors import SpecError, StacksError
+from sglang_stacks.errors import SpecError
 from sglang_stacks.hostops import serving
 from sglang_stacks.hostops.connection import Connection
 
@@ -78,7 +78,7 @@ def host_connection(args: ConnectionArgs | None) -> pulumi.Output[Any]:
         if pulumi.get(args, name) is not None
     ]
     if unsupported:
-        raise StacksError(
+        raise SpecError(
             f"The SSH connection sets {', '.join(unsupported)}, which sglang-stacks does not support. "
             "Connect with a private key (host.* in the stack file and the sshPrivateKey secret)."
         )

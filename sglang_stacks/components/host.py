@@ -10,7 +10,7 @@ import pulumi
 
 from sglang_stacks.components._provider import LABEL, UPDATES, HostInputs, Props, TypedProvider
 from sglang_stacks.components._resource import Args, TypedResource, args_for
-from sglang_stacks.errors import HostError, ServerError
+from sglang_stacks.errors import FlagError, HostError
 from sglang_stacks.hostops import claim, probe
 from sglang_stacks.hostops.facts import FACT_KEYS, DeclaredFacts, FoundFacts
 from sglang_stacks.hostops.process import stop_recorded
@@ -178,9 +178,9 @@ class ClaimProvider(TypedProvider[ClaimInputs, ClaimOutputs]):
 
 
 def check_installed_release(label: str, release: str, installed: str) -> None:
-    """ServerError when the flags were rendered for another release than the host has."""
+    """FlagError when the flags were rendered for another release than the host has."""
     if installed != release:
-        raise ServerError(
+        raise FlagError(
             f"The flags were rendered for SGLang {release}, but {label} has {installed} installed. "
             f"Set environment.sglang_release to {installed!r}, or let the environment install {release}."
         )

@@ -26,7 +26,7 @@ from pulumi import automation as auto
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sglang_stacks.config.stackfile import stack_path, write_stack_file
-from sglang_stacks.errors import FAILURE_TAG, SpecError, StacksError
+from sglang_stacks.errors import FAILURE_TAG, PulumiError, SpecError
 from sglang_stacks.project import find_project_dir, stacks_dir
 
 __all__ = [
@@ -157,7 +157,7 @@ def _holds(lock: _Lock) -> bool:
 def cancel_dead_lock(target: auto.Stack, wait_s: float = LOCK_HOLDER_EXIT_S) -> str | None:
     """Let go of the update lock a killed ``pulumi`` left on ``target`` (``pulumi cancel``), only
     when every process holding it ran on this machine and none runs any more. Says what was done,
-    or None when the stack holds no lock. StacksError when a live update, or one of another
+    or None when the stack holds no lock. PulumiError when a live update, or one of another
     machine, holds it: the lock is theirs. A holder of this machine has ``wait_s`` to end first
     (a process killed a moment ago may not be gone yet)."""
     workspace = target.workspace
@@ -178,7 +178,7 @@ def cancel_dead_lock(target: auto.Stack, wait_s: float = LOCK_HOLDER_EXIT_S) -> 
     for holder in holders:
         if holder.hostname != here or _holds(holder):
             where = "on this machine" if holder.hostname == here else f"on {holder.hostname}"
-            raise StacksError(
+            raise PulumiError(
                 f"Stack {target.name!r} is locked by an update that may still run (pid {holder.pid} "
                 f"{where}). Let it finish; once no `pulumi` of it runs, `pulumi cancel -s {target.name}` "
                 "lets go of the lock."
@@ -186,7 +186,7 @@ def cancel_dead_lock(target: auto.Stack, wait_s: float = LOCK_HOLDER_EXIT_S) -> 
     try:
         pulumi_command(target, "cancel", "--yes", "--stack", target.name)
     except auto.CommandError as error:
-        raise StacksError(f"`pulumi cancel -s {target.name}` failed: {error}") from None
+        raise PulumiError(f"`pulumi cancel -s {target.name}` failed: {error}") from None
     pids = ", ".join(str(h.pid) for h in holders)
     return f"cancelled the lock of a killed update (pid {pids}, no longer running)"
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO
 
 from sglang_stacks.config.names import is_env_name
-from sglang_stacks.errors import HostError, SpecError, StacksError
+from sglang_stacks.errors import HostError, SpecError
 from sglang_stacks.hostops import _batch
 from sglang_stacks.hostops._output import last_lines, said_last
 from sglang_stacks.hostops._ssh_errors import ssh_failure
@@ -144,7 +144,7 @@ def upload(
     """
     source = Path(local_path)
     if not source.exists():
-        raise StacksError(f"Upload source {str(source)!r} does not exist. Check the local path.")
+        raise SpecError(f"Upload source {str(source)!r} does not exist. Check the local path.")
     dest = quote_path(remote_path)
     if source.is_dir():
         empty = f"rm -rf -- {dest}\n" if fresh else ""

@@ -176,7 +176,7 @@ def wait_ready(
             raise ServerError(
                 f"{summary} Last log lines:\n{log.rstrip() or '(no log)'}\nIf the log shows it still "
                 "loading, raise launch.ready_timeout_s; otherwise fix what its last lines name.",
-                cause=Cause.OTHER,
+                cause=Cause.START_TIMEOUT,
                 summary=summary,
             )
         time.sleep(_POLL_S)

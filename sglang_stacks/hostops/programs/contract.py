@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from sglang_stacks.config.docstrings import attribute_docstrings
-from sglang_stacks.errors import StacksError
+from sglang_stacks.errors import Cause, ServerError, StacksError
 from sglang_stacks.hostops.transport import CommandResult, HostPath, tail
 
 if TYPE_CHECKING:
     from sglang_stacks.hostops.connection import Connection
     from sglang_stacks.hostops.session import Session
 
-__all__ = ["FOLDER", "ON_HOST", "POSITIONAL", "Program", "ProgramExit", "Request", "source"]
+__all__ = ["FOLDER", "ON_HOST", "POSITIONAL", "Program", "ProgramExit", "Request", "raised_as", "source"]
 
 FOLDER = Path(__file__).resolve().parent
 """The folder of the programs and their contracts."""
@@ -45,6 +45,12 @@ AnswerT = TypeVar("AnswerT")
 def source(name: str) -> str:
     """The text of the program ``name`` (``claim.py``, ``server.sh``...)."""
     return (FOLDER / name).read_text()
+
+
+def raised_as(kind: type[StacksError], message: str) -> StacksError:
+    """The error of class ``kind`` for a host program's failure. A server's error says how the server
+    ended; here its host program failed, not the server: ``host``."""
+    return kind(message, cause=Cause.HOST) if issubclass(kind, ServerError) else kind(message)
 
 
 class ProgramExit(IntEnum):
@@ -161,9 +167,10 @@ class Request(BaseModel, Generic[AnswerT]):
     def failure(self, conn: Connection, code: ProgramExit, result: CommandResult) -> StacksError:
         """The error an exit code that means a failure is raised as; a contract words its own."""
         assert code.error is not None
-        return code.error(
+        return raised_as(
+            code.error,
             f"{self.doing()} on {conn.label} failed: {code.meaning} (exit {int(code)}; it said: "
-            f"{tail(result.stderr or result.stdout)})."
+            f"{tail(result.stderr or result.stdout)}).",
         )
 
     def doing(self) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.programs.contract import Request, source
+from sglang_stacks.hostops.programs.contract import Request, raised_as, source
 from sglang_stacks.hostops.programs.system_python_contract import SYSTEM_PYTHON
 from sglang_stacks.hostops.session import open_session
 from sglang_stacks.hostops.transport import quote, run, tail
@@ -51,10 +51,11 @@ def call(conn: Connection, request: Request[AnswerT]) -> AnswerT:
     launcher = SYSTEM_PYTHON.exit_named(result.exit_code) if program.is_python else None
     code = launcher if launcher is not None and launcher.error else program.exit_named(result.exit_code)
     if code is None:
-        raise program.error(
+        raise raised_as(
+            program.error,
             f"{request.doing()} on {conn.label} ended with exit {result.exit_code}, which it never "
             f"gives on purpose: {tail(result.stderr or result.stdout)}. Check the host's logs (out of "
-            "memory, a full disk) and run the update again."
+            "memory, a full disk) and run the update again.",
         )
     if code.error is not None:
         raise request.failure(conn, code, result)

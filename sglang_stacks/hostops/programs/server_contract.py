@@ -9,7 +9,7 @@ from typing import Annotated, ClassVar, get_args
 
 from pydantic import Field
 
-from sglang_stacks.errors import ServerError, StacksError
+from sglang_stacks.errors import Cause, ServerError, StacksError
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs.contract import ON_HOST, Program, ProgramExit, Request
 from sglang_stacks.hostops.server_failure import Health, ServerState
@@ -118,7 +118,8 @@ class Launch(Request[Launched]):
         if not words or not words[0].isdigit():
             raise ServerError(
                 f"SGLang's launch on {conn.label} answered {result.stdout.strip()[:200]!r} instead of its "
-                "process id. Check that the user's login prints nothing on non-interactive shells."
+                "process id. Check that the user's login prints nothing on non-interactive shells.",
+                cause=Cause.HOST,
             )
         ticks = int(words[1]) if len(words) > 1 else None
         return Launched(pid=int(words[0]), start_ticks=ticks, claim_line=noted.strip())
@@ -129,7 +130,8 @@ class Launch(Request[Launched]):
                 f"Port {self.port} on {conn.label} is taken by another program, so SGLang was not "
                 "started (its health check would have reached that program). Stop the program "
                 f"(`ss -ltnp 'sport = :{self.port}'` on the host names it) or set server.port to a free "
-                "port."
+                "port.",
+                cause=Cause.PORT_IN_USE,
             )
         return super().failure(conn, code, result)
 
@@ -213,7 +215,8 @@ class Stop(Request[Stopped]):
             return ServerError(
                 f"SGLang (pid {self.pid}) on {conn.label} stopped, but processes "
                 f"{', '.join(result.stdout.split())} still hold GPU memory after {self.timeout_s:g} s. "
-                "Check `nvidia-smi` on the host and stop them."
+                "Check `nvidia-smi` on the host and stop them.",
+                cause=Cause.GPU_MEMORY_HELD,
             )
         return super().failure(conn, code, result)
 
@@ -251,7 +254,8 @@ class State(Request[ServerState]):
         if health is None:
             raise ServerError(
                 f"The state of SGLang (pid {self.pid}) on {conn.label} could not be read ({said!r}). "
-                "Check that the server's Python environment is complete."
+                "Check that the server's Python environment is complete.",
+                cause=Cause.HOST,
             )
         return ServerState(health, log_tail)
 
