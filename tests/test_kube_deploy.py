@@ -4,7 +4,8 @@ output and its hub token from a Secret, its pods' logs and its render from the n
 change previewed flag by flag and rolled forward, and back by the regression gate of a slower stack
 that hands the namespace back (``sglang-stacks rollout``); compare and history on cluster stacks; a
 pod the scheduler cannot place named with its reason; a two-node server as a LeaderWorkerSet,
-measured on a ShareGPT file; and a destroy that leaves no pod, Job, ConfigMap or Secret. The tests
+measured on a ShareGPT file; a draft model on the node checked by sha256 before the server starts;
+and a destroy that leaves no pod, Job, ConfigMap or Secret. The tests
 share one cluster and build on each other's deployments, in order.
 """
 
@@ -14,6 +15,7 @@ import base64
 import contextlib
 import json
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -27,8 +29,9 @@ import httpx
 import pytest
 import yaml
 
-from sglang_stacks.errors import SchedulingError, failure_from_output
+from sglang_stacks.errors import ArtifactError, SchedulingError, failure_from_output
 from sglang_stacks.exits import ExitCode
+from sglang_stacks.hostops.artifacts import local_tree_digest
 from sglang_stacks.results.outputs import DeploymentOutputs
 from tests._ports import free_port
 from tests._pulumi import ROOT, Workspace
@@ -334,10 +337,67 @@ def test_a_two_node_server_runs_as_a_leader_worker_set_measured_on_a_sharegpt_fi
     )
 
 
+def test_a_draft_model_on_the_node_is_checked_by_sha256_before_the_server_starts(
+    kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
+) -> None:
+    # The local cluster's node is this machine: a folder here is a folder on the node. A
+    # checkpoint's files are often links (a hub cache's into its blobs); only the folder is in the pod.
+    folder = kube_workspace.path / "eagle3-on-the-node"
+    shutil.copytree(ROOT / "artifacts" / "eagle3-standin", folder)
+    (folder / "config.json").rename(kube_workspace.path / "config-blob.json")
+    (folder / "config.json").symlink_to(kube_workspace.path / "config-blob.json")
+    wrong = "0" * 64
+    draft = {"source": "host", "path_on_host": str(folder), "sha256": wrong, "weights_gb": 2.4}
+    eagle = {
+        "cuda_graph_max_bs": 128,
+        "mem_fraction_static": 0.88,
+        "speculative_algorithm": "EAGLE",
+        "speculative_num_steps": 2,
+        "speculative_eagle_topk": 4,
+        "speculative_num_draft_tokens": 4,
+    }
+    config = _config(kube_cluster, namespaces[0], draftModel=draft, server=eagle)
+    kube_workspace.init_stack("k8s-eagle3", config)
+
+    def failed_up() -> str:
+        failed = kube_workspace.run(
+            "up", "--yes", "--skip-preview", "-s", "k8s-eagle3", check=False, timeout_s=600
+        )
+        said = failed.stdout + failed.stderr
+        assert failed.returncode != 0 and isinstance(failure_from_output(said), ArtifactError), said
+        return said
+
+    said = failed_up()
+    assert f"the draft model at {folder} has links to files outside it" in said, said
+    assert "(./config.json); put the files themselves there" in said
+
+    # A link within the folder is hashed as the file it points to, as over SSH.
+    (folder / "blobs").mkdir()
+    (kube_workspace.path / "config-blob.json").rename(folder / "blobs" / "config-blob.json")
+    (folder / "config.json").unlink()
+    (folder / "config.json").symlink_to(Path("blobs") / "config-blob.json")
+    expected = local_tree_digest(folder).digest
+    said = failed_up()
+    assert f"the draft model at {folder} hashes to {expected}, not {wrong}" in said, said
+    assert "fix draftModel.sha256" in said
+
+    kube_workspace.run(
+        "config", "set", "--path", "sglang-stacks:draftModel.sha256", expected, "-s", "k8s-eagle3"
+    )
+    kube_workspace.run("up", "--yes", "--skip-preview", "-s", "k8s-eagle3", timeout_s=900)
+    outputs = DeploymentOutputs.model_validate(kube_workspace.outputs("k8s-eagle3"))
+    served = _served_flags(f"http://127.0.0.1:{outputs.launch_flags.port}")
+    assert served["speculative_draft_model_path"] == str(folder) and outputs.tok_s > 0
+    pod = _get(
+        kube_cluster, "pods", "-n", namespaces[0], "-l", "app.kubernetes.io/instance=sglang-k8s-eagle3"
+    )["items"]
+    assert [c["name"] for c in pod[0]["spec"]["initContainers"]] == ["draft-model-sha256"]
+
+
 def test_destroy_leaves_no_pod_job_config_map_or_secret(
     baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
 ) -> None:
-    stacks = ("k8s-two-nodes", "k8s-bs128", "k8s-slow", "k8s-baseline")
+    stacks = ("k8s-two-nodes", "k8s-eagle3", "k8s-bs128", "k8s-slow", "k8s-baseline")
     with ThreadPoolExecutor(max_workers=len(stacks)) as destroying:  # stacks of their own: side by side
         list(
             destroying.map(

@@ -1,6 +1,7 @@
 """A server pod watched until it is ready, and each way it may not be, named: Pending (with the
 scheduler's own message), an image the node cannot get, SGLang exiting (classified from the pod's log
-as over SSH), or no readiness (SGLang's ``/health_generate``, the pod's readiness probe) in time.
+as over SSH), a draft model other than the one declared, or no readiness (SGLang's
+``/health_generate``, the pod's readiness probe) in time.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any
 from sglang_stacks.errors import Cause, HostError, SchedulingError, ServerError
 from sglang_stacks.hostops.server_failure import classify_failure
 from sglang_stacks.kube.client import ClusterAccess, api_error_text
+from sglang_stacks.kube.draft import DRAFT_CHECK, draft_failure
 
-__all__ = ["ReadyPod", "find_ready", "pod_log", "wait_ready"]
+__all__ = ["ReadyPod", "find_ready", "pod_log", "restart_failed", "wait_ready"]
 
 _POLL_S = 1.0
 _TAIL_LINES = 30
@@ -42,8 +44,16 @@ def _live(pods: list[Any]) -> list[Any]:
     return sorted(alive, key=lambda pod: pod.metadata.creation_timestamp, reverse=True)
 
 
-def pod_log(access: ClusterAccess, pod: str, *, previous: bool = False, lines: int | None = None) -> str:
-    """The pod's log (its server's output), or of the container's previous run; "" when none."""
+def pod_log(
+    access: ClusterAccess,
+    pod: str,
+    *,
+    previous: bool = False,
+    lines: int | None = None,
+    container: str | None = None,
+) -> str:
+    """The pod's log (its server's output, or ``container``'s), or of the container's previous run;
+    "" when none."""
     try:
         # Raw bytes: left to the client, a log that is one JSON document (the load generator's) comes
         # back as the repr of the dict it parses it into.
@@ -52,6 +62,7 @@ def pod_log(access: ClusterAccess, pod: str, *, previous: bool = False, lines: i
             access.namespace,
             previous=previous,
             tail_lines=lines,
+            **({"container": container} if container else {}),
             _request_timeout=30,
             _preload_content=False,
         )
@@ -85,6 +96,34 @@ def _unschedulable(pod: Any) -> str | None:
     return None
 
 
+def _has_failed(pod: Any) -> bool:
+    """Whether one of ``pod``'s containers (init containers included) ended its last run failing."""
+    statuses = [*(pod.status.init_container_statuses or []), *(pod.status.container_statuses or [])]
+    ended = [status.state.terminated or status.last_state.terminated for status in statuses]
+    return any(end is not None and end.exit_code != 0 for end in ended)
+
+
+def restart_failed(access: ClusterAccess, selector: str) -> list[str]:
+    """Deletes the pods of ``selector`` whose containers failed and that are not ready (their
+    controller starts new ones); their names. A new ``pulumi up`` of an unchanged launch whose pod
+    failed (a crash, a draft model that did not match) then judges a pod started after whatever was
+    fixed on the node, not the old pod's failure, as a relaunch over SSH does."""
+    try:
+        listed = access.core().list_namespaced_pod(
+            access.namespace, label_selector=selector, _request_timeout=30
+        )
+        failed = [
+            pod.metadata.name
+            for pod in _live(listed.items)
+            if _has_failed(pod) and _ready(pod) is None  # one that serves again stays
+        ]
+        for name in failed:
+            access.core().delete_namespaced_pod(name, access.namespace, _request_timeout=30)
+    except Exception as error:
+        raise HostError(f"{access.label} did not list or delete pods ({api_error_text(error)}).") from None
+    return failed
+
+
 def _container_failure(access: ClusterAccess, pod: Any, what: str) -> Exception | None:
     """The error of a pod whose container cannot start or exited, or None while it may still start."""
     for status in [*(pod.status.init_container_statuses or []), *(pod.status.container_statuses or [])]:
@@ -98,6 +137,9 @@ def _container_failure(access: ClusterAccess, pod: Any, what: str) -> Exception 
         terminated = status.state.terminated or (last if waiting is not None else None)
         if terminated is not None and terminated.exit_code != 0:
             previous = status.state.terminated is None
+            if status.name == DRAFT_CHECK:
+                said = pod_log(access, pod.metadata.name, previous=previous, container=DRAFT_CHECK)
+                return draft_failure(what, pod, terminated.exit_code, said)
             log = pod_log(access, pod.metadata.name, previous=previous, lines=_TAIL_LINES)
             failure = classify_failure(log)
             summary = f"{what} exited before it became ready (exit {terminated.exit_code}, {failure.kind})."

@@ -4,7 +4,8 @@ The server's Deployment (or LeaderWorkerSet) is pulumi-kubernetes's; this resour
 waits for the pod of this launch (its pod template's digest, the ``instance`` label) to pass its
 readiness probe, naming a Pending pod's reason, a crash or a timeout as typed errors. It records the
 launch flags as a map (canonical flag name -> value), so ``pulumi preview --diff`` shows a change flag
-by flag, as the SSH server's does. A refresh finds it gone when no pod of the launch is ready.
+by flag, as the SSH server's does. A refresh finds it gone when no pod of the launch is ready; an
+update after a failed one starts the launch's failed pods anew before it waits.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class KubeServerProvider(TypedProvider[KubeServerInputs, KubeServerOutputs]):
 
     def create_typed(self, inputs: KubeServerInputs) -> KubeServerOutputs:
         access = inputs.access
+        pods.restart_failed(access, f"sglang-stacks.io/instance={inputs.instance}")
         ready = pods.wait_ready(
             access,
             selector(inputs),

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from sglang_stacks.kube.draft import draft_check, draft_mount, draft_volume
 from sglang_stacks.kube.facts import GPU_RESOURCE
 
 __all__ = [
@@ -52,7 +53,6 @@ pods are gone, and pulumi-kubernetes does not wait for that on an object it does
 object's apply would land on the old one, about to vanish."""
 HUB_TOKEN_VARIABLE = "HF_TOKEN"
 """The variable the hub token reaches the server in, as on an SSH host."""
-_DRAFT_VOLUME = "draft-model"
 
 
 def server_labels(stack: str, name: str) -> dict[str, str]:
@@ -123,43 +123,18 @@ class ServerPod:
             else None,
             readiness_probe=probe if self.probe else None,
             resources=k8s.core.v1.ResourceRequirementsArgs(limits={GPU_RESOURCE: str(self.gpus)}),
-            volume_mounts=[
-                k8s.core.v1.VolumeMountArgs(name=_DRAFT_VOLUME, mount_path=self.draft_path, read_only=True)
-            ]
-            if self.draft_path
-            else None,
+            volume_mounts=[draft_mount(self.draft_path)] if self.draft_path else None,
         )
 
     def draft_check(self) -> list[k8s.core.v1.ContainerArgs] | None:
-        """An init container that refuses to start the server when the draft model's folder does not
-        hash to its declared digest (sha256 of the sorted ``sha256sum`` listing, as over SSH)."""
+        """The init container that checks the draft model's sha256 (`sglang_stacks.kube.draft`)."""
         if not self.draft_path or not self.draft_sha256:
             return None
-        script = (
-            'cd "$1" && got=$(find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum '
-            '| cut -d" " -f1) && [ "$got" = "$2" ] || { echo "the draft model at $1 hashes to $got, '
-            'not $2: copy the right checkpoint there, or fix draftModel.sha256" >&2; exit 1; }'
-        )
-        return [
-            k8s.core.v1.ContainerArgs(
-                name="draft-model-sha256",
-                image=self.image,
-                image_pull_policy=self.pull_policy,
-                command=["sh", "-c", script, "draft-check", self.draft_path, self.draft_sha256],
-                volume_mounts=[
-                    k8s.core.v1.VolumeMountArgs(
-                        name=_DRAFT_VOLUME, mount_path=self.draft_path, read_only=True
-                    )
-                ],
-            )
-        ]
+        return [draft_check(self.image, self.pull_policy, self.draft_path, self.draft_sha256)]
 
     def template(self, labels: Mapping[str, str]) -> k8s.core.v1.PodTemplateSpecArgs:
         """The pod template: on the host's network, the GPUs requested, the draft model mounted."""
-        volumes = None
-        if self.draft_path:
-            source = k8s.core.v1.HostPathVolumeSourceArgs(path=self.draft_path, type="Directory")
-            volumes = [k8s.core.v1.VolumeArgs(name=_DRAFT_VOLUME, host_path=source)]
+        volumes = [draft_volume(self.draft_path)] if self.draft_path else None
         return k8s.core.v1.PodTemplateSpecArgs(
             metadata=k8s.meta.v1.ObjectMetaArgs(labels=dict(labels)),
             spec=k8s.core.v1.PodSpecArgs(
