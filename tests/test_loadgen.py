@@ -8,6 +8,7 @@ import asyncio
 import io
 import itertools
 import json
+import random
 import subprocess
 import sys
 import tarfile
@@ -28,8 +29,9 @@ from sglang_stacks.hostops.loadgen.document import SCHEMA, Document
 from sglang_stacks.hostops.loadgen.progress import Progress
 from sglang_stacks.hostops.loadgen.prompts import PromptSource
 from sglang_stacks.hostops.loadgen.settings import WorkloadSettings
+from sglang_stacks.hostops.loadgen.shapes import arrival_gaps_s
 from sglang_stacks.hostops.loadgen.streaming import RequestRecord
-from sglang_stacks.results import summary
+from sglang_stacks.results import stats, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,6 +56,8 @@ class FakeSGLang(ThreadingHTTPServer):
         self.schedule = Schedule()
         self.count = 0
         self.lock = threading.Lock()
+        self.delivered_s: list[float] = []
+        """Per streamed request, the server's own time from its answer's start to its last chunk."""
 
     @property
     def url(self) -> str:
@@ -97,7 +101,10 @@ class _Handler(BaseHTTPRequestHandler):
                 meta["spec_verify_ct"] = verify
             if sent == wanted:
                 meta["finish_reason"] = {"type": "length", "length": wanted}
-                meta["e2e_latency"] = time.perf_counter() - start
+                delivered_s = time.perf_counter() - start
+                meta["e2e_latency"] = delivered_s
+                with self.server.lock:
+                    self.server.delivered_s.append(delivered_s)
             chunk = {"text": "x" * sent, "meta_info": meta}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             self.wfile.flush()
@@ -119,6 +126,7 @@ def server() -> Iterator[FakeSGLang]:
 def fresh_schedule(server: FakeSGLang) -> None:
     server.schedule = Schedule()
     server.count = 0
+    server.delivered_s = []
 
 
 def _workload(server: FakeSGLang, **changes: object) -> contract.Workload:
@@ -138,11 +146,19 @@ def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang
     document = client.run(_workload(server, requests_per_repetition=1))
     (level,) = document.levels
     # 30 tokens in chunks of 3: the first chunk at 100 ms, nine more 40 ms apart. On a busy
-    # machine chunks can only arrive late, never early: the bounds are tight on the early side.
+    # machine chunks can only arrive late, never early: no run is faster than the schedule.
     expected_tok_s = 30 / (0.1 + 9 * 0.04)
     assert len(level.tok_s_runs) == 3
-    for tok_s in level.tok_s_runs:
-        assert expected_tok_s * 0.92 < tok_s < expected_tok_s * 1.01
+    assert max(level.tok_s_runs) < expected_tok_s * 1.01
+    # Each run is its tokens over its request's time, as the tool measured it.
+    for record in level.records:
+        assert level.tok_s_runs[record.repetition] == pytest.approx(30_000 / record.e2e_ms, rel=1e-3)
+    # How late is the machine's doing: by the tool's own verdict (Welch's test with its launch floor
+    # and margin) the runs are within noise of what the server itself delivered, its own time from
+    # answering to its last chunk. Beside two busy processes a run read 12 % under the schedule.
+    delivered = [30 / seconds for seconds in server.delivered_s[-3:]]  # after the warmup's
+    verdict = stats.compare_runs(level.tok_s_runs, delivered)
+    assert verdict.within_noise, (level.tok_s_runs, delivered, verdict.describe())
     assert level.requests == 3 and level.errors == 0
     assert level.spec_completion_tokens / level.spec_verify_ct == 3.0
     assert level.spec_verify_ct == 3 * 10
@@ -157,7 +173,7 @@ def test_single_stream_tok_s_and_latencies_match_the_schedule(server: FakeSGLang
     # What the stack output will show.
     (result,) = summary.summarize_levels(document)
     assert result.accept_length == 3.0
-    assert expected_tok_s * 0.92 < result.tok_s_mean < expected_tok_s * 1.01
+    assert result.tok_s_mean == pytest.approx(stats.mean(level.tok_s_runs), abs=0.01)
     assert result.tok_s_ci95[0] <= result.tok_s_mean <= result.tok_s_ci95[1]
     assert (result.requests, result.errors, result.repetitions) == (3, 0, 3)
 
@@ -169,15 +185,24 @@ def test_concurrent_streams_multiply_throughput(server: FakeSGLang) -> None:
             output_len=9,
             concurrency=(1, 4),
             warmup_requests=0,
-            repetitions=2,
+            repetitions=5,
             requests_per_repetition=4,
         )
     )
     one, four = document.levels
     assert (one.concurrency, four.concurrency) == (1, 4)
-    assert one.requests == four.requests == 4 * 2
-    ratio = (sum(four.tok_s_runs) / 2) / (sum(one.tok_s_runs) / 2)
-    assert 3.0 < ratio < 4.2  # one stream at a time would give 1
+    assert one.requests == four.requests == 4 * 5
+    assert one.completion_tokens == four.completion_tokens == 4 * 5 * 9  # each token counted once
+    # Four streams at once: by the tool's own verdict (Welch's test with the launch floor, its
+    # margin), significantly more than two streams' worth of one stream, which one or two at a time
+    # would give. A loaded machine slows each level by its own amount (one stream's level was once
+    # slowed 15 % more than four's), so no fixed ratio holds.
+    doubled = stats.compare_runs(four.tok_s_runs, [2 * tok_s for tok_s in one.tok_s_runs])
+    assert doubled.significant and doubled.change_pct > 0, doubled.describe()
+    # Nor more than four streams of the schedule give (9 tokens in 180 ms each): a busy machine
+    # only delays chunks, so the interval of the mean cannot lie above it unless tokens or time
+    # were miscounted.
+    assert stats.ci95(four.tok_s_runs)[0] <= 4 * 9 / (0.1 + 2 * 0.04)
 
 
 def test_failed_requests_are_counted_not_fatal(server: FakeSGLang) -> None:
@@ -381,15 +406,33 @@ def test_an_open_loop_run_arrives_at_the_declared_rate(server: FakeSGLang) -> No
     assert level.errors == 0
     # Requests overlap (each takes about 460 ms, one arrives every 50 ms): nothing waited for a stream.
     assert level.repetitions[0].concurrency_measured > 4
-    # A late send only delays the ones after it by as much, so the span of the run keeps the rate.
-    assert sum(gaps) / len(gaps) == pytest.approx(1 / rate, rel=0.25)
-    # The gaps are exponential with the declared rate (Kolmogorov-Smirnov).
-    assert scipy_stats.kstest(gaps, "expon", args=(0, 1 / rate)).pvalue > 0.01
+    # Sends are due at times drawn ahead, so a late one moves no other: the 95 % interval of the
+    # mean gap (the tool's) holds the declared 1 / rate.
+    low, high = stats.ci95(gaps)
+    assert low <= 1 / rate <= high, (low, high)
+    # The shape where it is decided: the gaps the load generator draws are exponential at the rate
+    # (Kolmogorov-Smirnov at the tool's alpha, 2,000 draws of a seeded generator), and a gamma of
+    # shape 0.25 is not exponential but the gamma it declares. The sent gaps themselves are not held
+    # to that test: a loaded machine sends late by milliseconds to a tenth of a second, which bends
+    # the small gaps of 80 sends past any alpha (p 0.000 to 0.04 in 7 of 10 runs beside two busy
+    # processes on two cores, with the mean gap unchanged).
+    draws = {shape: arrival_gaps_s(rate, shape, random.Random(0)) for shape in (1.0, 0.25)}
+    poisson, gamma = ([draw() for _ in range(2000)] for draw in draws.values())
+    exponential = (0, 1 / rate)
+    assert scipy_stats.kstest(poisson, "expon", args=exponential).pvalue > stats.ALPHA
+    assert scipy_stats.kstest(gamma, "expon", args=exponential).pvalue < stats.ALPHA
+    assert scipy_stats.kstest(gamma, "gamma", args=(0.25, 0, 1 / (rate * 0.25))).pvalue > stats.ALPHA
+    # The run sends by those draws: its gaps rise and fall with the ones its seeded generator drew
+    # for it (Spearman's test at the same alpha; constant gaps or another process would not).
+    drawn = arrival_gaps_s(rate, 1.0, random.Random(f"{workload.seed}/{rate:g}/0"))
+    schedule = [drawn() for _ in gaps]
+    assert scipy_stats.spearmanr(gaps, schedule).pvalue < stats.ALPHA
+    # End to end, the runs send as their processes differ: a gamma run of shape 0.25 (its gaps' CV
+    # 2, Poisson's 1) is told apart from the Poisson run by a two-sample test at the same alpha.
     bursty = client.run(contract.Workload(**{**vars(workload), "arrival": "gamma", "burstiness": 0.25}))
     bursty_gaps = _arrival_gaps_s(bursty)
-    cv = scipy_stats.variation
-    # Gamma with shape 0.25 has a coefficient of variation of 2; Poisson's is 1.
-    assert cv(bursty_gaps) > 1.4 > cv(gaps)
+    assert scipy_stats.ks_2samp(gaps, bursty_gaps).pvalue < stats.ALPHA
+    assert scipy_stats.variation(bursty_gaps) > scipy_stats.variation(gaps)
 
 
 def test_a_duration_bounded_run_stops_sending_when_the_time_is_up(server: FakeSGLang) -> None:
