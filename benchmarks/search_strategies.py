@@ -6,13 +6,15 @@ Fair baselines:
   ``sweep run`` with ``search.strategy: grid`` when the file's order says nothing;
 - ``random``: Optuna's ``RandomSampler`` over the axes, every new suggestion launched (no
   preflight), a suggestion already measured told its result again at no cost;
-- ``tpe``: Optuna's ``TPESampler`` with its defaults (univariate), every new suggestion launched (no
-  preflight), a failed launch told as a completed trial with the worst value (0 tok/s; told
-  ``FAIL``, TPE would ignore it and keep suggesting the same doomed corner);
+- ``tpe``: Optuna's ``TPESampler`` univariate (``multivariate=False``, each axis modelled on its
+  own: Optuna's default before 5.0), every new suggestion launched (no preflight), a failed launch
+  told as a completed trial with the worst value (0 tok/s; told ``FAIL``, TPE would ignore it and
+  keep suggesting the same doomed corner);
 - ``tpe-preflight``: the same with the project's preflight: a suggestion preflight discards is told
   the worst value without a launch;
-- ``mtpe``: multivariate TPE (``multivariate=True``) with the same preflight and worst values: what
-  ``ours`` is without the project's additions (constraints, early stop, its sampling choices).
+- ``mtpe``: multivariate TPE (``multivariate=True``, Optuna 5.0's default with one objective) with
+  the same preflight and worst values: what ``ours`` is without the project's additions
+  (constraints, early stop, its opening).
 
 Shown apart: ``grid-file``, the kept candidates in the campaign file's order (the files list their
 best guesses first, so this measures the file's author as much as the search).
@@ -108,12 +110,17 @@ def run_random(space: Space, seed: int, host: Host, stop: StopRule) -> None:
     _ask_tell(space, host, stop, optuna.samplers.RandomSampler(seed=seed), preflight=False)
 
 
+def _univariate_tpe(seed: int) -> optuna.samplers.TPESampler:
+    # Said outright: from Optuna 5.0 a TPESampler left to its defaults is multivariate, which is mtpe.
+    return optuna.samplers.TPESampler(seed=seed, multivariate=False)
+
+
 def run_tpe(space: Space, seed: int, host: Host, stop: StopRule) -> None:
-    _ask_tell(space, host, stop, optuna.samplers.TPESampler(seed=seed), preflight=False)
+    _ask_tell(space, host, stop, _univariate_tpe(seed), preflight=False)
 
 
 def run_tpe_preflight(space: Space, seed: int, host: Host, stop: StopRule) -> None:
-    _ask_tell(space, host, stop, optuna.samplers.TPESampler(seed=seed), preflight=True)
+    _ask_tell(space, host, stop, _univariate_tpe(seed), preflight=True)
 
 
 def run_mtpe(space: Space, seed: int, host: Host, stop: StopRule) -> None:
