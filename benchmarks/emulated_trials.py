@@ -32,7 +32,7 @@ from sglang_emulator.batching import PoolLimits, pool_limits
 from sglang_emulator.engine import Request
 from sglang_emulator.faults import Faults
 from sglang_emulator.launch import LaunchConfig, resolve_launch
-from sglang_emulator.memory import plan_memory
+from sglang_emulator.memory import MemoryPlan, plan_memory, served_config
 from sglang_emulator.metrics import Histogram
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import Profile, load_profile
@@ -44,7 +44,7 @@ from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import FlagError
 from sglang_world.scheduling import SchedulingRules, scheduling_rules
 
-__all__ = ["EmulatedTrial", "Level", "emulate"]
+__all__ = ["EmulatedTrial", "Level", "PrefillOutOfMemory", "emulate", "prefill_guard"]
 
 _QUIET = logging.getLogger("search_efficiency.emulator")
 _QUIET.addHandler(logging.NullHandler())
@@ -117,13 +117,35 @@ class _Unobserved(Histogram):
         pass
 
 
+class PrefillOutOfMemory(Exception):
+    """A prefill forward's activations did not fit: the emulated server's scheduler died of it."""
+
+
+def prefill_guard(plan: MemoryPlan) -> Callable[[int], None]:
+    """The served emulator's check before each prefill forward (``MemoryPlan.prefill_failure``),
+    raising instead of ending the process."""
+
+    def check(tokens: int) -> None:
+        failure = plan.prefill_failure(tokens)
+        if failure is not None:
+            raise PrefillOutOfMemory(failure)
+
+    return check
+
+
 class _Engine(VirtualEngine):
     """The virtual scheduler telling its listeners of every finished request."""
 
     def __init__(
-        self, config: LaunchConfig, profile: Profile, limits: PoolLimits, rules: SchedulingRules
+        self,
+        config: LaunchConfig,
+        profile: Profile,
+        limits: PoolLimits,
+        rules: SchedulingRules,
+        before_prefill: Callable[[int], None] | None = None,
     ) -> None:
-        super().__init__(PerformanceModel(config, profile), limits, rules, config.random_seed, self._done)
+        model = PerformanceModel(config, profile)
+        super().__init__(model, limits, rules, config.random_seed, self._done, before_prefill=before_prefill)
         self.listeners: list[Callable[[Request], None]] = []
         self.stats.ttft = _Unobserved()
         self.stats.inter_token = _Unobserved()
@@ -200,11 +222,17 @@ class Workload:
 
 
 def _benchmark(
-    config: LaunchConfig, profile: Profile, limits: PoolLimits, rules: SchedulingRules, workload: Workload
+    config: LaunchConfig,
+    profile: Profile,
+    limits: PoolLimits,
+    rules: SchedulingRules,
+    workload: Workload,
+    plan: MemoryPlan,
 ) -> tuple[float, tuple[Level, ...] | str]:
     """The server's warmup request's time, then each level of the load generator's run, or the
-    server's refusal of the workload's prompts (longer than its pool or context can hold)."""
-    engine = _Engine(config, profile, limits, rules)
+    server's refusal of the workload's prompts (longer than its pool or context can hold); raises
+    PrefillOutOfMemory when a prefill of the run does not fit."""
+    engine = _Engine(config, profile, limits, rules, prefill_guard(plan))
     refused = engine.input_problem(workload.input_len)
     if refused is not None:
         return 0.0, refused
@@ -258,8 +286,13 @@ def emulate(spec: StackSpec, workload: Workload | None = None) -> EmulatedTrial:
     except SystemExit:
         # SGLang's parser rejects the command line before anything is loaded.
         return EmulatedTrial(profile.startup.process_start_s, "bad flag", gpus=gpus)
-    config = resolve_launch(release, args, profile)
+    config = resolve_launch(release, args, profile, spec.environment.env)
+    if config.settings is not None and config.settings.refusal is not None:
+        return EmulatedTrial(
+            profile.startup.process_start_s, f"ValueError: {config.settings.refusal}", gpus=gpus
+        )
     plan = plan_memory(config, profile)
+    config = served_config(config, plan)
     # The candidate's own process environment, as its launch would have it (NCCL_ALGO, SGLANG_*),
     # never this process's.
     environ = dict(spec.environment.env)
@@ -276,16 +309,28 @@ def emulate(spec: StackSpec, workload: Workload | None = None) -> EmulatedTrial:
     # the same: run the benchmark once per scheduler-relevant configuration (its pool included).
     limits = pool_limits(config, plan)
     rules = scheduling_rules(release, environ)
+    unscheduled = dataclasses.replace(
+        config,
+        server_args={},
+        mem_fraction_static=None,
+        port=0,
+        launch=dataclasses.replace(config.launch, mem_fraction_static=None),
+        settings=None,
+    )
     key = (
-        repr(dataclasses.replace(config, server_args={}, mem_fraction_static=None, port=0)),
+        repr(unscheduled),
         profile.source,
         limits,
         rules,
         config.server_args.get("schedule_conservativeness"),
         workload or Workload.of(spec),
+        plan.prefill_tokens_that_fit,
     )
     if key not in _BENCHMARKS:
-        _BENCHMARKS[key] = _benchmark(config, profile, limits, rules, key[5])
+        try:
+            _BENCHMARKS[key] = _benchmark(config, profile, limits, rules, key[5], plan)
+        except PrefillOutOfMemory as error:
+            return EmulatedTrial(boot.elapsed_s, str(error), gpus=gpus)
     warmup_s, levels = _BENCHMARKS[key]
     if isinstance(levels, str):
         # The load generator's first request is refused: the trial fails once the server is up.

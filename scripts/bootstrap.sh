@@ -89,7 +89,7 @@ ENV
 # that does not compile is named and left to fail where it is imported.
 compile_modules() {
     local package
-    for package in sglang_stacks sglang_flags sglang_emulator components toolchain; do
+    for package in sglang_stacks sglang_flags sglang_world sglang_emulator components toolchain; do
         if [[ -d "$ROOT/$package" ]] && ! "$ROOT/.venv/bin/python" -m compileall -q "$ROOT/$package" >&2; then
             say "could not compile every module of $package (above); they are compiled when imported"
         fi

@@ -3,7 +3,8 @@
 It parses the real flag table of the emulated release, walks SGLang's startup with its log
 lines, serves SGLang's HTTP endpoints and emits tokens on the schedule a hardware profile
 predicts. It never pretends to be SGLang: every log and ``/server_info`` says "emulator".
-Stdlib only, so it can be copied into a bare virtualenv next to ``sglang_flags``.
+Stdlib only, so it can be copied into a bare virtualenv next to ``sglang_flags`` and
+``sglang_world``.
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ from sglang_emulator.launch import (
     parse_launch_flags,
     releases_text,
     resolve_launch,
+    world_release,
 )
-from sglang_emulator.memory import plan_memory
+from sglang_emulator.memory import MemoryPlan, plan_memory, served_config
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.profile import Profile, ProfileError, load_profile
 from sglang_emulator.rendezvous import join_group
@@ -140,11 +141,24 @@ def main(argv: list[str]) -> int:
     problem = multinode_problem(config)
     if problem:
         return _fatal(problem)
+    memory_release = world_release(release)
+    if memory_release != release:
+        print(
+            f"sglang-emulator: the memory model does not know SGLang {release}'s rules; it plays them with "
+            f"{memory_release}'s",
+            file=sys.stderr,
+            flush=True,
+        )
+    if config.settings is not None and config.settings.refusal is not None:
+        # SGLang's ServerArgs refuses the combination before anything starts.
+        print(f"ValueError: {config.settings.refusal}", file=sys.stderr, flush=True)
+        return 1
     log, tp0 = make_loggers(config.node_rank * config.gpus_per_node)
     state = state_dir()
     gpus = _gpu_indices(config, profile)
     used_by_others = max((state.used_mib(g, exclude_pid=os.getpid()) for g in gpus), default=0)
     plan = plan_memory(config, profile, used_by_others)
+    config = served_config(config, plan)
     process_name = os.path.basename(sys.executable) or "python3"
     _install_exit_handlers(state)
 
@@ -162,7 +176,14 @@ def main(argv: list[str]) -> int:
         # Only rank 0 serves HTTP; the other nodes run their ranks until the group goes down.
         threading.Event().wait()
     model = PerformanceModel(config, profile)
-    engine = Engine(model, pool_limits(config, plan), rules, config.random_seed, tp0)
+    engine = Engine(
+        model,
+        pool_limits(config, plan),
+        rules,
+        config.random_seed,
+        tp0,
+        before_prefill=_prefill_guard(plan, state),
+    )
     finished = _counting_finished(faults, state, engine, log)
     context = ServerContext(
         config, profile, plan, engine, faults, note, finished, log, health_check_timeout_s
@@ -185,6 +206,18 @@ def main(argv: list[str]) -> int:
         )
     threading.Event().wait()
     return 0
+
+
+def _prefill_guard(plan: MemoryPlan, state: StateDir) -> Callable[[int], None]:
+    """What a prefill forward of so many tokens does when its activations do not fit beside the
+    pool, the graphs and the draft: the scheduler runs out of memory and the server goes down."""
+
+    def before_prefill(tokens: int) -> None:
+        failure = plan.prefill_failure(tokens)
+        if failure is not None:
+            _crash(state, f"[TP0] {failure}")
+
+    return before_prefill
 
 
 def _group_joiner(config: LaunchConfig, state: StateDir) -> Callable[[], None] | None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import TYPE_CHECKING
 
+from sglang_world.budget import max_request_input_len, max_request_len
 from sglang_world.scheduling import SchedulingRules, TokenRatio
 
 if TYPE_CHECKING:
@@ -56,23 +57,25 @@ class PoolLimits:
     @property
     def max_req_len(self) -> int:
         """Prompt plus output of one request: less than the context and the pool."""
-        return min(self.context_length - 1, self.max_total_num_tokens - 1)
+        return max_request_len(self.max_total_num_tokens, self.context_length)
 
     @property
     def max_req_input_len(self) -> int:
         """A prompt this long or longer is refused."""
-        return self.max_req_len - 5
+        return max_request_input_len(self.max_total_num_tokens, self.context_length)
 
 
 def pool_limits(config: LaunchConfig, plan: MemoryPlan) -> PoolLimits:
     """The scheduler's limits for a launch, read from its memory plan and flags (one place, so the
     plan that provides them can change without the scheduler noticing)."""
-    chunk = config.chunked_prefill_size
+    settings = plan.world.settings
+    assert settings is not None  # a plan the emulator runs has its release's settings
+    chunk = settings.chunked_prefill_size
     return PoolLimits(
         max_total_num_tokens=plan.max_total_num_tokens,
         max_running_requests=plan.max_running_requests,
         chunked_prefill_size=chunk if chunk > 0 else None,
-        max_prefill_tokens=int(config.server_args["max_prefill_tokens"]),
+        max_prefill_tokens=settings.max_prefill_tokens,
         context_length=config.context_length,
     )
 

@@ -22,6 +22,7 @@ from sglang_emulator.batching import BatchScheduler, PoolLimits, PrefillBatch
 from sglang_emulator.performance import AcceptSampler, PerformanceModel
 from sglang_emulator.requests import Chunk, EngineStats, PrefixCache, Request
 from sglang_emulator.tokenizer import GENERATED_WORDS
+from sglang_world import input_too_long
 from sglang_world.scheduling import SchedulingRules
 
 __all__ = ["Chunk", "Engine", "EngineStats", "Request"]
@@ -41,8 +42,12 @@ class Engine:
         seed: int,
         log: logging.Logger,
         on_request_done: Callable[[Request], None] | None = None,
+        before_prefill: Callable[[int], None] | None = None,
     ) -> None:
         self._model = model
+        self._before_prefill = before_prefill
+        """Told each prefill forward's new tokens before it runs: the memory plan's check that its
+        activations fit, which ends the process (as SGLang's out of memory does) when they do not."""
         self.limits = limits
         spec = model.config.speculative
         # SGLang keeps room for a verify pass's draft tree per request (decode_mem_cache_buf_multiplier).
@@ -100,12 +105,7 @@ class Engine:
     def input_problem(self, prompt_len: int) -> str | None:
         """SGLang's refusal of a prompt its pool or context cannot hold, or None."""
         limit = self.limits.max_req_input_len
-        if prompt_len < limit:
-            return None
-        return (
-            f"Input length ({prompt_len} tokens) exceeds the maximum allowed length ({limit} tokens). "
-            "Use a shorter input or enable --allow-auto-truncate."
-        )
+        return None if prompt_len < limit else input_too_long(prompt_len, limit)
 
     def submit(self, request: Request) -> None:
         """Queue ``request``; its chunks arrive on ``request.chunks``. Its max new tokens are cut
@@ -217,6 +217,8 @@ class Engine:
             batch.running,
             self.stats.queued,
         )
+        if self._before_prefill is not None:
+            self._before_prefill(batch.new_tokens)
         first_tokens = any(request is not self.scheduler.chunked for request, _ in batch.extends)
         step_s = self._model.prefill_ms(batch.new_tokens) / 1000
         deadline = self._sleep_until(deadline + step_s, precise=first_tokens)

@@ -1,28 +1,34 @@
 """The launch command: SGLang flags parsed with the emulated release's table, then resolved.
 
-Resolution fills what SGLang fills after parsing (CUDA-graph max batch size, speculative
-defaults, the running-request limit) so the models below read one release-independent record.
+Resolution fills what SGLang fills after parsing so the models below read one
+release-independent record: the memory settings (fraction, chunk, CUDA-graph batch sizes, the
+running-request limit) come from ``sglang_world``, the speculative shape from the profile.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_emulator.profile import Profile
 from sglang_emulator.rendezvous import split_address
-from sglang_flags import build_parser, load_table, nearest_releases
+from sglang_emulator.world import model_facts
+from sglang_flags import build_parser, load_table, nearest_releases, release_key
 from sglang_flags.renames import flag_for, spellings
+from sglang_world import Launch, ModelKind, ServerSettings, judged_releases, resolve_settings
+from sglang_world.launch import launch_from_args
 
 __all__ = [
     "DEFAULT_RELEASE",
     "LaunchConfig",
-    "capture_batch_sizes",
     "multinode_problem",
     "parse_launch_flags",
     "resolve_launch",
+    "world_release",
 ]
 
 DEFAULT_RELEASE = "0.5.8"
@@ -89,6 +95,10 @@ class LaunchConfig:
     """``HOST:PORT`` where rank 0 hosts the group's rendezvous (``--dist-init-addr``)."""
     dist_timeout_s: float | None = None
     """``--dist-timeout``: how long the group may take to form."""
+    launch: Launch = field(default_factory=Launch)
+    """The flags that decide memory, as ``sglang_world`` reads them."""
+    settings: ServerSettings | None = None
+    """What the release resolves from them (``sglang_world``): fraction, chunk, graphs, requests."""
 
     @property
     def gpus_per_node(self) -> int:
@@ -105,40 +115,40 @@ def parse_launch_flags(release: str, argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def capture_batch_sizes(max_bs: int) -> list[int]:
-    """The batch sizes SGLang captures CUDA graphs for, up to ``max_bs``."""
-    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, max(max_bs, 272) + 1, 16)]
-    chosen = [bs for bs in sizes if bs <= max_bs]
-    if max_bs not in chosen:
-        chosen.append(max_bs)
-    return chosen
+def world_release(release: str) -> str:
+    """The release whose memory rules the emulator plays ``release`` with: its own when the model
+    knows them, else the newest known release before it (the oldest known one before all)."""
+    judged = judged_releases()
+    if release in judged:
+        return release
+    older = [r for r in judged if release_key(r) < release_key(release)]
+    return older[-1] if older else judged[0]
 
 
-def resolve_launch(release: str, args: argparse.Namespace, profile: Profile) -> LaunchConfig:
-    """Fill the values SGLang derives after parsing, as the release does on this profile's host."""
+def resolve_launch(
+    release: str, args: argparse.Namespace, profile: Profile, environment: Mapping[str, str] | None = None
+) -> LaunchConfig:
+    """Fill the values SGLang derives after parsing, as the release does on this profile's host: the
+    memory settings from ``sglang_world`` (the model preflight plans with), the speculative shape."""
     raw = dict(vars(args))
     for name in _SERVER_ARGS_NAMES:
         raw[name] = _get(raw, name)
         for older in spellings(name)[:-1]:
             raw.pop(older, None)
     spec = _resolve_speculative(raw, profile)
-    max_bs = _get(raw, "cuda_graph_max_bs")
-    bs_list = _get(raw, "cuda_graph_bs")
-    # Releases from 0.5.14 also switch graphs off with --cuda-graph-backend-decode disabled.
-    disabled = bool(raw.get("disable_cuda_graph")) or raw.get("cuda_graph_backend_decode") == "disabled"
-    if bs_list:
-        max_bs = max(bs_list)
-    max_bs = int(max_bs or profile.performance.default_cuda_graph_max_bs)
-    graph_sizes = sorted(set(bs_list)) if bs_list else capture_batch_sizes(max_bs)
-    max_running = raw.get("max_running_requests")
-    if max_running is None and spec is not None:
-        max_running = profile.performance.speculative.default_max_running_requests
+    launch = launch_from_args(raw, os.environ if environment is None else environment)
+    if spec is not None:
+        launch = dataclasses.replace(launch, speculative_num_draft_tokens=spec.num_draft_tokens)
+    model = model_facts(profile, launch.tp_size)
+    rules_release = world_release(release)
+    kind = ModelKind(mla=model.mla, vision=model.vision)
+    settings = resolve_settings(rules_release, launch, profile.host.memory_total_mib, kind)
+    assert settings is not None  # world_release names a release with rules
     seed = raw.get("random_seed")
     seed = profile.random_seed if seed is None else int(seed)
     moe_a2a = str(raw.get("moe_a2a_backend") or "none")
     moe_runner = str(raw.get("moe_runner_backend") or "auto")
     context_length = raw.get("context_length") or profile.model.context_length
-    chunked = raw.get("chunked_prefill_size") or 8192
     resolved = LaunchConfig(
         release=release,
         server_args={},
@@ -146,14 +156,14 @@ def resolve_launch(release: str, args: argparse.Namespace, profile: Profile) -> 
         served_model_name=str(raw.get("served_model_name") or raw["model_path"]),
         host=str(raw.get("host") or "127.0.0.1"),
         port=int(raw.get("port") or 30000),
-        tp_size=int(raw.get("tp_size") or 1),
+        tp_size=launch.tp_size,
         ep_size=int(raw.get("ep_size") or 1),
-        mem_fraction_static=raw.get("mem_fraction_static"),
-        cuda_graph_max_bs=max_bs,
-        cuda_graph_bs=graph_sizes,
-        cuda_graph_disabled=disabled,
+        mem_fraction_static=settings.mem_fraction_static,
+        cuda_graph_max_bs=settings.cuda_graph_max_bs or max(settings.cuda_graph_bs, default=0),
+        cuda_graph_bs=list(settings.cuda_graph_bs),
+        cuda_graph_disabled=settings.cuda_graph_disabled,
         disable_custom_all_reduce=bool(raw.get("disable_custom_all_reduce")),
-        max_running_requests=max_running,
+        max_running_requests=settings.max_running_requests,
         speculative=spec,
         random_seed=seed,
         enable_metrics=bool(raw.get("enable_metrics")),
@@ -162,12 +172,14 @@ def resolve_launch(release: str, args: argparse.Namespace, profile: Profile) -> 
         torch_symm_mem=bool(raw.get("enable_torch_symm_mem")),
         flashinfer_moe=moe_a2a == "flashinfer" or moe_runner.startswith("flashinfer"),
         context_length=int(context_length),
-        chunked_prefill_size=int(chunked),
+        chunked_prefill_size=settings.chunked_prefill_size,
         api_key=raw.get("api_key"),
         nnodes=int(raw.get("nnodes") or 1),
         node_rank=int(raw.get("node_rank") or 0),
         dist_init_addr=raw.get("dist_init_addr"),
         dist_timeout_s=None if raw.get("dist_timeout") is None else float(raw["dist_timeout"]),
+        launch=launch,
+        settings=settings,
     )
     return _with_server_args(resolved, raw)
 

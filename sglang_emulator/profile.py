@@ -18,9 +18,9 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_PROFILE",
-    "AutoMemFraction",
     "DraftModelSpec",
     "GpuHostSpec",
+    "KvCellSpec",
     "MemorySpec",
     "ModelSpec",
     "NetworkSpec",
@@ -85,6 +85,22 @@ class GpuHostSpec:
 
 
 @dataclass(frozen=True)
+class KvCellSpec:
+    """The attention shape that sizes a model's KV cache (``sglang_world.KvCell``)."""
+
+    attention: str
+    """``mha`` (a key and a value per KV head and layer, split over the GPUs) or ``mla`` (one
+    latent per layer, on every GPU)."""
+    layers: int
+    kv_heads: int = 0
+    """KV heads of the whole model (``mha``)."""
+    head_dim: int = 0
+    """Size of one key or value per head (``mha``)."""
+    latent_dim: int = 0
+    """``kv_lora_rank + qk_rope_head_dim`` (``mla``)."""
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """The served model."""
 
@@ -93,13 +109,15 @@ class ModelSpec:
     model_type: str
     weights_gib_total: float
     """Weights over all tensor-parallel ranks; each rank holds ``weights_gib_total / tp``."""
-    kv_cache_bytes_per_token: int
+    kv_cell: KvCellSpec
     context_length: int
     allreduces_per_forward: int
     """All-reduces in one target forward pass at tp > 1 (two per layer)."""
     vocab_size: int
     hidden_size: int = 4096
     """Width of the hidden state each all-reduce sums, per token (bf16: two bytes each)."""
+    vision_tower: list[int] = field(default_factory=list)
+    """A multimodal model's vision tower: ``[layers, hidden_size]``; empty for text only."""
 
 
 @dataclass(frozen=True)
@@ -107,33 +125,25 @@ class DraftModelSpec:
     """The EAGLE draft model's footprint."""
 
     weights_gib_total: float
-    kv_cache_bytes_per_token: int
+    kv_cell: KvCellSpec
     allreduces_per_forward: int
 
 
 @dataclass(frozen=True)
-class AutoMemFraction:
-    """How ``mem_fraction_static`` is chosen when unset: (total - reserved) / total."""
-
-    reserved_mib_base: int
-    reserved_mib_per_cuda_graph_bs: float
-    reserved_mib_speculative: int
-
-
-@dataclass(frozen=True)
 class MemorySpec:
-    """Per-GPU memory model."""
+    """What the model takes of each GPU besides its weights and KV cache: physical facts only
+    (what SGLang decides from them is ``sglang_world``'s)."""
 
     runtime_overhead_gib: float
-    """CUDA context, NCCL and allocator memory before the weights load."""
-    auto_mem_fraction: AutoMemFraction
+    """CUDA context, cuBLAS and NCCL, gone before SGLang first measures free memory."""
     cuda_graph_mib_per_graph: float
+    """Target-model CUDA graphs, per captured decode batch size."""
     draft_cuda_graph_mib_per_graph: float
-    activation_reserve_gib: float
-    """Memory outside the static pool that prefill activations need besides the CUDA graphs."""
+    """Draft and draft-extend CUDA graphs, per captured decode batch size."""
+    activation_mib_per_prefill_token: float
+    """Activation memory a prefill forward takes per token."""
     ep_a2a_workspace_gib: float
     """What the expert-parallel all-to-all workspace takes before it fails."""
-    max_running_requests_cap: int
 
 
 @dataclass(frozen=True)
@@ -143,7 +153,6 @@ class SpeculativeSpec:
     default_num_steps: int
     default_eagle_topk: int
     default_num_draft_tokens: int
-    default_max_running_requests: int
     verify_forward_ms: float
     """One verify pass of the target model at batch 1, NCCL all-reduces included."""
     draft_forward_ms: float
@@ -156,7 +165,6 @@ class SpeculativeSpec:
 class PerformanceSpec:
     """Decode timing: one forward pass = compute + graph overhead + all-reduces + batch cost."""
 
-    default_cuda_graph_max_bs: int
     decode_compute_ms: float
     """One decode forward at batch 1 without all-reduces or graph overhead."""
     captured_graph_overhead_ms: float

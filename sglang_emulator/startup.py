@@ -14,26 +14,18 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sglang_emulator.batching import pool_limits
 from sglang_emulator.faults import Faults
 from sglang_emulator.launch import LaunchConfig
 from sglang_emulator.memory import MemoryPlan
 from sglang_emulator.profile import Profile
 from sglang_emulator.rendezvous import GroupError
+from sglang_world import GRAPH_CAPTURE_HINTS, Phase
 
 __all__ = ["Boot", "StartupFailed", "make_loggers"]
 
 # Architectures the software supports, as facts about the software, not the host.
 _FLASHINFER_ALLREDUCE_FUSION_ARCHS = ("9.0", "10.0")
 _TORCH_SYMM_MEM_ARCHS = ("9.0", "10.0")
-
-_GRAPH_HINTS = (
-    "Possible solutions:\n"
-    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
-    "3. disable torch compile by not using --enable-torch-compile\n"
-    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)"
-)
 
 
 class StartupFailed(Exception):
@@ -91,6 +83,12 @@ class Boot:
             self.log.info("sglang-emulator: injected fault: hanging during startup phase %r.", phase)
             threading.Event().wait()
 
+    def _fail_if_planned(self, phase: Phase, frames: list[tuple[str, str]]) -> None:
+        """Fails here when the memory plan says the server runs out of memory in ``phase``."""
+        failure = self.plan.failure
+        if failure is not None and failure.phase == phase:
+            self._fail(frames, failure.message)
+
     def _fail(self, frames: list[tuple[str, str]], error: str) -> None:
         _traceback(self.tp0, frames, error)
         self.log.error("Received sigquit from a child process. It usually means the child failed.")
@@ -115,18 +113,19 @@ class Boot:
         args = ", ".join(f"{k}={v!r}" for k, v in sorted(self.config.server_args.items()))
         self.log.info("server_args=ServerArgs(%s)", args)
         self.log.info(
-            "sglang-emulator: memory plan per GPU: static pool %.3f x %.2f GB = %.2f GB; runtime %.2f GB, "
-            "weights %.2f GB, draft %.2f GB, driver reserve and other processes %.2f GB; "
-            "KV pool %.2f GB (%d tokens)",
+            "sglang-emulator: memory plan per GPU (SGLang %s's rules): static pool %.3f x %.2f GB free "
+            "after the runtime (%.2f GB) and the driver's reserve and other processes (%.2f GB) = %.2f GB: "
+            "weights %.2f GB, KV pool %.2f GB (%d tokens); draft %.2f GB",
+            plan.world.release,
             plan.mem_fraction_static,
-            plan.total_gib,
-            plan.mem_fraction_static * plan.total_gib,
+            plan.avail_before_load_gib,
             plan.runtime_overhead_gib,
+            plan.others_gib,
+            plan.mem_fraction_static * plan.avail_before_load_gib,
             plan.weights_gib,
-            plan.draft_weights_gib,
-            plan.total_gib - plan.avail_before_load_gib,
             plan.kv_pool_gib,
             plan.max_total_num_tokens,
+            plan.draft_weights_gib,
         )
 
     def _init_distributed(self) -> None:
@@ -183,22 +182,14 @@ class Boot:
     def _load_weights(self) -> float:
         """Loads the weights; the GPU memory still free after them."""
         plan, startup = self.plan, self.profile.startup
-        avail = plan.avail_before_load_gib - plan.runtime_overhead_gib
+        avail = plan.avail_before_load_gib
         self.tp0.info("Load weight begin. avail mem=%.2f GB", avail)
         self._hang_if("weights")
         self._wait(plan.weights_gib / startup.weight_load_gib_per_s)
-        if not plan.weights_fit:
-            self._fail(
-                [
-                    (
-                        'File "sglang/srt/model_loader/loader.py", in load_model',
-                        "model = _initialize_model(...)",
-                    )
-                ],
-                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB. GPU 0 has a total "
-                f"capacity of {plan.total_gib:.2f} GiB of which {max(avail - plan.weights_gib, 0):.2f} GiB "
-                "is free.",
-            )
+        self._fail_if_planned(
+            "load",
+            [('File "sglang/srt/model_loader/loader.py", in load_model', "model = _initialize_model(...)")],
+        )
         self.record("weights")
         self.tp0.info(
             "Load weight end. type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB.",
@@ -212,16 +203,15 @@ class Boot:
         plan, startup = self.plan, self.profile.startup
         self._hang_if("kv_cache")
         self._wait(startup.kv_cache_alloc_s)
-        if not plan.kv_fits:
-            self._fail(
-                [
-                    (
-                        'File "sglang/srt/model_executor/model_runner.py", in init_memory_pool',
-                        "raise RuntimeError(",
-                    )
-                ],
-                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
-            )
+        self._fail_if_planned(
+            "kv_pool",
+            [
+                (
+                    'File "sglang/srt/model_executor/model_runner.py", in init_memory_pool',
+                    "raise RuntimeError(",
+                )
+            ],
+        )
         self.record("kv")
         self.tp0.info(
             "KV Cache is allocated. #tokens: %d, KV size: %.2f GB",
@@ -232,15 +222,17 @@ class Boot:
 
     def _report_ready(self) -> None:
         config, plan = self.config, self.plan
+        settings = plan.world.settings
+        assert settings is not None
         self.tp0.info(
             "max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
             "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
             plan.max_total_num_tokens,
-            config.chunked_prefill_size,
-            pool_limits(config, plan).max_prefill_tokens,
+            settings.chunked_prefill_size,
+            settings.max_prefill_tokens,
             plan.max_running_requests,
             config.context_length,
-            plan.avail_after_pool_gib - plan.cuda_graph_gib - plan.draft_cuda_graph_gib,
+            plan.avail_at_serve_gib,
         )
 
     def _fail_expert_parallel(self, avail_gib: float) -> None:
@@ -275,7 +267,7 @@ class Boot:
         self.tp0.info(
             "Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB", avail
         )
-        self.tp0.info("Capture cuda graph bs %s", config.cuda_graph_bs)
+        self.tp0.info("Capture cuda graph bs %s", plan.captured_batch_sizes)
         self._hang_if("cuda_graph")
         nccl_algo = self.environ.get("NCCL_ALGO", "")
         if config.tp_size > 1 and "tree" in nccl_algo.lower():
@@ -292,13 +284,11 @@ class Boot:
                 f"{sm} (sm_{sm.replace('.', '')}) is not supported; supported: "
                 f"{', '.join(_FLASHINFER_ALLREDUCE_FUSION_ARCHS)}"
             )
-        needed = plan.cuda_graph_gib + self.profile.memory.activation_reserve_gib
-        if needed > avail:
-            self._graph_failed(
-                f"CUDA out of memory. Tried to allocate {plan.cuda_graph_gib:.2f} GiB. GPU 0 has a total "
-                f"capacity of {plan.total_gib:.2f} GiB of which {max(avail, 0):.2f} GiB is free."
-            )
-        seconds = len(config.cuda_graph_bs) * self.profile.startup.cuda_graph_s_per_graph
+        self._fail_if_planned(
+            "graphs",
+            [('File "sglang/srt/model_executor/cuda_graph_runner.py", in __init__', "self.capture()")],
+        )
+        seconds = len(plan.captured_batch_sizes) * self.profile.startup.cuda_graph_s_per_graph
         self._wait(seconds)
         self.record("graphs")
         self.tp0.info(
@@ -311,7 +301,7 @@ class Boot:
     def _graph_failed(self, error: str) -> None:
         self._fail(
             [('File "sglang/srt/model_executor/cuda_graph_runner.py", in __init__', "self.capture()")],
-            f"Exception: Capture cuda graph failed: {error}\n{_GRAPH_HINTS}",
+            f"Exception: Capture cuda graph failed: {error}\n{GRAPH_CAPTURE_HINTS}",
         )
 
     def _start_draft(self) -> None:
@@ -331,6 +321,11 @@ class Boot:
         avail = plan.avail_after_pool_gib - plan.cuda_graph_gib
         self.tp0.info("Load weight begin. avail mem=%.2f GB", avail)
         self._wait(startup.draft_load_s)
+        self._fail_if_planned(
+            "draft",
+            [('File "sglang/srt/speculative/eagle_worker.py", in __init__', "self.draft_model_runner = ...")],
+        )
+        avail -= plan.draft_weights_gib + plan.draft_kv_gib
         self.tp0.info(
             "Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.bfloat16, avail mem=%.2f GB, "
             "mem usage=%.2f GB.",
@@ -339,7 +334,7 @@ class Boot:
         )
         if self.config.cuda_graph_disabled:
             return
-        graphs = len(self.config.cuda_graph_bs)
+        graphs = len(plan.captured_batch_sizes)
         seconds = graphs * startup.draft_cuda_graph_s_per_graph
         for kind in ("draft", "draft extend"):
             self.tp0.info(

@@ -35,9 +35,10 @@ class VirtualEngine(Engine):
         seed: int,
         on_request_done: Callable[[Request], None] | None = None,
         log: logging.Logger = _QUIET,
+        before_prefill: Callable[[int], None] | None = None,
     ) -> None:
         self.now_s = 0.0
-        super().__init__(model, limits, rules, seed, log, on_request_done)
+        super().__init__(model, limits, rules, seed, log, on_request_done, before_prefill)
 
     def submit(self, request: Request) -> None:
         """Queue ``request``, arriving now."""

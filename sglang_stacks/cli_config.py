@@ -13,6 +13,7 @@ from typing import Any
 
 from sglang_stacks.cli_facts import RenderedFacts, cluster_render, declared_facts
 from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.memory_text import explain
 from sglang_stacks.config.preflight import Finding, run_preflight
 from sglang_stacks.config.render import render_argv, render_command
 from sglang_stacks.config.spec import load_spec, spec_json_schema
@@ -88,7 +89,7 @@ def run_render(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
     else:
-        print(_render_text(args.stack, release, command, facts, plan.explain(), findings))
+        print(_render_text(args.stack, release, command, facts, explain(plan), findings))
     return ExitCode.CONFIG_ERRORS if errors else ExitCode.OK
 
 
@@ -103,7 +104,12 @@ def _render_text(
     lines = [f"Stack {stack}, SGLang {release}", "", "Launch command:"]
     lines.append(f"  {command}" if command else "  (not renderable for this release: see the errors below)")
     lines += ["", f"GPU facts ({facts.source}):", f"  {facts.line()}"]
-    lines += ["", "Memory plan (per GPU):", *(f"  {line}" for line in plan), ""]
+    lines += [
+        "",
+        f"Memory plan (per GPU, by SGLang {release}'s own memory rules):",
+        *(f"  {line}" for line in plan),
+        "",
+    ]
     listed = [f for f in findings if f.code != "memory-plan"]  # the memory plan is printed above
     counts = {s: sum(f.severity == s for f in listed) for s in ("error", "warning", "info")}
     lines.append(

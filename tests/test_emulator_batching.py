@@ -109,13 +109,13 @@ def closed_loop(
 
 
 def test_a_pool_too_small_for_the_batch_queues_the_rest_instead_of_serving_it() -> None:
-    """2,929 tokens (fraction 0.775) and 32 streams of 256 + 256: five requests fit at a time
+    """2,985 tokens (fraction 0.7713) and 32 streams of 256 + 256: five requests fit at a time
     (each needs its prompt and a reservation for all its output), the others queue; before, all 32
     ran and the log said token usage 5.35."""
     run = closed_loop(
-        launch("--mem-fraction-static", "0.775"), streams=32, total=32, input_len=256, output_len=256
+        launch("--mem-fraction-static", "0.7713"), streams=32, total=32, input_len=256, output_len=256
     )
-    assert run.engine.limits.max_total_num_tokens == 2929
+    assert run.engine.limits.max_total_num_tokens == 2985
     running = [int(n) for line in run.log.lines for n in re.findall(r"#running-req: (\d+)", line)]
     assert max(running) == 5
     assert max(int(n) for line in run.log.lines for n in re.findall(r"#queue-req: (\d+)", line)) == 27

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_emulator.launch import capture_batch_sizes, parse_launch_flags, resolve_launch
+from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,10 +71,22 @@ def test_0_5_23_uses_its_own_cuda_graph_flag() -> None:
     assert config.server_args["cuda_graph_max_bs_decode"] == 64
 
 
-@pytest.mark.parametrize(("max_bs", "count"), [(128, 20), (512, 52), (8, 4), (100, 17)])
-def test_captured_batch_sizes_grow_with_the_max(max_bs: int, count: int) -> None:
-    sizes = capture_batch_sizes(max_bs)
-    assert len(sizes) == count and sizes[-1] == max_bs
+@pytest.mark.parametrize(
+    ("flags", "count", "largest"),
+    [
+        ("--cuda-graph-max-bs 128", 20, 128),
+        ("--cuda-graph-max-bs 512", 52, 512),
+        # 0.5.8 captures its list's sizes up to the max, not the max itself (0.5.10 on add it).
+        ("--cuda-graph-max-bs 100", 16, 96),
+        # Speculative decoding captures more small sizes (0.5.8's own list).
+        ("--cuda-graph-max-bs 128 --speculative-algorithm EAGLE", 35, 128),
+    ],
+)
+def test_captured_batch_sizes_are_the_releases(flags: str, count: int, largest: int) -> None:
+    argv = ["--model", "m", "--tp-size", "8", *flags.split()]
+    config = resolve_launch("0.5.8", parse_launch_flags("0.5.8", argv), load_profile())
+    assert len(config.cuda_graph_bs) == count
+    assert config.cuda_graph_bs[-1] == largest
 
 
 def test_speculative_defaults_follow_sglang() -> None:

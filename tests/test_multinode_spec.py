@@ -129,7 +129,17 @@ def test_preflight_asks_for_the_interface_between_nodes() -> None:
 def test_the_memory_plan_divides_the_weights_over_the_whole_group() -> None:
     two_nodes = plan_memory(load_spec(sections(), "two-nodes").for_host(0))
     assert two_nodes.target_weights_gb == pytest.approx(578.64 / 16)
-    assert two_nodes.fits
+    # Real hosts: the pool in tokens needs the model's attention shape, which these do not declare.
+    assert two_nodes.verdict == "unknown" and "KV cell" in (two_nodes.unknown_reason or "")
+    declared = sections()
+    declared["model"].update(
+        kv_cache={"attention": "mla", "layers": 61, "latent_dim": 576},
+        context_length=262144,
+        cuda_graph_mib_per_batch_size=20,
+        activation_mib_per_prefill_token=0.1875,
+    )
+    judged = plan_memory(load_spec(declared, "two-nodes").for_host(0))
+    assert judged.fits and judged.max_total_num_tokens is not None and judged.max_total_num_tokens > 500_000
     one_host = sections()
     del one_host["fleet"]
     one_host["server"]["tp_size"] = 8

@@ -229,9 +229,9 @@ class PythonEnvironment(
     outputs are `EnvironmentOutputs`.
 
     ``runtime="sglang"`` installs ``sglang[all]==<release>`` and ``extra_pins`` with pip.
-    ``runtime="emulator"`` copies ``sglang_flags`` and ``sglang_emulator`` from this checkout into
-    the venv and installs the load generator's packages (``LOADGEN_PINS``); ``extra_pins`` (GPU
-    libraries) do not apply to it and are ignored. Deploying again when the environment is already
+    ``runtime="emulator"`` copies ``sglang_flags``, ``sglang_world`` and ``sglang_emulator`` from this
+    checkout into the venv and installs the load generator's packages (``LOADGEN_PINS``); ``extra_pins``
+    (GPU libraries) do not apply to it and are ignored. Deploying again when the environment is already
     right installs nothing: a marker in the venv records what was installed, and the version is asked again.
 
     Changing the runtime, release, pins, folder or host replaces the resource; changed emulator

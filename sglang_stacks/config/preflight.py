@@ -12,6 +12,7 @@ from dataclasses import replace
 from sglang_flags import known_releases, nearest_releases
 from sglang_stacks.config.findings import Finding, Rule, error, info, warning
 from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.memory_text import explain, fraction_fix, verdict_line
 from sglang_stacks.config.multinode import SOCKET_IFNAME_VARIABLES
 from sglang_stacks.config.render import flag_problems, resolve_flag
 from sglang_stacks.config.spec import StackSpec
@@ -80,37 +81,21 @@ def _gpus(spec: StackSpec, release: str) -> Iterable[Finding]:
 
 def _memory(spec: StackSpec, release: str) -> Iterable[Finding]:
     plan = plan_memory(spec, release)
-    text = " ".join(plan.explain())
-    verdict = plan.explain()[-1]
     key = "server.mem_fraction_static"
     if plan.verdict == "does_not_fit":
-        kv = plan.kv_cache_gb or 0.0
-        if plan.smallest_fitting_fraction is None:
-            fix = (
-                "No fraction fits: lower cuda_graph_max_bs, drop the draft model, or use more GPUs (tp_size)."
-            )
-        elif plan.mem_fraction_static is not None and kv < 1.0:
-            fix = f"Set mem_fraction_static to {plan.smallest_fitting_fraction:.2f} or more."
-        else:
-            fix = (
-                f"Set mem_fraction_static to {plan.largest_fitting_fraction:.2f} or less, "
-                f"or lower cuda_graph_max_bs."
-            )
-        yield error("memory-does-not-fit", key, verdict, fix)
-    elif plan.verdict == "unknown":
+        if plan.failure_phase == "launch":
+            return  # the release refuses the flags themselves; the speculative rules say which
+        yield error("memory-does-not-fit", key, verdict_line(plan), fraction_fix(plan))
+    elif plan.verdict == "unknown" and plan.flags_rendered:  # else flag-unrenderable says why
         yield warning(
-            "memory-fraction-unknown",
+            "memory-unjudged",
             key,
-            verdict,
-            "Set mem_fraction_static so the plan can be checked"
-            + (
-                f" (at least {plan.smallest_fitting_fraction:.2f})."
-                if plan.smallest_fitting_fraction is not None
-                else "."
-            ),
+            verdict_line(plan),
+            "The plan cannot stop this configuration before launch; it is kept and the server's own "
+            "start decides.",
         )
     else:
-        yield info("memory-plan", key, text)
+        yield info("memory-plan", key, " ".join(explain(plan)))
 
 
 def _sm120(spec: StackSpec, release: str) -> Iterable[Finding]:

@@ -1,6 +1,6 @@
-"""The stack spec's sections: one frozen model per config key (host, environment, model, draft
-model, server flags live in ``flags``, benchmark, gate, launch), each key checked where it is
-declared.
+"""The stack spec's sections: one frozen model per config key (host, environment, launch; the model
+and draft model live in ``model_sections``, server flags in ``flags``, benchmark and gate in
+``benchmark_spec``), each key checked where it is declared.
 """
 
 from __future__ import annotations
@@ -14,7 +14,21 @@ from pydantic import Field, field_validator, model_validator
 from sglang_flags import known_releases, nearest_releases
 from sglang_stacks.config.docstrings import FileSection
 from sglang_stacks.config.kube import ClusterSpec, host_problems
+from sglang_stacks.config.model_sections import DraftModelSpec, KvCacheSpec, ModelSpec
 from sglang_stacks.config.names import is_env_name
+
+__all__ = [
+    "CONFIG_NAMESPACE",
+    "EMULATOR_HOST_FACTS",
+    "SECRET_KEYS",
+    "DraftModelSpec",
+    "EmulatorSpec",
+    "EnvironmentSpec",
+    "HostSpec",
+    "KvCacheSpec",
+    "LaunchSpec",
+    "ModelSpec",
+]
 
 CONFIG_NAMESPACE = "sglang-stacks"
 """The Pulumi project name: every config key of a stack is ``sglang-stacks:<key>``."""
@@ -35,8 +49,6 @@ _FACT_FIELDS = tuple(EMULATOR_HOST_FACTS)
 # Values reach a remote shell; quoting makes any value safe, and this keeps them readable as well.
 _ENV_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@%+^-]*$")
 _PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_NO_CONTROL = r"^[^\x00-\x1f\x7f]+$"
 
 
 class HostSpec(FileSection):
@@ -214,66 +226,6 @@ class EnvironmentSpec(FileSection):
                 f"values may use letters, digits and _ . , : / = @ % + ^ -"
             )
         return env
-
-
-class ModelSpec(FileSection):
-    """The target model: where it is on the host, and how much memory its weights take per GPU."""
-
-    path: str = Field(min_length=1, pattern=_NO_CONTROL)
-    """Model folder on the host (or hub id); the server's ``model_path`` unless that is set."""
-    weights_per_gpu_gb: float | None = Field(default=None, gt=0)
-    """Weights each GPU holds, in GB as SGLang prints them (``Load weight end ... mem usage``)."""
-    total_weights_gb: float | None = Field(default=None, gt=0)
-    """All weights together; divided by the tensor-parallel size when ``weights_per_gpu_gb`` is unset."""
-    vision_num_layers: int | None = Field(default=None, ge=1)
-    """Multimodal models: layers of the vision tower, which SGLang uses to lower its automatic
-    mem fraction (Kimi-K2.5: 27)."""
-    vision_hidden_size: int | None = Field(default=None, ge=1)
-    """Multimodal models: hidden size of the vision tower (Kimi-K2.5: 1152)."""
-
-    @model_validator(mode="after")
-    def _one_weight_size(self) -> ModelSpec:
-        if (self.weights_per_gpu_gb is None) == (self.total_weights_gb is None):
-            raise ValueError("set exactly one of weights_per_gpu_gb and total_weights_gb")
-        if (self.vision_num_layers is None) != (self.vision_hidden_size is None):
-            raise ValueError("set both vision_num_layers and vision_hidden_size, or neither")
-        return self
-
-    def weights_gb_per_gpu(self, tp_size: int) -> float:
-        """Weights per GPU at tensor-parallel size ``tp_size``."""
-        if self.weights_per_gpu_gb is not None:
-            return self.weights_per_gpu_gb
-        assert self.total_weights_gb is not None  # guaranteed by _one_weight_size
-        return self.total_weights_gb / tp_size
-
-
-class DraftModelSpec(FileSection):
-    """The speculative-decoding draft model (an EAGLE-3 head): its source and size."""
-
-    source: Literal["local", "host"]
-    """``local``: uploaded from ``local_path`` on this machine; ``host``: already at ``path_on_host``."""
-    local_path: str | None = Field(default=None, min_length=1, pattern=_NO_CONTROL)
-    """Folder on this machine to upload (source ``local`` only)."""
-    path_on_host: str = Field(pattern=r"^/[^\x00-\x1f\x7f]*$")
-    """Absolute folder on the host the server reads; the server's draft path unless that is set."""
-    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    """Digest of the whole folder (sha256 of its sorted ``sha256sum`` listing); checked on the host
-    before launch."""
-    sha256_manifest: dict[str, str] | None = None
-    """Relative file path -> sha256 hex digest; checked on the host before launch."""
-    weights_gb: float = Field(gt=0)
-    """The draft checkpoint's weights in GB; SGLang shards them with the target's tensor parallelism."""
-
-    @model_validator(mode="after")
-    def _source_has_its_path(self) -> DraftModelSpec:
-        if self.source == "local" and self.local_path is None:
-            raise ValueError("source: local needs local_path, the folder to upload")
-        if self.source == "host" and self.local_path is not None:
-            raise ValueError("local_path applies to source: local only; remove it or set source: local")
-        bad = [name for name, digest in (self.sha256_manifest or {}).items() if not _SHA256.match(digest)]
-        if bad:
-            raise ValueError(f"sha256_manifest entries {', '.join(bad)} need 64 lowercase hex digits")
-        return self
 
 
 class LaunchSpec(FileSection):
