@@ -157,6 +157,7 @@ def main(argv: list[str]) -> int:
     state = state_dir()
     gpus = _gpu_indices(config, profile)
     used_by_others = max((state.used_mib(g, exclude_pid=os.getpid()) for g in gpus), default=0)
+    used_by_others += faults.gpu_memory_held_mib
     plan = plan_memory(config, profile, used_by_others)
     config = served_config(config, plan)
     process_name = os.path.basename(sys.executable) or "python3"

@@ -12,7 +12,9 @@ The environment's keys override the profile's. Keys:
   ``kv_cache``, ``cuda_graph``, ``warmup``); the process stays alive and silent;
 - ``slow_readiness_s``: extra seconds between "Uvicorn running" and ready (``/health`` 503);
 - ``error_burst``: ``{"after_requests": N, "count": M, "status": 500}``: requests N+1..N+M fail;
-- ``port_in_use``: fail to bind the HTTP port the way uvicorn does, even when it is free.
+- ``port_in_use``: fail to bind the HTTP port the way uvicorn does, even when it is free;
+- ``gpu_memory_held_mib``: another process holds this much of each of the server's GPUs when it
+  starts (as one outside the emulator would), so SGLang finds less free than a plan counts.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ FAULT_NAMES = (
     "slow_readiness_s",
     "error_burst",
     "port_in_use",
+    "gpu_memory_held_mib",
 )
 """Every fault a server can be given (the keys of ``faults``), each described above."""
 HANG_PHASES = ("init", "weights", "kv_cache", "cuda_graph", "warmup")
@@ -54,6 +57,7 @@ class Faults:
     error_burst_count: int = 0
     error_burst_status: int = 500
     port_in_use: bool = False
+    gpu_memory_held_mib: int = 0
 
     def is_error_burst(self, request_number: int) -> bool:
         """Whether the ``request_number``-th request (1-based) falls inside the burst."""
@@ -131,4 +135,5 @@ def parse_faults(spec: dict[str, Any]) -> Faults:
         error_burst_count=_number(burst, "count", int, 0) or 0,
         error_burst_status=status,
         port_in_use=port_in_use,
+        gpu_memory_held_mib=_number(spec, "gpu_memory_held_mib", int, 0) or 0,
     )

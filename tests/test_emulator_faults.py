@@ -126,3 +126,24 @@ def test_fault_spec_errors_name_the_key(monkeypatch: pytest.MonkeyPatch) -> None
         load_faults({})
     monkeypatch.setenv("SGLANG_EMULATOR_FAULTS", '{"crash_after_requests": 2}')
     assert load_faults({"crash_after_requests": 9, "slow_readiness_s": 1}).crash_after_requests == 2
+
+
+def test_memory_another_process_holds_is_missing_from_the_kv_pool(tmp_path: Path) -> None:
+    # 0.80 leaves the INT4 Kimi a pool of about 2.9 GB per GPU. SGLang takes the fraction of what was
+    # free at init, so 1 GiB held elsewhere shrinks the pool by 0.80 GiB; 4 GiB leaves none, and
+    # SGLang stops with its own message.
+    flags = [*BASE, "--mem-fraction-static", "0.80", "--disable-custom-all-reduce"]
+    pools = []
+    for held in (0, 1024):
+        env = faults_env(gpu_memory_held_mib=held)
+        with start_emulator(flags, state_dir=str(tmp_path), env=env) as server:
+            assert server.wait_ready(30), server.log()
+            line = next(x for x in server.log().splitlines() if "KV Cache is allocated" in x)
+            pools.append(float(line.split("KV size: ")[1].split(" GB")[0]))
+    assert pools[0] - pools[1] == pytest.approx(0.80, abs=0.015)
+    server = start_emulator(
+        flags, state_dir=str(tmp_path), env=faults_env(gpu_memory_held_mib=4096), wait=False
+    )
+    assert server.process.wait(timeout=30) == 1
+    assert "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static." in server.log()
+    server.stop()

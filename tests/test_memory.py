@@ -10,6 +10,7 @@ from pydantic import TypeAdapter
 
 from sglang_flags import release_key
 from sglang_stacks.config.memory import MemoryPlan, fitting_fraction, plan_memory
+from sglang_stacks.config.memory_advice import memory_advice
 from sglang_stacks.config.memory_text import explain
 from sglang_stacks.config.preflight import run_preflight
 from sglang_stacks.config.stackfile import load_stack_spec
@@ -115,3 +116,13 @@ def test_the_seeds_out_of_memory_is_stopped_on_every_release_where_the_emulator_
     if trial.failure is not None:
         assert trial.failure.startswith("RuntimeError: Not enough memory")
     assert ("memory-does-not-fit" in errors) == (release_key(release) < (0, 5, 14, 0))
+
+
+def test_a_server_failures_fix_reads_the_plans_fractions_for_its_release() -> None:
+    advice = memory_advice(load_stack_spec("eagle3-auto-mem", STACKS_DIR))
+    assert advice.release == "0.5.8" and advice.mem_fraction_static is None
+    assert advice.fraction_in_effect is not None and round(advice.fraction_in_effect, 2) == 0.76
+    assert advice.smallest_fitting_fraction == 0.77 and advice.largest_fitting_fraction is not None
+    assert advice.weights_gb == pytest.approx(72.33 + 2.4 / 8)
+    assert advice.cuda_graph_max_bs == 48  # speculative decoding's 48 request slots cap the graphs
+    assert "SGLang 0.5.8 chose 0.76" in advice.setting

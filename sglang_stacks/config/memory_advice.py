@@ -48,7 +48,7 @@ class MemoryAdvice(BaseModel):
         if self.mem_fraction_static is not None:
             return f"{self.mem_fraction_static:g}"
         if self.fraction_in_effect is not None:
-            return f"unset (SGLang {self.release} chose {self.fraction_in_effect:g})"
+            return f"unset (SGLang {self.release} chose {self.fraction_in_effect:.3g})"
         return f"unset (SGLang {self.release} chose it)"
 
 
@@ -57,15 +57,24 @@ def memory_advice(spec: StackSpec) -> MemoryAdvice:
     from sglang_stacks.config.memory import plan_memory
 
     plan = plan_memory(spec)
+    beside = (
+        plan.request_table_gb,
+        plan.cuda_graphs_gb,
+        plan.draft_kv_cache_gb,
+        plan.draft_cuda_graphs_gb,
+        plan.activations_gb,
+    )
     return MemoryAdvice(
         release=spec.environment.sglang_release,
         mem_fraction_static=spec.server.mem_fraction_static,
         fraction_in_effect=plan.mem_fraction_static,
         smallest_fitting_fraction=plan.smallest_fitting_fraction,
         largest_fitting_fraction=plan.largest_fitting_fraction,
-        weights_gb=plan.target_weights_gb + plan.draft_weights_gb,
-        total_gb=plan.total_gb,
-        rest_needed_gb=plan.rest_needed_gb,
-        cuda_graph_max_bs=plan.cuda_graph_max_bs,
+        weights_gb=(plan.target_weights_gb or spec.model.weights_gb_per_gpu(spec.tp_size))
+        + (plan.draft_weights_gb or 0.0),
+        total_gb=plan.total_gb or spec.host.memory_per_gpu_mib / 1024,
+        # Beside the static pool: the draft's weights count there, not in the pool.
+        rest_needed_gb=sum(value or 0.0 for value in beside) + (plan.draft_weights_gb or 0.0),
+        cuda_graph_max_bs=max(plan.captured_batch_sizes or [0]),
         tp_size=spec.tp_size,
     )

@@ -148,7 +148,7 @@ def _memory_fix(cause: LogCause, context: FailureContext) -> str:
     if smallest is None or largest is None:
         return (
             f"No mem_fraction_static fits: {plan} needs the static pool to hold {memory.weights_gb:.2f} "
-            f"GB of weights and 1 GB of KV cache of the {memory.total_gb:.2f} GB GPU, and CUDA graphs and "
+            f"GB of weights and a KV cache of the {memory.total_gb:.2f} GB GPU, and CUDA graphs and "
             f"activations {memory.rest_needed_gb:.2f} GB outside it. {_halved_bs(memory).capitalize()}, "
             f"or {more_gpus}."
         )

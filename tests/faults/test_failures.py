@@ -104,14 +104,15 @@ CASES = {
         "exited before it became ready (port_in_use).",
         "set server.port to a port other than {port}",
     ),
-    # Not an injected fault: the emulator's memory model at the fraction the plan counts as the
-    # smallest that fits. The fix names another fraction, from the plan for this release.
+    # The seeds' case: at 0.77, the smallest fraction the plan says fits, another process holding
+    # 2 GiB of each GPU leaves the KV pool nothing. The fix names another fraction, from the plan
+    # for this release, never the 0.77 already set.
     "out of memory at the plan's smallest fraction": Case(
-        "",
+        "        gpu_memory_held_mib: 2048\n",
         ServerError,
         "out_of_memory",
         "exited before it became ready (out_of_memory).",
-        "Raise server.mem_fraction_static from 0.77 to 0.85: SGLang 0.5.8's memory plan counts 0.77",
+        "Raise server.mem_fraction_static from 0.77 to 0.86: SGLang 0.5.8's memory plan counts 0.77",
         server="    cuda_graph_max_bs: 128\n    mem_fraction_static: 0.77\n",
     ),
 }
