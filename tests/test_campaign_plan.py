@@ -241,6 +241,23 @@ def test_axis_keys_of_the_stack_sections_and_the_release_flags_are_accepted(tmp_
     assert len(plan.kept()) == 4
 
 
+def test_a_candidate_the_memory_plan_cannot_judge_is_kept_never_discarded(tmp_path: Path) -> None:
+    # At 0.5 the Kimi-K2.5 weights leave no KV pool: judged, the candidate is discarded. With the KV
+    # pool sized after graph capture (a sizing the model does not follow) the plan cannot judge it,
+    # and the campaign keeps it for its own start to decide.
+    plan = _axes_plan(
+        tmp_path,
+        "  - {key: server.mem_fraction_static, values: [0.5]}\n"
+        "  - {key: environment.env.SGLANG_ENABLE_POST_CAPTURE_KV_SIZING, values: ['0', '1']}\n",
+    )
+
+    by_env = {
+        row.candidate.labels["environment.env.SGLANG_ENABLE_POST_CAPTURE_KV_SIZING"]: row for row in plan.rows
+    }
+    assert by_env["0"].verdict == "discarded" and by_env["0"].reasons[0].startswith("memory-does-not-fit:")
+    assert by_env["1"].verdict == "kept" and "memory-unjudged" in by_env["1"].warnings
+
+
 def test_auto_removes_a_key_and_values_set_nested_keys() -> None:
     base = {"server": {"mem_fraction_static": 0.8, "tp_size": 8}}
 

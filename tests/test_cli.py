@@ -13,6 +13,8 @@ from sglang_flags import known_releases, release_key
 from sglang_stacks.cli import COMMANDS, main
 from sglang_stacks.results import history
 from sglang_stacks.results.stats import BenchmarkResult, Percentiles
+from sglang_world.grid import GRID, GridPoint
+from sglang_world.recorded_store import recorded_releases, recorded_rows
 from tests._stacks import STACKS_DIR
 
 REPO = Path(__file__).resolve().parent.parent
@@ -218,6 +220,26 @@ def test_render_works_for_every_shipped_release(release, capsys):
     )
     assert document["release"] == release
     assert document["argv"][document["argv"].index(graph_option) + 1] == "128"
+
+
+@pytest.mark.parametrize("release", recorded_releases())
+def test_render_of_the_shipped_baseline_gives_each_releases_own_numbers(release, capsys):
+    # baseline (Kimi-K2.5 with its vision tower at tp 8 on 96 GB GPUs, graphs up to 512, the rest
+    # the release's choice) is a point of the grid every release's own ServerArgs was run over.
+    point = GridPoint(97887, 8, None, 512, None, False, "mla-vision")
+    theirs = recorded_rows(release)[GRID.index(point)].values
+    assert theirs is not None
+
+    main(["render", "baseline", "--release", release])
+    heading = f"Memory plan (per GPU, by SGLang {release}'s own memory rules):"
+    assert heading in capsys.readouterr().out
+    main(["render", "baseline", "--release", release, "--json"])
+    plan = json.loads(capsys.readouterr().out)["memory"]
+
+    assert plan["release"] == release and plan["fraction_source"] == "auto"
+    assert plan["mem_fraction_static"] == pytest.approx(theirs["mem_fraction_static"], abs=5e-5)
+    for key in ("chunked_prefill_size", "max_prefill_tokens", "cuda_graph_max_bs"):
+        assert plan[key] == theirs[key], key
 
 
 def test_render_for_a_release_without_a_table_names_the_nearest_ones(capsys):
