@@ -92,13 +92,23 @@ def is_session(pid: int) -> bool:
 def descendants(pid: int) -> list[int]:
     """This test's own processes: the children of ``pid``, theirs, and so on."""
     children: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return []  # it ended while the tree was read (a short-lived helper): nothing of it is left
+    for task in tasks:
         with contextlib.suppress(OSError):
             children += [int(child) for child in (task / "children").read_text().split()]
     return [found for child in children for found in (child, *descendants(child))]
 
 
-def open_files(pid: int) -> list[str]:
+def open_files(pid: int, attempts: int = 20) -> list[str]:
+    """What the process's descriptors point to, all read at one moment: a descriptor closed between
+    the listing and its reading (a slow machine widens that gap) makes a new listing, so nothing
+    it held is skipped."""
+    for _ in range(attempts - 1):
+        with contextlib.suppress(FileNotFoundError):
+            return [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
     return [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
 
 
