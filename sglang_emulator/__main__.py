@@ -8,7 +8,6 @@ version, as ``import sglang; print(sglang.__version__)`` would. No SGLang releas
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -19,7 +18,8 @@ from types import FrameType
 
 from sglang_emulator.batching import pool_limits
 from sglang_emulator.engine import Engine, Request
-from sglang_emulator.faults import FaultError, Faults, load_faults
+from sglang_emulator.fault_events import FaultEvents, crash
+from sglang_emulator.faults import FaultError, load_faults
 from sglang_emulator.launch import (
     LaunchConfig,
     multinode_problem,
@@ -106,18 +106,6 @@ def _install_exit_handlers(state: StateDir) -> None:
         signal.signal(signum, on_signal)
 
 
-def _crash(state: StateDir, log_line: str) -> None:
-    """Die the way SGLang does when a scheduler child fails: the launcher kills its whole tree."""
-    print(log_line, file=sys.stderr, flush=True)
-    print(
-        "Received sigquit from a child process. It usually means the child failed.",
-        file=sys.stderr,
-        flush=True,
-    )
-    state.remove()
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def main(argv: list[str]) -> int:
     try:
         profile = load_profile()
@@ -185,9 +173,18 @@ def main(argv: list[str]) -> int:
         tp0,
         before_prefill=_prefill_guard(plan, state),
     )
-    finished = _counting_finished(faults, state, engine, log)
+    events = FaultEvents(faults, state, engine, log)
     context = ServerContext(
-        config, profile, plan, engine, faults, note, finished, log, health_check_timeout_s
+        config,
+        profile,
+        plan,
+        engine,
+        faults,
+        note,
+        events.received,
+        events.finished,
+        log,
+        health_check_timeout_s,
     )
     boot.start_http()
     server = _bind(context, state)
@@ -197,14 +194,7 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     _say(f"INFO:     Uvicorn running on http://{config.host}:{config.port} (Press CTRL+C to quit)")
     boot.warm_up(lambda: _warmup_request(engine, config.port))
-    context.ready.set()
-    if faults.crash_after_s is not None:
-        time.sleep(faults.crash_after_s)
-        _crash(
-            state,
-            f"[TP0] Scheduler hit an exception: RuntimeError: NCCL communicator was aborted on rank 0 "
-            f"(sglang-emulator injected fault: crash_after_s={faults.crash_after_s:g})",
-        )
+    events.became_ready(context.ready.set)
     threading.Event().wait()
     return 0
 
@@ -216,7 +206,7 @@ def _prefill_guard(plan: MemoryPlan, state: StateDir) -> Callable[[int], None]:
     def before_prefill(tokens: int) -> None:
         failure = plan.prefill_failure(tokens)
         if failure is not None:
-            _crash(state, f"[TP0] {failure}")
+            crash(state, f"[TP0] {failure}")
 
     return before_prefill
 
@@ -230,7 +220,7 @@ def _group_joiner(config: LaunchConfig, state: StateDir) -> Callable[[], None] |
     first_tp = rank * config.gpus_per_node
 
     def on_peer_lost(peer: int) -> None:
-        _crash(
+        crash(
             state,
             f"[TP{first_tp}] Scheduler hit an exception: torch.distributed.DistBackendError: NCCL error in: "
             "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, remote process exited or there was a "
@@ -255,37 +245,6 @@ def _torch_warning(message: str) -> None:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def _counting_finished(
-    faults: Faults, state: StateDir, engine: Engine, log: logging.Logger
-) -> Callable[[], None]:
-    """What the server calls after each generation: counts them for ``crash_after_requests`` and
-    ``hang_after_requests``."""
-    finished = [0]
-    finished_lock = threading.Lock()
-
-    def on_generation_finished() -> None:
-        with finished_lock:
-            finished[0] += 1
-            count = finished[0]
-        limit = faults.crash_after_requests
-        if limit is not None and count >= limit:
-            _crash(
-                state,
-                f"[TP0] Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access "
-                f"was encountered (sglang-emulator injected fault: crash_after_requests={limit})",
-            )
-        if count == faults.hang_after_requests:
-            # A stuck collective prints nothing in SGLang; the line says the silence is injected.
-            log.info(
-                "sglang-emulator injected fault: hang_after_requests=%d: the scheduler makes no more "
-                "progress; the process stays alive",
-                count,
-            )
-            engine.stall()
-
-    return on_generation_finished
 
 
 def _bind(context: ServerContext, state: StateDir) -> EmulatorHttpServer | None:

@@ -29,7 +29,10 @@ class ServerContext:
     engine: Engine
     faults: Faults
     emulator_note: str
+    on_generation_received: Callable[[int], None]
+    """Called with each generation request's number (1-based) as it arrives, before it is served."""
     on_generation_finished: Callable[[], None]
+    """Called when a generation request has been answered in full."""
     log: logging.Logger
     """The server's log, where SGLang's HTTP server reports a failed health check."""
     health_check_timeout_s: float = 20.0

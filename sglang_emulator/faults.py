@@ -2,7 +2,10 @@
 
 The environment's keys override the profile's. Keys:
 
-- ``crash_after_s``: once ready, crash (SGLang's child-failure exit) after this many seconds;
+- ``crash_after_s``: once ready, crash (SGLang's child-failure exit) after this many seconds; at
+  0, as it logs that it is ready, before any health check answers 200;
+- ``crash_at_request``: crash the same way when the Nth generation request arrives, before it is
+  answered (the requests of a load generator's warmup count);
 - ``crash_after_requests``: crash when this many generation requests have finished;
 - ``hang_after_requests``: when this many generation requests have finished, the scheduler stops
   making progress for good (as one stuck in a collective that never returns): the process stays
@@ -28,6 +31,7 @@ __all__ = ["FAULT_NAMES", "HANG_PHASES", "FaultError", "Faults", "load_faults", 
 
 FAULT_NAMES = (
     "crash_after_s",
+    "crash_at_request",
     "crash_after_requests",
     "hang_after_requests",
     "hang_at_phase",
@@ -49,6 +53,7 @@ class Faults:
     """The faults one emulated server will inject."""
 
     crash_after_s: float | None = None
+    crash_at_request: int | None = None
     crash_after_requests: int | None = None
     hang_after_requests: int | None = None
     hang_at_phase: str | None = None
@@ -127,6 +132,7 @@ def parse_faults(spec: dict[str, Any]) -> Faults:
         raise FaultError(f"Fault 'port_in_use' must be true or false, got {port_in_use!r}.")
     return Faults(
         crash_after_s=_number(spec, "crash_after_s", float, 0),
+        crash_at_request=_number(spec, "crash_at_request", int, 1),
         crash_after_requests=_number(spec, "crash_after_requests", int, 1),
         hang_after_requests=_number(spec, "hang_after_requests", int, 1),
         hang_at_phase=hang,

@@ -206,6 +206,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _fault_gate(self) -> bool:
         context = self.server.context
         number = context.next_generation_number()
+        context.on_generation_received(number)
         if context.faults.is_error_burst(number):
             status = context.faults.error_burst_status
             self._error(

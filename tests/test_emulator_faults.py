@@ -39,6 +39,33 @@ def test_crash_after_seconds(tmp_path: Path) -> None:
         assert "Received sigquit from a child process" in server.log()
 
 
+def test_crash_at_request_drops_that_request_unanswered(tmp_path: Path) -> None:
+    with start_emulator(BASE, state_dir=str(tmp_path), env=faults_env(crash_at_request=2)) as server:
+        assert server.wait_ready(30), server.log()
+        assert httpx.post(server.base_url + "/generate", json=GENERATE).status_code == 200
+        assert server.process.poll() is None, "it crashed before the request it was told to"
+        with pytest.raises(httpx.TransportError):
+            httpx.post(server.base_url + "/generate", json=GENERATE)
+        assert server.process.wait(timeout=10) == -9
+        log = server.log()
+        assert "NCCL communicator was aborted" in log and "injected fault: crash_at_request=2" in log
+        assert list(tmp_path.glob("*.json")) == []
+
+
+def test_crash_after_zero_seconds_comes_with_the_ready_line(tmp_path: Path) -> None:
+    # The ready line is logged, and the crash follows it before any health check answers 200.
+    with start_emulator(BASE, state_dir=str(tmp_path), env=faults_env(crash_after_s=0), wait=False) as server:
+        answers, deadline = [], time.monotonic() + 60
+        while server.process.poll() is None and time.monotonic() < deadline:
+            try:
+                answers.append(httpx.get(server.base_url + "/health", timeout=5).status_code)
+            except httpx.TransportError:
+                time.sleep(0.01)
+        assert server.process.returncode == -9 and 200 not in answers, answers
+        log = server.log()
+        assert log.index("The server is fired up and ready to roll!") < log.index("NCCL communicator")
+
+
 def test_hang_during_startup_stays_alive_and_silent(tmp_path: Path) -> None:
     env = faults_env(hang_at_phase="cuda_graph")
     with start_emulator(BASE, state_dir=str(tmp_path), env=env, wait=False) as server:
