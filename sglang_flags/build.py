@@ -8,27 +8,16 @@ when the import failed: a table is only ever the release's own parser.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sglang_flags.release_child import run_release_child
 from sglang_flags.wheels import unpacked_helpers, unpacked_release
 
 __all__ = ["Built", "build_from_folder", "build_from_wheel"]
 
-_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
-# The child finds this package through its parent folder, then forgets that folder, so the
-# release sees nothing of this checkout but the stand-in machinery.
-_BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from sglang_flags import _child; "
-    "sys.path.remove(sys.argv[1]); sys.exit(_child.main(sys.argv[2:]))"
-)
 _CHILD_TIMEOUT_S = 600
 
 
@@ -50,23 +39,12 @@ class Built:
 
 def build_from_folder(release: str, release_dir: Path, helpers: list[Path]) -> Built:
     """Build the parser of the unpacked release in ``release_dir`` in a child interpreter."""
-    with tempfile.TemporaryDirectory(prefix="sglang-flags-") as scratch:
-        out = Path(scratch) / "result.json"
-        # A bare environment: SGLANG_* variables change defaults, and HOME is where imports
-        # write caches; neither should depend on who runs this.
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": scratch, "LANG": "C.UTF-8"}
-        command = [sys.executable, "-S", "-E", "-O", "-c", _BOOT, _PACKAGE_PARENT, str(out)]
-        command += [str(release_dir), *map(str, helpers)]
-        try:
-            done = subprocess.run(
-                command, env=env, cwd=scratch, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S
-            )
-        except subprocess.TimeoutExpired:
-            return Built(release, None, [f"building the parser took over {_CHILD_TIMEOUT_S} s"])
-        if not out.exists():
-            last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-            return Built(release, None, [f"the child interpreter died: {last}"])
-        result = json.loads(out.read_text(encoding="utf-8"))
+    run = run_release_child(
+        "sglang_flags._child", release_dir, helpers, timeout_s=_CHILD_TIMEOUT_S, doing="building the parser"
+    )
+    if run.result is None:
+        return Built(release, None, [run.failure])
+    result = run.result
     refused = list(result.get("refused", []))
     flags = result.get("flags") if not refused else None
     return Built(release, flags, refused, list(result.get("stand_in_modules", [])))

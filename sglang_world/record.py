@@ -15,10 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,16 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from sglang_flags import known_releases, release_key
+from sglang_flags.release_child import run_release_child
 from sglang_flags.wheels import WheelError, default_cache, unpacked_helpers, unpacked_release
 from sglang_world.recorded_store import RECORDED, store_recordings
 
 __all__ = ["Recording", "main", "record_release"]
 
-_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
-_BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from sglang_world import _record_child; "
-    "sys.path.remove(sys.argv[1]); sys.exit(_record_child.main(sys.argv[2:]))"
-)
 _CHILD_TIMEOUT_S = 3600
 
 
@@ -66,24 +60,19 @@ def record_release(release: str, cache: Path, points: Sequence[int] | None = Non
     started = time.monotonic()
     release_dir = unpacked_release(release, cache)
     helpers = unpacked_helpers(cache)
-    with tempfile.TemporaryDirectory(prefix="sglang-world-") as scratch:
-        out = Path(scratch) / "result.json"
-        # A bare environment: SGLANG_* variables change what a release resolves.
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": scratch, "LANG": "C.UTF-8"}
-        if points is not None:
-            env["SGLANG_WORLD_RECORD_POINTS"] = ",".join(map(str, points))
-        command = [sys.executable, "-S", "-E", "-O", "-c", _BOOT, _PACKAGE_PARENT, str(out)]
-        command += [str(release_dir), *map(str, helpers)]
-        try:
-            done = subprocess.run(
-                command, env=env, cwd=scratch, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S
-            )
-        except subprocess.TimeoutExpired:
-            return Recording(release, None, [f"resolving the grid took over {_CHILD_TIMEOUT_S} s"])
-        if not out.exists():
-            last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-            return Recording(release, None, [f"the child interpreter died: {last}"])
-        result = json.loads(out.read_text(encoding="utf-8"))
+    # The child's environment is bare (SGLANG_* variables change what a release resolves) but for
+    # the points asked for.
+    run = run_release_child(
+        "sglang_world._record_child",
+        release_dir,
+        helpers,
+        timeout_s=_CHILD_TIMEOUT_S,
+        doing="resolving the grid",
+        env={} if points is None else {"SGLANG_WORLD_RECORD_POINTS": ",".join(map(str, points))},
+    )
+    if run.result is None:
+        return Recording(release, None, [run.failure])
+    result = run.result
     folders = [str(release_dir), *map(str, helpers)]
     if result.get("refused"):
         return Recording(release, None, [_short(r, folders) for r in result["refused"]])

@@ -14,27 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sglang_flags import known_releases, release_key
+from sglang_flags.release_child import run_release_child
 from sglang_flags.wheels import WheelError, default_cache, unpacked_helpers, unpacked_release
 
 __all__ = ["Recorded", "main", "record_from_folder", "record_from_wheel"]
 
 TABLE = Path(__file__).resolve().parent / "scheduling.json"
-_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
-# The child finds this checkout through its parent folder, then forgets it: the release sees
-# nothing of the project but the stand-in machinery.
-_BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from sglang_world import _scheduling_child; "
-    "sys.path.remove(sys.argv[1]); sys.exit(_scheduling_child.main(sys.argv[2:]))"
-)
 _CHILD_TIMEOUT_S = 600
 _ABOUT = (
     "Each SGLang release's scheduling numbers (new_token_ratio start, floor and decay; retraction "
@@ -59,22 +50,17 @@ class Recorded:
 
 def record_from_folder(release: str, release_dir: Path, helpers: list[Path]) -> Recorded:
     """Read the numbers of the unpacked release in ``release_dir`` in a child interpreter."""
-    with tempfile.TemporaryDirectory(prefix="sglang-world-") as scratch:
-        out = Path(scratch) / "result.json"
-        # A bare environment: SGLANG_* variables would change the numbers being recorded.
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": scratch, "LANG": "C.UTF-8"}
-        command = [sys.executable, "-S", "-E", "-O", "-c", _BOOT, _PACKAGE_PARENT, str(out)]
-        command += [str(release_dir), *map(str, helpers)]
-        try:
-            done = subprocess.run(
-                command, env=env, cwd=scratch, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S
-            )
-        except subprocess.TimeoutExpired:
-            return Recorded(release, refused=[f"reading the numbers took over {_CHILD_TIMEOUT_S} s"])
-        if not out.exists():
-            last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-            return Recorded(release, refused=[f"the child interpreter died: {last}"])
-        result = json.loads(out.read_text(encoding="utf-8"))
+    # SGLANG_* variables would change the numbers being recorded: the child's environment is bare.
+    run = run_release_child(
+        "sglang_world._scheduling_child",
+        release_dir,
+        helpers,
+        timeout_s=_CHILD_TIMEOUT_S,
+        doing="reading the numbers",
+    )
+    if run.result is None:
+        return Recorded(release, refused=[run.failure])
+    result = run.result
     refused = list(result.get("refused", []))
     if refused:
         return Recorded(release, refused=refused)
