@@ -89,19 +89,28 @@ class MemoryPlan:
         """Free when the weights start loading (after the runtime)."""
         return self.budget.free_after_init_gib
 
+    def _free_after(self, phase: str) -> float:
+        free = self.budget.free_after(phase)
+        # A profile gives every fact the phases need (the KV cell, the context, the graphs' sizes).
+        assert free is not None, phase
+        return free
+
     @property
     def avail_after_load_gib(self) -> float:
-        return self.avail_before_load_gib - self.weights_gib
+        return self._free_after("load")
 
     @property
     def avail_after_pool_gib(self) -> float:
-        return self.avail_after_load_gib - max(self.kv_pool_gib, 0.0) - self.request_pool_gib
+        return self._free_after("kv_pool")
+
+    @property
+    def avail_after_graphs_gib(self) -> float:
+        return self._free_after("graphs")
 
     @property
     def avail_at_serve_gib(self) -> float:
         """Free once the graphs and the draft are in: what a prefill's activations get."""
-        draft = self.draft_weights_gib + self.draft_kv_gib + self.draft_cuda_graph_gib
-        return self.avail_after_pool_gib - self.cuda_graph_gib - draft
+        return self._free_after("draft")
 
     @property
     def prefill_tokens_that_fit(self) -> int | None:

@@ -318,7 +318,7 @@ class Boot:
                 f"ValueError: --speculative-draft-model-path is required for {spec.algorithm} with this "
                 "model (it has no built-in draft layers).",
             )
-        avail = plan.avail_after_pool_gib - plan.cuda_graph_gib
+        avail = plan.avail_after_graphs_gib
         self.tp0.info("Load weight begin. avail mem=%.2f GB", avail)
         self._wait(startup.draft_load_s)
         self._fail_if_planned(
