@@ -21,8 +21,9 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +64,19 @@ def session_cluster(temporary: pytest.TempPathFactory) -> Iterator[Cluster]:
             pytest.fail(str(error), pytrace=False)
     leftovers = cluster.leftovers()
     assert not leftovers, f"The stopped cluster left: {leftovers}"
+
+
+def left_after_destroy(listed: Callable[[], list[dict[str, Any]]], timeout_s: float = 60.0) -> list[str]:
+    """What of a destroyed stack's objects (``listed``: the managed objects of the kinds the test
+    checks, as kubectl lists them) is still there once every deletion has had ``timeout_s`` to end;
+    ``Kind/name`` each. What destroy deleted may linger for a while: a pod for its grace period, an
+    object deleted in the foreground until its pods are gone. Any object but a pod (whose deletion
+    its controller's ends with) must be being deleted when destroy returns."""
+    left = listed()
+    kept = [item for item in left if item["kind"] != "Pod" and not item["metadata"].get("deletionTimestamp")]
+    assert kept == [], [f"{item['kind']}/{item['metadata']['name']}" for item in kept]
+    deadline = time.monotonic() + timeout_s
+    while left and time.monotonic() < deadline:
+        time.sleep(1)
+        left = listed()
+    return [f"{item['kind']}/{item['metadata']['name']}" for item in left]

@@ -35,6 +35,7 @@ from sglang_stacks.hostops.artifacts import local_tree_digest
 from sglang_stacks.results.outputs import DeploymentOutputs
 from tests._ports import free_port
 from tests._pulumi import ROOT, Workspace
+from tests.kube import left_after_destroy
 
 if TYPE_CHECKING:
     from toolchain.local_cluster import Cluster
@@ -192,6 +193,7 @@ def test_logs_show_the_pods_and_render_judges_the_nodes_gpus(
     assert "==> benchmark pod k8s-baseline-benchmark-job-" in shown
     assert "benchmark: concurrency 1, measure 3/3: 1 request," in shown
     assert '"schema"' not in shown
+    assert HUB_TOKEN not in shown
 
     rendered = json.loads(kube_workspace.cli("render", "k8s-baseline", "--json", check=True).stdout)
     assert rendered["host_facts"]["source"].startswith("read from the nodes of the cluster of context")
@@ -343,9 +345,6 @@ def test_a_draft_model_on_the_node_is_checked_by_sha256_before_the_server_starts
     # The local cluster's node is this machine: a folder here is a folder on the node. A
     # checkpoint's files are often links (a hub cache's into its blobs); only the folder is in the pod.
     folder = kube_workspace.path / "eagle3-on-the-node"
-    shutil.copytree(ROOT / "artifacts" / "eagle3-standin", folder)
-    (folder / "config.json").rename(kube_workspace.path / "config-blob.json")
-    (folder / "config.json").symlink_to(kube_workspace.path / "config-blob.json")
     wrong = "0" * 64
     draft = {"source": "host", "path_on_host": str(folder), "sha256": wrong, "weights_gb": 2.4}
     eagle = {
@@ -367,7 +366,14 @@ def test_a_draft_model_on_the_node_is_checked_by_sha256_before_the_server_starts
         assert failed.returncode != 0 and isinstance(failure_from_output(said), ArtifactError), said
         return said
 
-    said = failed_up()
+    said = failed_up()  # not on the node yet
+    assert f"on node 127.0.0.1: the draft model's folder {folder} is not there" in said, said
+    assert "Put the draft model at draftModel.path_on_host on every node" in said
+
+    shutil.copytree(ROOT / "artifacts" / "eagle3-standin", folder)
+    (folder / "config.json").rename(kube_workspace.path / "config-blob.json")
+    (folder / "config.json").symlink_to(kube_workspace.path / "config-blob.json")
+    said = failed_up()  # the same launch: a new pod checks what the node has now
     assert f"the draft model at {folder} has links to files outside it" in said, said
     assert "(./config.json); put the files themselves there" in said
 
@@ -406,10 +412,9 @@ def test_destroy_leaves_no_pod_job_config_map_or_secret(
         )
     kinds = "pods,jobs,configmaps,secrets,deployments,leaderworkersets"
     for namespace in namespaces:
-        # The objects are gone when destroy returns; their pods end with their grace period.
-        left = _get(kube_cluster, kinds, "-n", namespace, "-l", MANAGED)["items"]
-        deadline = time.monotonic() + 60
-        while [item for item in left if item["kind"] == "Pod"] and time.monotonic() < deadline:
-            time.sleep(1)
-            left = _get(kube_cluster, kinds, "-n", namespace, "-l", MANAGED)["items"]
-        assert [f"{item['kind']}/{item['metadata']['name']}" for item in left] == []
+
+        def listed(namespace: str = namespace) -> list[dict[str, Any]]:
+            found: list[dict[str, Any]] = _get(kube_cluster, kinds, "-n", namespace, "-l", MANAGED)["items"]
+            return found
+
+        assert left_after_destroy(listed) == []

@@ -1,14 +1,15 @@
 """The shipped fleet on a cluster (stacks/Pulumi.k8s-fleet.yaml) on the real local Kubernetes cluster
 of tests/kube.py, with the real Pulumi CLI, pulumi-kubernetes and `sglang-stacks rollout`: three
 replicas as server pods behind SGLang's real router (a Deployment and a Service), deployed once for
-the module; a neutral change rolls to every replica behind the canary gate, and a change 9 % slower is
-caught by the canary and rolled back, its measurements said once, while two clients send requests
-through the router the whole time and none fails; destroy leaves no object. Everything is reached at
-127.0.0.1: the pods use the host's network.
+the module, the hub token reaching every replica from a Secret; a neutral change rolls to every
+replica behind the canary gate, and a change 9 % slower is caught by the canary and rolled back, its
+measurements said once, while two clients send requests through the router the whole time and none
+fails; destroy leaves no object. Everything is reached at 127.0.0.1: the pods use the host's network.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -26,6 +27,7 @@ from sglang_stacks.results.outputs import FleetOutputs
 from tests._ports import free_port, free_ports_in_a_row
 from tests._pulumi import ROOT, Workspace
 from tests._router import Load
+from tests.kube import left_after_destroy
 
 if TYPE_CHECKING:
     from toolchain.local_cluster import Cluster
@@ -34,6 +36,7 @@ pytestmark = pytest.mark.integration
 
 STACK = "k8s-fleet"
 MANAGED = "app.kubernetes.io/managed-by=sglang-stacks"
+HUB_TOKEN = "hf_" + uuid.uuid4().hex  # a stand-in: nothing here reaches the hub
 
 
 class ClusterFleet:
@@ -131,8 +134,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, kube_cluster: Cluster) -> It
     workspace = Workspace.create(folder)
     workspace.extra_env["SGLANG_STACKS_HISTORY"] = str(folder / "history.sqlite")
     workspace.init_stack(STACK, _config(kube_cluster, namespace, str(folder / "state")))
+    workspace.run("config", "set", "--secret", "hubToken", HUB_TOKEN, "-s", STACK)
     try:
-        workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
+        done = workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
+        assert HUB_TOKEN not in done.stdout + done.stderr
         yield ClusterFleet(workspace, kube_cluster, namespace)
     finally:
         # The last test destroys it; this one is for a test that failed before.
@@ -157,6 +162,21 @@ def test_the_shipped_cluster_fleet_serves_three_replica_pods_through_the_router(
         container = pod["containers"][0]
         assert pod["hostNetwork"] and container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
         assert container["args"][container["args"].index("--port") + 1] == str(replica_port)
+    # Every replica reads the hub token from the stack's Secret; no spec, output or state holds it.
+    secret = f"sglang-{STACK}-hub-token"
+    assert base64.b64decode(fleet.get("secret", secret)["data"]["HF_TOKEN"]).decode() == HUB_TOKEN
+    for index in range(3):
+        deployment = fleet.get("deployment", f"sglang-{STACK}-{index}")
+        (variable,) = [
+            v
+            for v in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            if v["name"] == "HF_TOKEN"
+        ]
+        assert variable["valueFrom"] == {"secretKeyRef": {"name": secret, "key": "HF_TOKEN"}}
+        assert HUB_TOKEN not in json.dumps(deployment)
+    assert HUB_TOKEN not in json.dumps(fleet.get("pods"))
+    assert HUB_TOKEN not in fleet.workspace.run("stack", "export", "-s", STACK).stdout
+    assert HUB_TOKEN not in json.dumps(fleet.workspace.outputs(STACK))
     # The router: a Deployment running sglang-router's launcher, and a Service in front of it.
     router = fleet.get("deployment", f"sglang-{STACK}-router")
     assert "sglang_router.launch_router" in router["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -196,6 +216,7 @@ def test_a_neutral_change_rolls_to_every_replica_behind_the_canary_under_load(fl
 
     said = rolled.stdout + rolled.stderr
     assert rolled.returncode == 0, said
+    assert HUB_TOKEN not in said
     assert load.failed == [], load.none_failed()
     assert load.ok > 10
     after = fleet.pods()
@@ -218,6 +239,7 @@ def test_a_slower_change_is_caught_by_the_canary_and_rolled_back_under_load(flee
 
     said = rolled.stdout + rolled.stderr
     assert rolled.returncode == 1, said
+    assert HUB_TOKEN not in said
     caught = re.search(
         rf"The canary of fleet {STACK} regressed: (canary ([0-9.]+) tok/s \(95 % CI [0-9.]+ to [0-9.]+\) "
         r"against [0-9.]+ tok/s .*?, (-[0-9.]+) % \(95 % CI .*?, beyond the 5 % tolerance)",
@@ -239,11 +261,6 @@ def test_a_slower_change_is_caught_by_the_canary_and_rolled_back_under_load(flee
 def test_destroy_leaves_no_pod_deployment_service_or_job(fleet: ClusterFleet) -> None:
     fleet.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, timeout_s=600)
     kinds = "pods,jobs,configmaps,deployments,services,secrets"
-    left = fleet.get(kinds, "-l", MANAGED)["items"]
-    deadline = time.monotonic() + 60
-    while [item for item in left if item["kind"] == "Pod"] and time.monotonic() < deadline:
-        time.sleep(1)  # the objects are gone when destroy returns; their pods end with their grace period
-        left = fleet.get(kinds, "-l", MANAGED)["items"]
-    assert [f"{item['kind']}/{item['metadata']['name']}" for item in left] == []
+    assert left_after_destroy(lambda: list(fleet.get(kinds, "-l", MANAGED)["items"])) == []
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{fleet.router}/workers", timeout=5)

@@ -14,7 +14,17 @@ from sglang_stacks.errors import ArtifactError
 from sglang_stacks.hostops.programs.contract import source
 from sglang_stacks.hostops.programs.tree_digest_contract import TREE_DIGEST
 
-__all__ = ["DRAFT_CHECK", "DRAFT_VOLUME", "draft_check", "draft_failure", "draft_mount", "draft_volume"]
+__all__ = [
+    "DRAFT_CHECK",
+    "DRAFT_VOLUME",
+    "draft_check",
+    "draft_failure",
+    "draft_mount",
+    "draft_unmounted",
+    "draft_volume",
+    "failed_draft_mount",
+    "mounts_draft",
+]
 
 DRAFT_CHECK = "draft-model-sha256"
 """The init container's name."""
@@ -77,4 +87,27 @@ def draft_failure(what: str, pod: Any, exit_code: int, log: str) -> ArtifactErro
     return ArtifactError(
         f"{what} did not start on node {node}: hashing its draft model failed (exit {exit_code}): "
         f"{said} Fix the unreadable files or broken links it names, then run `pulumi up` again."
+    )
+
+
+def mounts_draft(pod: Any) -> bool:
+    """Whether ``pod`` mounts a draft model's folder."""
+    return any(volume.name == DRAFT_VOLUME for volume in pod.spec.volumes or [])
+
+
+def failed_draft_mount(event: Any) -> bool:
+    """Whether a pod's ``FailedMount`` event is its draft model's volume's (the kubelet names the
+    volume in its message; other volumes' mounts, such as the service account's, may fail for a moment
+    while a pod starts)."""
+    return f'volume "{DRAFT_VOLUME}"' in (event.message or "")
+
+
+def draft_unmounted(what: str, pod: Any, kubelet_says: str) -> ArtifactError:
+    """The error of ``pod`` whose node has no draft model folder to mount (the kubelet's message)."""
+    path = next(v.host_path.path for v in pod.spec.volumes if v.name == DRAFT_VOLUME)
+    node = pod.spec.node_name or "its node"
+    return ArtifactError(
+        f"{what} cannot start on node {node}: the draft model's folder {path} is not there (the kubelet "
+        f'says "{kubelet_says.strip()}"). Put the draft model at draftModel.path_on_host on every node '
+        "the server's pods may run on, or fix that path; then run `pulumi up` again."
     )

@@ -13,7 +13,13 @@ from typing import Any
 from sglang_stacks.errors import Cause, HostError, SchedulingError, ServerError
 from sglang_stacks.hostops.server_failure import classify_failure
 from sglang_stacks.kube.client import ClusterAccess, api_error_text
-from sglang_stacks.kube.draft import DRAFT_CHECK, draft_failure
+from sglang_stacks.kube.draft import (
+    DRAFT_CHECK,
+    draft_failure,
+    draft_unmounted,
+    failed_draft_mount,
+    mounts_draft,
+)
 
 __all__ = ["ReadyPod", "find_ready", "pod_log", "restart_failed", "wait_ready"]
 
@@ -103,19 +109,39 @@ def _has_failed(pod: Any) -> bool:
     return any(end is not None and end.exit_code != 0 for end in ended)
 
 
+def _unmounted(access: ClusterAccess, pods: list[Any]) -> dict[str, str]:
+    """Of ``pods``, those waiting for a draft model folder their node does not have: pod name -> what
+    the kubelet says (its ``FailedMount`` event)."""
+    waiting = {pod.metadata.name for pod in pods if mounts_draft(pod) and pod.status.phase == "Pending"}
+    if not waiting:
+        return {}
+    events = access.core().list_namespaced_event(
+        access.namespace, field_selector="involvedObject.kind=Pod,reason=FailedMount", _request_timeout=30
+    )
+    return {
+        event.involved_object.name: str(event.message)
+        for event in events.items
+        if event.involved_object.name in waiting and failed_draft_mount(event)
+    }
+
+
 def restart_failed(access: ClusterAccess, selector: str) -> list[str]:
-    """Deletes the pods of ``selector`` whose containers failed and that are not ready (their
-    controller starts new ones); their names. A new ``pulumi up`` of an unchanged launch whose pod
-    failed (a crash, a draft model that did not match) then judges a pod started after whatever was
-    fixed on the node, not the old pod's failure, as a relaunch over SSH does."""
+    """Deletes the pods of ``selector`` whose containers failed, or whose draft model folder was not
+    on their node, and that are not ready (their controller starts new ones); their names. A new
+    ``pulumi up`` of an unchanged launch whose pod failed (a crash, a draft model missing or not the
+    one declared) then judges a pod started after whatever was fixed on the node, not the old pod's
+    failure, as a relaunch over SSH does."""
     try:
         listed = access.core().list_namespaced_pod(
             access.namespace, label_selector=selector, _request_timeout=30
         )
+        live = _live(listed.items)
+        unmounted = _unmounted(access, live)
         failed = [
             pod.metadata.name
-            for pod in _live(listed.items)
-            if _has_failed(pod) and _ready(pod) is None  # one that serves again stays
+            for pod in live
+            # One that serves again stays.
+            if (_has_failed(pod) or pod.metadata.name in unmounted) and _ready(pod) is None
         ]
         for name in failed:
             access.core().delete_namespaced_pod(name, access.namespace, _request_timeout=30)
@@ -164,7 +190,8 @@ def wait_ready(
     """Waits for a pod of ``selector`` (one launch of a server) to pass its readiness probe.
 
     SchedulingError with the scheduler's message once one has stayed unschedulable for
-    ``schedule_timeout_s``; HostError for an image the node cannot get; ServerError, classified from
+    ``schedule_timeout_s``; HostError for an image the node cannot get; ArtifactError for a draft model
+    not on the node or not the one declared; ServerError, classified from
     its log, when the server exits or is not ready within ``ready_timeout_s``.
     """
     started = time.monotonic()
@@ -192,6 +219,9 @@ def wait_ready(
             failed = _container_failure(access, pod, what)
             if failed is not None:
                 raise failed
+            unmounted = _unmounted(access, [pod]).get(pod.metadata.name)
+            if unmounted is not None:
+                raise draft_unmounted(what, pod, unmounted)
             reason = _unschedulable(pod)
             if reason is None:
                 pending_since = None
