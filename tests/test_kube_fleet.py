@@ -1,10 +1,11 @@
 """The shipped fleet on a cluster (stacks/Pulumi.k8s-fleet.yaml) on the real local Kubernetes cluster
 of tests/kube.py, with the real Pulumi CLI, pulumi-kubernetes and `sglang-stacks rollout`: three
 replicas as server pods behind SGLang's real router (a Deployment and a Service), deployed once for
-the module, the hub token reaching every replica from a Secret; a neutral change rolls to every
-replica behind the canary gate, and a change 9 % slower is caught by the canary and rolled back, its
-measurements said once, while two clients send requests through the router the whole time and none
-fails; destroy leaves no object. Everything is reached at 127.0.0.1: the pods use the host's network.
+the module, the hub token reaching every replica from a Secret; a change within noise rolls to every
+replica behind the canary gate, and a far slower one (CUDA graphs off) is caught by the canary and
+rolled back, its measurements said once, while two clients send requests through the router the
+whole time and none fails; destroy leaves no object. Everything is reached at 127.0.0.1: the pods
+use the host's network.
 """
 
 from __future__ import annotations
@@ -230,7 +231,9 @@ def test_a_neutral_change_rolls_to_every_replica_behind_the_canary_under_load(fl
 
 def test_a_slower_change_is_caught_by_the_canary_and_rolled_back_under_load(fleet: ClusterFleet) -> None:
     before = fleet.pods()
-    fleet.set_server(cuda_graph_max_bs=512)  # the profile decodes about 9 % slower than at 128
+    # Without CUDA graphs every decode step runs eagerly: the profile's step takes 7 ms more. (A
+    # larger cuda_graph_max_bs would not do: its graphs are cut at the 64 request slots set above.)
+    fleet.set_server(disable_cuda_graph=True)
 
     with Load(fleet.router) as load:
         time.sleep(1)
@@ -254,7 +257,7 @@ def test_a_slower_change_is_caught_by_the_canary_and_rolled_back_under_load(flee
     assert load.failed == [], load.none_failed()
     after = fleet.pods()
     assert after[0] != before[0] and after[1:] == before[1:]  # only the canary was touched
-    assert fleet.served("cuda_graph_max_bs") == [128, 128, 128]
+    assert fleet.served("disable_cuda_graph") == [False, False, False]
     assert all(w["is_healthy"] for w in fleet.workers()) and len(fleet.workers()) == 3
 
 
