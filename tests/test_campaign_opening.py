@@ -14,6 +14,7 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from sglang_stacks.campaign.model import CampaignSpec, load_campaign
 from sglang_stacks.campaign.opening import OpeningSampler, axis_points
 from sglang_stacks.campaign.plan import Plan, judge, make_plan
+from sglang_stacks.campaign.samplers import admitted_share
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.space import SearchSpace
 from sglang_stacks.config.stackfile import read_stack_file
@@ -33,18 +34,18 @@ def _seeds_tpe() -> Plan:
     return make_plan("seeds", campaign, STACKS)
 
 
-def _level(tok_s: float) -> dict[str, Any]:
-    runs = [tok_s] * 5
+def _level(tok_s: float, concurrency: int = 1, input_len: int = 1024, repetitions: int = 5) -> dict[str, Any]:
+    runs = [tok_s] * repetitions
     return {
-        "concurrency": 1,
-        "input_len": 1024,
+        "concurrency": concurrency,
+        "input_len": input_len,
         "output_len": 512,
-        "repetitions": 5,
+        "repetitions": repetitions,
         "tok_s_mean": tok_s,
         "tok_s_stdev": 0.0,
         "tok_s_ci95": [tok_s, tok_s],
         "tok_s_runs": runs,
-        "requests": 10,
+        "requests": 2 * repetitions,
         "errors": 0,
     }
 
@@ -151,3 +152,39 @@ def test_an_interval_is_walked_at_its_ends_and_middle() -> None:
     assert axis_points(IntDistribution(8, 512, log=True)) == [8, 64, 512]
     assert axis_points(IntDistribution(16, 256, step=16)) == [16, 144, 256]  # 136 is off its step
     assert axis_points(FloatDistribution(0.8, 0.9)) == pytest.approx([0.8, 0.85, 0.9])
+
+
+LONG_PROMPTS = (
+    "workload: {input_len: 4096, output_len: 512, concurrency: [64], repetitions: 3,\n"
+    "           requests_per_repetition: 64}\n"
+    "objective: {metric: tok_s, at: {concurrency: 64}}\n"
+)
+
+
+def test_when_the_kv_pool_holds_few_of_the_streams_the_opening_sees_to_the_pool_first(tmp_path: Path) -> None:
+    """64 streams of 4,608 tokens: at the base's automatic fraction the memory plan's pool holds none
+    of them, so the fraction (listed second) is walked first, the fraction that holds the most first."""
+    campaign = _campaign(
+        tmp_path,
+        "  - {key: server.cuda_graph_max_bs, values: [512, 64]}\n"
+        "  - {key: server.mem_fraction_static, values: [auto, 0.84, 0.92, 0.88]}\n"
+        f"{LONG_PROMPTS}",
+    )
+    campaign = campaign.model_copy(update={"search": campaign.search.model_copy(update={"strategy": "tpe"})})
+    plan = make_plan("long", campaign, STACKS)
+    search = Search.in_memory(plan.campaign, plan.base, len(plan.kept()))
+    space = SearchSpace.of(plan.campaign, plan.base)
+    shares = {}
+    for fraction in ("auto", "0.84", "0.88", "0.92"):
+        point = space.candidate({**space.base_params(), "server.mem_fraction_static": fraction})
+        spec = judge("long", campaign, point).spec
+        assert spec is not None
+        shares[fraction] = admitted_share(spec)
+    assert shares["auto"] < shares["0.84"] < shares["0.88"] < shares["0.92"] < 1.0  # the plan's pool
+
+    trial, first = search.ask()
+    search.tell_measured(trial, [_level(700.0, 64, 4096, 3)], {"labels": first.labels})
+    _, second = search.ask()
+
+    assert list(first.labels.values()) == ["512", "0.92"]
+    assert list(second.labels.values()) == ["512", "0.88"]

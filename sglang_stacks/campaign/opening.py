@@ -4,15 +4,21 @@ An engineer tuning a server starts from the configuration they run and changes o
 keeping a change that helps, and does not try what they already know to be slower. The opening does
 the same with the campaign's base stack: its first suggestion is the base's own point of the axes
 (or, on an axis whose points do not include the base's value, the axis's first point). Then it
-walks the axes once, in the file's order: each other point of an axis (an interval's low end,
+walks the axes once, in the file's order (but see below): each other point of an axis (an interval's low end,
 middle and high end) with the rest of the best configuration so far, the incumbent; once an axis is
 walked, the incumbent moves to its best point if that is better than the incumbent by more than
 ``margin`` (a relative difference: two launches of one configuration differ by about that much, so
 a smaller lead is noise), or to its best feasible point when the incumbent itself was not measured.
-A point that preflight discards, or keeps with a warning that it serves the workload slower
-(``clean`` says which), is passed over: the opening launches only what preflight has nothing
-against. After the last axis the sampler's model (multivariate TPE) suggests the rest, every point
-included, with every trial of the opening as its history instead of random suggestions.
+A point that preflight discards, or keeps with a warning that it serves the workload slower, is
+passed over: the opening launches only what preflight has nothing against. After the last axis
+the sampler's model (multivariate TPE) suggests the rest, every point included, with every trial of
+the opening as its history instead of random suggestions.
+
+When the memory plan says the base stack's KV pool holds fewer of the workload's streams at once
+than it runs, the pool is what limits the server, and an engineer would see to it first: the
+opening then walks first the axes on which some point admits more streams (the one that admits
+the most first), and along an axis tries first the points that admit the most, as long as the
+incumbent is so limited. Otherwise it keeps the file's order.
 
 The walk is replayed from the study's trials at each suggestion, so a resumed campaign, or several
 drivers sharing the study, open where the study stands; a point another worker is running counts
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
@@ -31,7 +37,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["OpeningSampler", "axis_points"]
+__all__ = ["OpeningSampler", "Preview", "axis_points"]
 
 
 def axis_points(distribution: BaseDistribution) -> list[Any]:
@@ -49,6 +55,20 @@ def axis_points(distribution: BaseDistribution) -> list[Any]:
     return list(dict.fromkeys([low, middle, high]))
 
 
+class Preview(NamedTuple):
+    """What is known of a point before it is launched."""
+
+    clean: bool
+    """Preflight keeps it without a warning that it serves the workload slower."""
+    admitted: float
+    """The share of the workload's streams its KV pool and running limit hold at once, by the
+    memory plan: 1.0 when they hold them all or the plan cannot say."""
+
+
+def _unknown(params: Mapping[str, Any]) -> Preview:
+    return Preview(True, 1.0)
+
+
 class OpeningSampler(BaseSampler):
     """Suggests the opening's points (``next_point``) while it has any, then defers to ``model``."""
 
@@ -58,15 +78,15 @@ class OpeningSampler(BaseSampler):
         start: Mapping[str, Any],
         model: BaseSampler,
         margin: float,
-        clean: Callable[[Mapping[str, Any]], bool] = lambda params: True,
+        preview: Callable[[Mapping[str, Any]], Preview] = _unknown,
     ) -> None:
         self.distributions = dict(distributions)
         self.start = dict(start)
         """The base stack's parameters: its label on each axis (its value on an interval)."""
         self.model = model
         self.margin = margin
-        self._clean = clean
-        self._judged: dict[tuple[Any, ...], bool] = {}
+        self._preview = preview
+        self._previews: dict[tuple[Any, ...], Preview] = {}
         self._planned: dict[int, dict[str, Any] | None] = {}
 
     def next_point(self, trials: Sequence[FrozenTrial], direction: StudyDirection) -> dict[str, Any] | None:
@@ -84,8 +104,8 @@ class OpeningSampler(BaseSampler):
         if self._key(incumbent) not in taken and self.clean(incumbent):
             return incumbent
         sign = 1.0 if direction == StudyDirection.MAXIMIZE else -1.0
-        for name, distribution in self.distributions.items():
-            walk = [incumbent | {name: point} for point in axis_points(distribution)]
+        for name in self._axis_order():
+            walk = [incumbent | {name: point} for point in self._points(name, incumbent)]
             untried = next((p for p in walk if self._key(p) not in taken and self.clean(p)), None)
             if untried is not None:
                 return untried
@@ -99,12 +119,40 @@ class OpeningSampler(BaseSampler):
                 incumbent = best
         return None
 
-    def clean(self, params: Mapping[str, Any]) -> bool:
-        """Whether preflight keeps the point with nothing against it (judged once per point)."""
+    def _limited(self, params: Mapping[str, Any]) -> bool:
+        return self.preview(params).admitted < 1.0
+
+    def _axis_order(self) -> list[str]:
+        """The axes in the order they are walked: the file's, or, when the base stack's pool
+        limits it, those on which a point admits the most streams first (ties in the file's order)."""
+        names = list(self.distributions)
+        if not self._limited(self.start):
+            return names
+
+        def most(name: str) -> float:
+            points = axis_points(self.distributions[name])
+            return max(self.preview({**self.start, name: p}).admitted for p in points)
+
+        return sorted(names, key=most, reverse=True)
+
+    def _points(self, name: str, incumbent: Mapping[str, Any]) -> list[Any]:
+        """The points of axis ``name`` in the order they are tried from ``incumbent``: the file's,
+        or, when the incumbent's pool limits it, the points that admit the most first."""
+        points = axis_points(self.distributions[name])
+        if not self._limited(incumbent):
+            return points
+        return sorted(points, key=lambda p: self.preview({**incumbent, name: p}).admitted, reverse=True)
+
+    def preview(self, params: Mapping[str, Any]) -> Preview:
+        """What is known of the point before a launch (worked out once per point)."""
         key = self._key(params)
-        if key not in self._judged:
-            self._judged[key] = self._clean(params)
-        return self._judged[key]
+        if key not in self._previews:
+            self._previews[key] = self._preview(params)
+        return self._previews[key]
+
+    def clean(self, params: Mapping[str, Any]) -> bool:
+        """Whether preflight keeps the point with nothing against it."""
+        return self.preview(params).clean
 
     def _key(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(params.get(name) for name in self.distributions)

@@ -16,11 +16,13 @@ import optuna
 from sglang_stacks.campaign.early_stop import IntervalPruner
 from sglang_stacks.campaign.model import CampaignSpec
 from sglang_stacks.campaign.model_search import Strategy
-from sglang_stacks.campaign.opening import OpeningSampler
+from sglang_stacks.campaign.opening import OpeningSampler, Preview
 from sglang_stacks.campaign.plan import judge
 from sglang_stacks.campaign.space import SearchSpace
+from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.spec import StackSpec
 
-__all__ = ["make_pruner", "make_sampler", "report_repetitions", "startup_trials"]
+__all__ = ["admitted_share", "make_pruner", "make_sampler", "report_repetitions", "startup_trials"]
 
 
 def startup_trials(campaign: CampaignSpec, strategy: Strategy) -> int:
@@ -47,14 +49,28 @@ SLOWER = frozenset(
 opening passes such candidates over (the model may still suggest them)."""
 
 
-def _clean(campaign: CampaignSpec, space: SearchSpace) -> Callable[[Mapping[str, Any]], bool]:
-    """Whether preflight keeps a point of ``space`` without a warning that it is slower."""
+def _preview(campaign: CampaignSpec, space: SearchSpace) -> Callable[[Mapping[str, Any]], Preview]:
+    """What preflight and the memory plan say of a point of ``space`` before it is launched."""
 
-    def clean(params: Mapping[str, Any]) -> bool:
+    def preview(params: Mapping[str, Any]) -> Preview:
         row = judge(campaign.base, campaign, space.candidate(params))
-        return row.verdict == "kept" and not SLOWER.intersection(row.warnings)
+        clean = row.verdict == "kept" and not SLOWER.intersection(row.warnings)
+        return Preview(clean, 1.0 if row.spec is None else admitted_share(row.spec))
 
-    return clean
+    return preview
+
+
+def admitted_share(spec: StackSpec) -> float:
+    """The share of the benchmark's streams (its highest concurrency, each a prompt and its output)
+    that the memory plan's KV pool and the running limit hold at once; 1.0 when the plan cannot say."""
+    streams = max(spec.benchmark.concurrency)
+    held = float(streams)
+    tokens = plan_memory(spec).max_total_num_tokens
+    if tokens is not None:
+        held = min(held, tokens // (spec.benchmark.input_len + spec.benchmark.output_len))
+    if spec.server.max_running_requests is not None:
+        held = min(held, spec.server.max_running_requests)
+    return held / streams
 
 
 def make_sampler(
@@ -76,7 +92,7 @@ def make_sampler(
             if space is None or len(campaign.goals) > 1:
                 return model
             return OpeningSampler(
-                space.distributions(), space.base_params(), model, OPENING_MARGIN, _clean(campaign, space)
+                space.distributions(), space.base_params(), model, OPENING_MARGIN, _preview(campaign, space)
             )
         if strategy == "nsga2":
             return optuna.samplers.NSGAIISampler(
