@@ -1,7 +1,7 @@
 """When the injected faults fire and how the server then goes down. Each fires on one of the
 server's own events (ready, a generation request received, one finished), so a drill lands at the
-same point of a benchmark however slowly a loaded machine runs it; ``crash_after_s`` alone counts
-seconds, from the moment the server is ready.
+same point of a benchmark however slowly a loaded machine runs it; only ``crash_after_s`` also
+counts seconds from the moment the server is ready.
 """
 
 from __future__ import annotations
