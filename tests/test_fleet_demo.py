@@ -133,7 +133,7 @@ def test_the_shipped_demo_fleet_serves_three_emulated_replicas_through_the_route
 
 def test_a_neutral_change_rolls_to_every_replica_with_no_failed_request_under_load(demo: Demo) -> None:
     before = demo.server_pids()
-    demo.set_server(max_running_requests=64)  # the demo measures one stream: no change in speed
+    demo.set_server(max_running_requests=1024)  # above every captured batch size: no change in speed
     previewed = demo.workspace.run("preview", "--diff", "-s", STACK)
     preview = previewed.stdout + previewed.stderr  # Pulumi prints the program's info on stderr
     assert "rolls a change 1 replica(s) at a time" in preview, preview
@@ -150,7 +150,7 @@ def test_a_neutral_change_rolls_to_every_replica_with_no_failed_request_under_lo
         )
     ]
     assert places == sorted(places), order
-    assert order.count("+ --max-running-requests 64") == 3, order
+    assert order.count("+ --max-running-requests 1024") == 3, order
 
     with Load(demo.router) as load:
         time.sleep(1)
@@ -163,7 +163,7 @@ def test_a_neutral_change_rolls_to_every_replica_with_no_failed_request_under_lo
     assert load.ok > 20
     after = demo.server_pids()
     assert all(after[i] != before[i] for i in range(3))
-    assert demo.served("max_running_requests") == [64, 64, 64]
+    assert demo.served("max_running_requests") == [1024, 1024, 1024]
     assert sorted(w["url"] for w in demo.workers()) == demo.urls()
     canary = demo.workspace.outputs(STACK)["canary"]
     print(f"neutral change: {canary['line']}")
@@ -214,7 +214,7 @@ def test_an_eight_percent_slower_change_is_caught_by_the_canary_and_rolled_back_
     assert sorted(w["url"] for w in workers) == demo.urls()
     assert all(w["is_healthy"] for w in workers)
     assert demo.served("cuda_graph_max_bs") == [128, 128, 128]
-    assert demo.served("max_running_requests") == [64, 64, 64]
+    assert demo.served("max_running_requests") == [1024, 1024, 1024]
     assert demo.workspace.outputs(STACK)["canary"]["line"] == (
         "not judged: the canary runs the configuration the fleet serves: no change to judge"
     )
