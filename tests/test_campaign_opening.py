@@ -1,6 +1,7 @@
 """How a TPE search opens: the base stack's own configuration first, then one axis at a time from
-the best configuration so far, passing over what preflight discards or warns is slower, a lead
-within the margin not followed, and a resumed study opening where it stood; then the model takes
+the best configuration so far, passing over what preflight discards or warns is slower (and, on an
+axis walked for the KV pool, what holds fewer streams than the best measured there), a lead within
+the margin not followed, and a resumed study opening where it stood; then the model takes
 over."""
 
 from __future__ import annotations
@@ -163,7 +164,8 @@ LONG_PROMPTS = (
 
 def test_when_the_kv_pool_holds_few_of_the_streams_the_opening_sees_to_the_pool_first(tmp_path: Path) -> None:
     """64 streams of 4,608 tokens: at the base's automatic fraction the memory plan's pool holds none
-    of them, so the fraction (listed second) is walked first, the fraction that holds the most first."""
+    of them, so the fraction (listed second) is walked first, the fraction that holds the most first;
+    once it is measured the best there, the fractions that hold fewer are passed over."""
     campaign = _campaign(
         tmp_path,
         "  - {key: server.cuda_graph_max_bs, values: [512, 64]}\n"
@@ -187,4 +189,30 @@ def test_when_the_kv_pool_holds_few_of_the_streams_the_opening_sees_to_the_pool_
     _, second = search.ask()
 
     assert list(first.labels.values()) == ["512", "0.92"]
+    # 0.88 and 0.84 hold fewer streams than 0.92, the best measured on the fraction's axis: passed
+    # over, the walk goes on to the graphs' axis from 0.92.
+    assert list(second.labels.values()) == ["64", "0.92"]
+
+
+def test_a_pool_point_that_was_not_measured_does_not_close_its_axis(tmp_path: Path) -> None:
+    """When the fraction that holds the most streams fails to start, nothing is measured on its
+    axis yet: the walk goes on to the fraction that holds the next most."""
+    campaign = _campaign(
+        tmp_path,
+        "  - {key: server.cuda_graph_max_bs, values: [512, 64]}\n"
+        "  - {key: server.mem_fraction_static, values: [auto, 0.84, 0.92, 0.88]}\n"
+        f"{LONG_PROMPTS}",
+    )
+    campaign = campaign.model_copy(update={"search": campaign.search.model_copy(update={"strategy": "tpe"})})
+    plan = make_plan("long", campaign, STACKS)
+    search = Search.in_memory(plan.campaign, plan.base, len(plan.kept()))
+
+    trial, first = search.ask()
+    search.tell_failed(trial, "oom", "CUDA out of memory at load.", {"labels": first.labels})
+    trial, second = search.ask()
+    search.tell_measured(trial, [_level(690.0, 64, 4096, 3)], {"labels": second.labels})
+    _, third = search.ask()
+
+    assert list(first.labels.values()) == ["512", "0.92"]
     assert list(second.labels.values()) == ["512", "0.88"]
+    assert list(third.labels.values()) == ["64", "0.88"]  # 0.84 holds fewer than 0.88: passed over

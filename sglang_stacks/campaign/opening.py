@@ -18,7 +18,11 @@ When the memory plan says the base stack's KV pool holds fewer of the workload's
 than it runs, the pool is what limits the server, and an engineer would see to it first: the
 opening then walks first the axes on which some point admits more streams (the one that admits
 the most first), and along an axis tries first the points that admit the most, as long as the
-incumbent is so limited. Otherwise it keeps the file's order.
+incumbent is so limited. Otherwise it keeps the file's order. Along an axis walked for the pool
+(one on which some point admits more streams than the limited incumbent), a point that admits fewer
+streams than the best point measured on it is passed over, as a point preflight warns is slower
+is: once the point that holds the most streams is measured and is the best, the walk goes on to
+the next axis from it instead of trying smaller pools that only hold fewer.
 
 The walk is replayed from the study's trials at each suggestion, so a resumed campaign, or several
 drivers sharing the study, open where the study stands; a point another worker is running counts
@@ -106,18 +110,40 @@ class OpeningSampler(BaseSampler):
         sign = 1.0 if direction == StudyDirection.MAXIMIZE else -1.0
         for name in self._axis_order():
             walk = [incumbent | {name: point} for point in self._points(name, incumbent)]
-            untried = next((p for p in walk if self._key(p) not in taken and self.clean(p)), None)
+            measured = [(value, p) for p in walk if (value := values.get(self._key(p))) is not None]
+            best = max(measured, key=lambda item: sign * item[0]) if measured else None
+            floor = self._pool_floor(incumbent, walk, None if best is None else best[1])
+            untried = next(
+                (
+                    p
+                    for p in walk
+                    if self._key(p) not in taken and self.clean(p) and self.preview(p).admitted >= floor
+                ),
+                None,
+            )
             if untried is not None:
                 return untried
-            held = values.get(self._key(incumbent))
-            measured = [(values[self._key(p)], p) for p in walk if values.get(self._key(p)) is not None]
-            if not measured:
+            if best is None:
                 continue
-            value, best = max(measured, key=lambda item: sign * item[0])  # type: ignore[operator]
-            assert value is not None
+            value, point = best
+            held = values.get(self._key(incumbent))
             if held is None or sign * (value - held) > self.margin * abs(held):
-                incumbent = best
+                incumbent = point
         return None
+
+    def _pool_floor(
+        self, incumbent: Mapping[str, Any], walk: Sequence[Mapping[str, Any]], best: Mapping[str, Any] | None
+    ) -> float:
+        """The fewest streams (as a share) a point of this axis must admit to be tried: on an axis
+        walked for the pool (the incumbent's pool limits it and some point admits more), what the
+        best point measured on it admits, since a smaller pool only holds fewer of the streams that
+        already do not fit; otherwise none."""
+        if best is None or not self._limited(incumbent):
+            return 0.0
+        held = self.preview(incumbent).admitted
+        if all(self.preview(p).admitted <= held for p in walk):
+            return 0.0
+        return self.preview(best).admitted
 
     def _limited(self, params: Mapping[str, Any]) -> bool:
         return self.preview(params).admitted < 1.0
