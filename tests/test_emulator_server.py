@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -111,12 +112,20 @@ def test_prefix_cache_reports_cached_tokens_and_flush_clears_it(baseline: Runnin
 
 
 def test_flush_cache_is_refused_while_a_request_runs(baseline: RunningEmulator) -> None:
-    body = {"text": "busy", "sampling_params": {"max_new_tokens": 40}, "stream": True}
+    # The request would stream for minutes, so it runs until this client drops it: it is running
+    # when the flush arrives however late a loaded machine sends it, and keeps streaming after.
+    body = {"text": "busy", "sampling_params": {"max_new_tokens": 20_000}, "stream": True}
     with httpx.stream("POST", baseline.base_url + "/generate", json=body) as reply:
-        stream = reply.iter_bytes()
-        next(stream)
-        assert httpx.post(baseline.base_url + "/flush_cache").status_code == 400
-        assert b"[DONE]" in b"".join(stream)
+        chunks = (json.loads(line.removeprefix("data: ")) for line in reply.iter_lines() if line)
+        first = next(chunks)["meta_info"]["completion_tokens"]
+        refused = httpx.post(baseline.base_url + "/flush_cache")
+        assert refused.status_code == 400 and "requests are running" in refused.text
+        assert next(chunks)["meta_info"]["completion_tokens"] > first
+    # Dropping the stream aborts the request, as SGLang does; once idle, the same flush succeeds.
+    deadline = time.monotonic() + 30
+    while (status := httpx.post(baseline.base_url + "/flush_cache").status_code) != 200:
+        assert status == 400 and time.monotonic() < deadline, status
+        time.sleep(0.05)
 
 
 def test_completions_stream_deltas_and_usage(baseline: RunningEmulator) -> None:

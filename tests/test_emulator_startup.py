@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sglang_emulator.launcher import start_emulator
+from sglang_emulator.launcher import RunningEmulator, start_emulator
 
 BASE = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8", "--trust-remote-code"]
 EAGLE = [
@@ -65,19 +65,33 @@ def test_graph_capture_takes_longer_with_more_batch_sizes(tmp_path: Path) -> Non
     assert "Capture cuda graph end. Time elapsed: 46.80 s" in log
 
 
+def wait_for_line(server: RunningEmulator, line: str) -> str:
+    """The server's log once it holds ``line``: the moment is the server's, however slow the host."""
+    deadline = time.monotonic() + 30
+    while line not in (log := server.log()):
+        assert server.process.poll() is None and time.monotonic() < deadline, log
+        time.sleep(0.05)
+    return log
+
+
 def test_health_is_503_until_warmup_finishes(tmp_path: Path) -> None:
+    # Held in warmup (its port open, uvicorn running) for as long as the checks take.
+    env = {"SGLANG_EMULATOR_FAULTS": '{"hang_at_phase": "warmup"}'}
+    with start_emulator(BASE, state_dir=str(tmp_path), env=env, wait=False) as server:
+        log = wait_for_line(server, "hanging during startup phase 'warmup'")
+        assert "Uvicorn running on http://127.0.0.1:" in log
+        assert httpx.get(server.base_url + "/health").status_code == 503
+        assert httpx.get(server.base_url + "/health_generate").status_code == 503
+        assert "ready to roll" not in server.log()
+    # Warmup that ends: no health check answers 200 before the ready line, and one does after it.
     env = {"SGLANG_EMULATOR_FAULTS": '{"slow_readiness_s": 0.8}'}
     with start_emulator(BASE, state_dir=str(tmp_path), env=env, wait=False) as server:
-        for _ in range(300):
-            try:
-                reply = httpx.get(server.base_url + "/health")
-                break
-            except httpx.ConnectError:
-                time.sleep(0.02)
-        assert reply.status_code == 503
-        assert httpx.get(server.base_url + "/health_generate").status_code == 503
-        assert server.wait_ready(10)
-        assert "ready to roll" in server.log()
+        wait_for_line(server, "Uvicorn running on http://127.0.0.1:")
+        deadline = time.monotonic() + 30
+        while (status := httpx.get(server.base_url + "/health").status_code) != 200:
+            assert status == 503 and time.monotonic() < deadline, status
+        assert "The server is fired up and ready to roll!" in server.log()
+        assert httpx.get(server.base_url + "/health_generate").status_code == 200
 
 
 def test_auto_mem_fraction_with_eagle_fails_with_sglangs_oom(tmp_path: Path) -> None:
