@@ -23,8 +23,9 @@ from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.hostops import serving
 from sglang_stacks.hostops.facts import FoundFacts
 from sglang_stacks.kube import facts, jobs, workloads
-from sglang_stacks.kube.claim import KubeClaim, KubeClaimArgs, serving_now
+from sglang_stacks.kube.claim import serving_now
 from sglang_stacks.kube.client import ClusterAccess
+from sglang_stacks.kube.footing import lay_footing
 from sglang_stacks.kube.launch import ServerLaunch, server_launch
 from sglang_stacks.kube.server import KubeServer, KubeServerArgs
 from sglang_stacks.results.outputs import DeploymentOutputs
@@ -108,33 +109,10 @@ class KubeDeployment(pulumi.ComponentResource):
         )
         if pulumi.runtime.is_dry_run():
             self._announce(access, stack, launch, release)
-        provider = k8s.Provider(
-            f"{name}-cluster",
-            kubeconfig=access.kubeconfig,
-            context=access.context,
-            namespace=access.namespace,
-            opts=pulumi.ResourceOptions(parent=self),
+        footing = lay_footing(
+            self, name, access=access, stack=stack, spec=spec, secret_name=token, hub_token=args.hub_token
         )
-        child = pulumi.ResourceOptions(parent=self, provider=provider)
-        claim = KubeClaim(
-            f"{name}-claim",
-            KubeClaimArgs(
-                access=access,
-                stack=stack,
-                takeover=spec.launch.takeover,
-                stop_timeout_s=spec.launch.stop_timeout_s,
-            ),
-            pulumi.ResourceOptions(parent=self),
-        )
-        claimed = claim.output(lambda o: o.claim_id)
-        before: list[pulumi.Resource] = [claim]
-        if token is not None and args.hub_token is not None:
-            labels = {**workloads.MANAGED_BY, workloads.STACK_LABEL: stack}
-            before.append(
-                k8s.core.v1.Secret(
-                    f"{name}-hub-token", workloads.hub_token_secret(token, args.hub_token, labels), opts=child
-                )
-            )
+        child, claimed, before = footing.child, footing.claimed, footing.before
         server_object = self._server_object(name, launch, claimed, child, before)
         server = KubeServer(
             f"{name}-server",

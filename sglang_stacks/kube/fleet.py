@@ -34,9 +34,9 @@ from sglang_stacks.components.router import RouterWorker, WorkerArgs
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
 from sglang_stacks.kube import fleet_preview, jobs, workloads
-from sglang_stacks.kube.claim import KubeClaim, KubeClaimArgs
 from sglang_stacks.kube.client import ClusterAccess
 from sglang_stacks.kube.deployment import cluster_preflight, object_name
+from sglang_stacks.kube.footing import lay_footing
 from sglang_stacks.kube.launch import ServerLaunch, server_launch
 from sglang_stacks.kube.router import fleet_router
 from sglang_stacks.kube.server import KubeServer, KubeServerArgs
@@ -116,30 +116,10 @@ class KubeFleet(pulumi.ComponentResource):
         self._name, self._args, self._access = name, args, access
         self._update_id, self._config_digest = uuid.uuid4().hex[:12], config_digest(spec)
         self._state_dir = f"{fleet.router.state_dir.rstrip('/')}/{stack}"
-        provider = k8s.Provider(
-            f"{name}-cluster",
-            kubeconfig=access.kubeconfig,
-            context=access.context,
-            namespace=access.namespace,
-            opts=pulumi.ResourceOptions(parent=self),
+        footing = lay_footing(
+            self, name, access=access, stack=stack, spec=spec, secret_name=token, hub_token=args.hub_token
         )
-        self._child = pulumi.ResourceOptions(parent=self, provider=provider)
-        claim = KubeClaim(
-            f"{name}-claim",
-            KubeClaimArgs(
-                access=access,
-                stack=stack,
-                takeover=spec.launch.takeover,
-                stop_timeout_s=spec.launch.stop_timeout_s,
-            ),
-            pulumi.ResourceOptions(parent=self),
-        )
-        self._claimed = claim.output(lambda o: o.claim_id)
-        self._before: list[pulumi.Resource] = [claim]
-        if token is not None and args.hub_token is not None:
-            labels = {**workloads.MANAGED_BY, workloads.STACK_LABEL: stack}
-            secret = workloads.hub_token_secret(token, args.hub_token, labels)
-            self._before.append(k8s.core.v1.Secret(f"{name}-hub-token", secret, opts=self._child))
+        self._child, self._claimed, self._before = footing.child, footing.claimed, footing.before
         self._router = fleet_router(name, stack, f"{base}-router", spec, access, self, self._child)
         self._files = jobs.benchmark_files(name, stack, spec, self._child)
         self._gate: CanaryGate | None = None
