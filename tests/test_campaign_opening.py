@@ -35,12 +35,14 @@ def _seeds_tpe() -> Plan:
     return make_plan("seeds", campaign, STACKS)
 
 
-def _level(tok_s: float, concurrency: int = 1, input_len: int = 1024, repetitions: int = 5) -> dict[str, Any]:
+def _level(
+    tok_s: float, concurrency: int = 1, input_len: int = 1024, repetitions: int = 5, output_len: int = 512
+) -> dict[str, Any]:
     runs = [tok_s] * repetitions
     return {
         "concurrency": concurrency,
         "input_len": input_len,
-        "output_len": 512,
+        "output_len": output_len,
         "repetitions": repetitions,
         "tok_s_mean": tok_s,
         "tok_s_stdev": 0.0,
@@ -216,3 +218,57 @@ def test_a_pool_point_that_was_not_measured_does_not_close_its_axis(tmp_path: Pa
     assert list(first.labels.values()) == ["512", "0.92"]
     assert list(second.labels.values()) == ["512", "0.88"]
     assert list(third.labels.values()) == ["64", "0.88"]  # 0.84 holds fewer than 0.88: passed over
+
+
+SHORT_PROMPTS = (
+    "workload: {input_len: 256, output_len: 256, concurrency: [32], repetitions: 3,\n"
+    "           requests_per_repetition: 64}\n"
+    "objective: {metric: tok_s, at: {concurrency: 32}}\n"
+)
+
+
+def test_once_the_pool_holds_every_stream_the_opening_walks_on_in_the_files_order(tmp_path: Path) -> None:
+    """32 streams of 512 tokens: at the base's automatic fraction the pool holds 6 of them, so the
+    fraction is walked first; 0.82 holds them all, so the larger fractions (more pool than the
+    streams need) are passed over, and with the pool no longer limiting, the axes left are walked in
+    the file's order: the graphs' axis before the chunk's, though a chunk of 1,024 would also hold
+    every stream at the base."""
+    campaign = _campaign(
+        tmp_path,
+        "  - {key: server.cuda_graph_max_bs, values: [512, 32]}\n"
+        "  - {key: server.mem_fraction_static, values: [auto, 0.82, 0.86, 0.9]}\n"
+        "  - {key: server.chunked_prefill_size, values: [auto, 1024]}\n"
+        f"{SHORT_PROMPTS}",
+    )
+    campaign = campaign.model_copy(update={"search": campaign.search.model_copy(update={"strategy": "tpe"})})
+    plan = make_plan("short", campaign, STACKS)
+    search = Search.in_memory(plan.campaign, plan.base, len(plan.kept()))
+    space = SearchSpace.of(plan.campaign, plan.base)
+
+    def share(**change: str) -> float:
+        point = space.candidate(space.base_params() | {f"server.{k}": v for k, v in change.items()})
+        spec = judge("short", campaign, point).spec
+        assert spec is not None
+        return admitted_share(spec)
+
+    # The plan's pool: the base holds few streams; 0.82 and up, or a chunk of 1,024, hold them all.
+    assert share() < share(cuda_graph_max_bs="32") < 1.0
+    assert share(mem_fraction_static="0.82") == share(mem_fraction_static="0.9") == 1.0
+    assert share(chunked_prefill_size="1024") == 1.0
+
+    told = {("512", "auto", "auto"): 418.0, ("512", "0.82", "auto"): 1420.0, ("32", "0.82", "auto"): 1514.0}
+    suggested = []
+    for _ in range(4):
+        trial, candidate = search.ask()
+        labels = tuple(candidate.labels.values())
+        suggested.append(labels)
+        search.tell_measured(
+            trial, [_level(told.get(labels, 1400.0), 32, 256, 3, 256)], {"labels": candidate.labels}
+        )
+
+    assert suggested == [
+        ("512", "auto", "auto"),  # the base stack
+        ("512", "0.82", "auto"),  # the fraction that holds the most streams, first in the file's order
+        ("32", "0.82", "auto"),  # 0.86 and 0.9 passed over; the file's order again: the graphs
+        ("32", "0.82", "1024"),  # then the chunk, from the new incumbent
+    ]

@@ -14,15 +14,17 @@ passed over: the opening launches only what preflight has nothing against. After
 the sampler's model (multivariate TPE) suggests the rest, every point included, with every trial of
 the opening as its history instead of random suggestions.
 
-When the memory plan says the base stack's KV pool holds fewer of the workload's streams at once
-than it runs, the pool is what limits the server, and an engineer would see to it first: the
-opening then walks first the axes on which some point admits more streams (the one that admits
-the most first), and along an axis tries first the points that admit the most, as long as the
-incumbent is so limited. Otherwise it keeps the file's order. Along an axis walked for the pool
-(one on which some point admits more streams than the limited incumbent), a point that admits fewer
-streams than the best point measured on it is passed over, as a point preflight warns is slower
-is: once the point that holds the most streams is measured and is the best, the walk goes on to
-the next axis from it instead of trying smaller pools that only hold fewer.
+When the memory plan says the incumbent's KV pool holds fewer of the workload's streams at once
+than it runs, the pool is what limits the server, and an engineer would see to it first: while the
+incumbent is so limited, the opening walks next the axis on which some point admits the most
+streams (ties in the file's order), and along it tries first the points that admit the most. Once
+the incumbent's pool holds every stream, the pool no longer limits it, and the axes left are walked
+in the file's order. Along an axis walked for the pool (one on which some point admits more streams
+than the limited incumbent), a point that admits fewer streams than the best point measured on it is
+passed over, as a point preflight warns is slower is: once the point that holds the most streams is
+measured and is the best, the walk goes on to the next axis from it instead of trying smaller pools
+that only hold fewer; and once the best point measured on it holds every stream, the axis has done
+what it was walked for, and its points left (more pool than the streams need) are passed over too.
 
 The walk is replayed from the study's trials at each suggestion, so a resumed campaign, or several
 drivers sharing the study, open where the study stands; a point another worker is running counts
@@ -108,7 +110,9 @@ class OpeningSampler(BaseSampler):
         if self._key(incumbent) not in taken and self.clean(incumbent):
             return incumbent
         sign = 1.0 if direction == StudyDirection.MAXIMIZE else -1.0
-        for name in self._axis_order():
+        walked: list[str] = []
+        while (name := self._next_axis(incumbent, walked)) is not None:
+            walked.append(name)
             walk = [incumbent | {name: point} for point in self._points(name, incumbent)]
             measured = [(value, p) for p in walk if (value := values.get(self._key(p))) is not None]
             best = max(measured, key=lambda item: sign * item[0]) if measured else None
@@ -137,29 +141,33 @@ class OpeningSampler(BaseSampler):
         """The fewest streams (as a share) a point of this axis must admit to be tried: on an axis
         walked for the pool (the incumbent's pool limits it and some point admits more), what the
         best point measured on it admits, since a smaller pool only holds fewer of the streams that
-        already do not fit; otherwise none."""
+        already do not fit, and more than every stream (none is tried) once that point holds them
+        all; otherwise none."""
         if best is None or not self._limited(incumbent):
             return 0.0
         held = self.preview(incumbent).admitted
         if all(self.preview(p).admitted <= held for p in walk):
             return 0.0
-        return self.preview(best).admitted
+        admitted = self.preview(best).admitted
+        return math.inf if admitted >= 1.0 else admitted
 
     def _limited(self, params: Mapping[str, Any]) -> bool:
         return self.preview(params).admitted < 1.0
 
-    def _axis_order(self) -> list[str]:
-        """The axes in the order they are walked: the file's, or, when the base stack's pool
-        limits it, those on which a point admits the most streams first (ties in the file's order)."""
-        names = list(self.distributions)
-        if not self._limited(self.start):
-            return names
+    def _next_axis(self, incumbent: Mapping[str, Any], walked: Sequence[str]) -> str | None:
+        """The axis walked after ``walked`` from ``incumbent``, None once every axis is: the file's
+        next, or, while the incumbent's pool limits it, the one on which a point admits the most
+        streams (ties in the file's order)."""
+        left = [name for name in self.distributions if name not in walked]
+        if not left or not self._limited(incumbent):
+            return next(iter(left), None)
 
         def most(name: str) -> float:
-            points = axis_points(self.distributions[name])
-            return max(self.preview({**self.start, name: p}).admitted for p in points)
+            return max(
+                self.preview({**incumbent, name: p}).admitted for p in axis_points(self.distributions[name])
+            )
 
-        return sorted(names, key=most, reverse=True)
+        return max(left, key=most)
 
     def _points(self, name: str, incumbent: Mapping[str, Any]) -> list[Any]:
         """The points of axis ``name`` in the order they are tried from ``incumbent``: the file's,
