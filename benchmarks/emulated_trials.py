@@ -44,7 +44,16 @@ from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import FlagError
 from sglang_world.scheduling import SchedulingRules, scheduling_rules
 
-__all__ = ["EmulatedTrial", "Level", "PrefillOutOfMemory", "emulate", "prefill_guard"]
+__all__ = [
+    "EmulatedTrial",
+    "LaunchStopped",
+    "Level",
+    "PrefillOutOfMemory",
+    "VirtualLaunch",
+    "emulate",
+    "launch",
+    "prefill_guard",
+]
 
 _QUIET = logging.getLogger("search_efficiency.emulator")
 _QUIET.addHandler(logging.NullHandler())
@@ -270,27 +279,57 @@ def _benchmark(
     return server_warmup_s, tuple(levels)
 
 
-def emulate(spec: StackSpec, workload: Workload | None = None) -> EmulatedTrial:
-    """Launch ``spec`` on the emulator in virtual time and run its benchmark."""
+class LaunchStopped(Exception):
+    """A launch stopped before its server listened: the line it stops with, after how long."""
+
+    def __init__(self, message: str, elapsed_s: float, *, at_start: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.elapsed_s = elapsed_s
+        self.at_start = at_start
+        """Stopped by a startup phase (loading, the KV pool, graph capture), not by its flags."""
+
+
+@dataclass(frozen=True)
+class VirtualLaunch:
+    """A candidate's server up to HTTP in virtual time: its resolved launch, memory plan, process
+    environment and the boot that walked its startup."""
+
+    release: str
+    profile: Profile
+    config: LaunchConfig
+    plan: MemoryPlan
+    environ: dict[str, str]
+    boot: _VirtualBoot
+
+    def pool_limits(self) -> PoolLimits:
+        return pool_limits(self.config, self.plan)
+
+    def scheduling_rules(self) -> SchedulingRules:
+        return scheduling_rules(self.release, self.environ)
+
+
+def launch(spec: StackSpec) -> VirtualLaunch:
+    """Launch ``spec``'s server as the emulator would, up to HTTP, in virtual time: its argv is the
+    project's render, parsed by the release's own parser and resolved by the emulator. Raises
+    LaunchStopped where the emulator would stop (a flag refused, a startup phase failed)."""
     release = spec.environment.sglang_release
     profile = _profile(spec.environment.emulator.profile)
-    gpus = profile.host.gpu_count
     try:
         argv = render_argv(spec.launch_flags(), release)
     except FlagError as error:
-        return EmulatedTrial(0.0, f"flags: {error}", gpus=gpus)
+        raise LaunchStopped(f"flags: {error}", 0.0, at_start=False) from None
     try:
         args = _parser(release).parse_args(argv)
         if args.model_path is None:
             raise SystemExit(2)
     except SystemExit:
         # SGLang's parser rejects the command line before anything is loaded.
-        return EmulatedTrial(profile.startup.process_start_s, "bad flag", gpus=gpus)
+        raise LaunchStopped("bad flag", profile.startup.process_start_s, at_start=False) from None
     config = resolve_launch(release, args, profile, spec.environment.env)
     if config.settings is not None and config.settings.refusal is not None:
-        return EmulatedTrial(
-            profile.startup.process_start_s, f"ValueError: {config.settings.refusal}", gpus=gpus
-        )
+        refusal = f"ValueError: {config.settings.refusal}"
+        raise LaunchStopped(refusal, profile.startup.process_start_s, at_start=False)
     plan = plan_memory(config, profile)
     config = served_config(config, plan)
     # The candidate's own process environment, as its launch would have it (NCCL_ALGO, SGLANG_*),
@@ -302,13 +341,23 @@ def emulate(spec: StackSpec, workload: Workload | None = None) -> EmulatedTrial:
     try:
         boot.run_until_http()
     except StartupFailed as failure:
-        return EmulatedTrial(boot.elapsed_s, str(failure).splitlines()[0], gpus=gpus)
+        raise LaunchStopped(str(failure).splitlines()[0], boot.elapsed_s, at_start=True) from None
+    return VirtualLaunch(release, profile, config, plan, environ, boot)
+
+
+def emulate(spec: StackSpec, workload: Workload | None = None) -> EmulatedTrial:
+    """Launch ``spec`` on the emulator in virtual time and run its benchmark."""
+    gpus = _profile(spec.environment.emulator.profile).host.gpu_count
+    try:
+        launched = launch(spec)
+    except LaunchStopped as stop:
+        return EmulatedTrial(stop.elapsed_s, stop.message, gpus=gpus)
+    config, profile, plan, boot = launched.config, launched.profile, launched.plan, launched.boot
     boot.start_http()
     boot.warm_up(lambda: None)
     # Launches that differ only where the scheduler does not look (port, memory fraction) measure
     # the same: run the benchmark once per scheduler-relevant configuration (its pool included).
-    limits = pool_limits(config, plan)
-    rules = scheduling_rules(release, environ)
+    limits, rules = launched.pool_limits(), launched.scheduling_rules()
     unscheduled = dataclasses.replace(
         config,
         server_args={},

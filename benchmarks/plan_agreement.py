@@ -29,25 +29,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from emulated_trials import _QUIET, PrefillOutOfMemory, _ClosedLoop, _Engine, _VirtualBoot, prefill_guard
+from emulated_trials import LaunchStopped, PrefillOutOfMemory, _ClosedLoop, _Engine, launch, prefill_guard
 
-from sglang_emulator.batching import PoolLimits, pool_limits
+from sglang_emulator.batching import PoolLimits
 from sglang_emulator.engine import Request
-from sglang_emulator.faults import Faults
-from sglang_emulator.launch import resolve_launch
-from sglang_emulator.memory import MemoryPlan, served_config
-from sglang_emulator.memory import plan_memory as emulator_plan
-from sglang_emulator.profile import load_profile
-from sglang_emulator.startup import StartupFailed
-from sglang_flags import build_parser
+from sglang_emulator.memory import MemoryPlan
 from sglang_stacks.campaign.axes import bind_host, candidate_base, combine
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.config.memory import plan_memory
-from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.spec import StackSpec, load_spec
 from sglang_stacks.config.stackfile import read_stack_file
-from sglang_stacks.errors import FlagError, SpecError
-from sglang_world.scheduling import scheduling_rules
+from sglang_stacks.errors import SpecError
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACE = ROOT / "benchmarks" / "agreement-space.yaml"
@@ -80,26 +72,12 @@ class Row:
 
 
 def _outcome(spec: StackSpec) -> Outcome:
-    release = spec.environment.sglang_release
-    profile = load_profile(spec.environment.emulator.profile)
     try:
-        args = build_parser(release).parse_args(render_argv(spec.launch_flags(), release))
-    except (FlagError, SystemExit) as error:
-        return Outcome("launch", f"the release's parser refuses the flags ({error})")
-    config = resolve_launch(release, args, profile, spec.environment.env)
-    if config.settings is not None and config.settings.refusal is not None:
-        return Outcome("launch", f"ValueError: {config.settings.refusal}")
-    plan = emulator_plan(config, profile)
-    config = served_config(config, plan)
-    environ = dict(spec.environment.env)
-    boot = _VirtualBoot(
-        config, profile, plan, Faults(), 1.0, _QUIET, _QUIET, lambda phase: None, environ=environ
-    )
-    try:
-        boot.run_until_http()
-    except StartupFailed as failure:
-        return Outcome("start", str(failure).splitlines()[0])
-    limits, rules = pool_limits(config, plan), scheduling_rules(release, environ)
+        launched = launch(spec)
+    except LaunchStopped as stop:
+        return Outcome("start" if stop.at_start else "launch", stop.message)
+    config, profile, plan = launched.config, launched.profile, launched.plan
+    limits, rules = launched.pool_limits(), launched.scheduling_rules()
     engine = _Engine(config, profile, limits, rules, prefill_guard(plan))
     bench = spec.benchmark
     try:
