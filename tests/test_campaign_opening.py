@@ -1,8 +1,9 @@
 """How a TPE search opens: the base stack's own configuration first, then one axis at a time from
 the best configuration so far, passing over what preflight discards or warns is slower (and, on an
-axis walked for the KV pool, what holds fewer streams than the best measured there), a lead within
-the margin not followed, and a resumed study opening where it stood; then the model takes
-over."""
+axis walked for the KV pool, what holds fewer streams than the best measured there, or more pool
+than the streams need once it holds them all), the file's order of axes again once the pool holds
+every stream, a lead within the margin not followed, and a resumed study opening where it stood;
+then the model takes over."""
 
 from __future__ import annotations
 
@@ -256,7 +257,11 @@ def test_once_the_pool_holds_every_stream_the_opening_walks_on_in_the_files_orde
     assert share(mem_fraction_static="0.82") == share(mem_fraction_static="0.9") == 1.0
     assert share(chunked_prefill_size="1024") == 1.0
 
-    told = {("512", "auto", "auto"): 418.0, ("512", "0.82", "auto"): 1420.0, ("32", "0.82", "auto"): 1514.0}
+    told: dict[tuple[str, ...], float] = {
+        ("512", "auto", "auto"): 418.0,
+        ("512", "0.82", "auto"): 1420.0,
+        ("32", "0.82", "auto"): 1514.0,
+    }
     suggested = []
     for _ in range(4):
         trial, candidate = search.ask()
