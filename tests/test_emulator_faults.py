@@ -33,8 +33,9 @@ def test_crash_after_requests_kills_the_server_and_frees_the_gpus(tmp_path: Path
 
 
 def test_crash_after_seconds(tmp_path: Path) -> None:
-    with start_emulator(BASE, state_dir=str(tmp_path), env=faults_env(crash_after_s=0.3)) as server:
-        assert server.wait_ready(30)
+    # Long enough after ready that a health check sees it up on a loaded machine, then it dies.
+    with start_emulator(BASE, state_dir=str(tmp_path), env=faults_env(crash_after_s=2)) as server:
+        assert server.wait_ready(30), server.log()
         assert server.process.wait(timeout=10) == -9
         assert "Received sigquit from a child process" in server.log()
 
@@ -84,13 +85,15 @@ def test_hang_during_startup_stays_alive_and_silent(tmp_path: Path) -> None:
 def test_hang_after_requests_stops_every_generation_with_the_process_alive(tmp_path: Path) -> None:
     env = {**faults_env(hang_after_requests=2), "SGLANG_HEALTH_CHECK_TIMEOUT": "1"}
     long = {"text": "x", "stream": True, "sampling_params": {"max_new_tokens": 2000}}
+    # What must answer has ten seconds to, on a loaded machine too; what hangs is given up on sooner.
+    silent = httpx.Timeout(10, read=3)
     with (
         start_emulator(BASE, state_dir=str(tmp_path), env=env) as server,
-        httpx.Client(base_url=server.base_url, timeout=httpx.Timeout(10, read=1)) as client,
+        httpx.Client(base_url=server.base_url, timeout=10) as client,
     ):
         assert server.wait_ready(30), server.log()
         assert client.post("/generate", json=GENERATE).status_code == 200
-        with client.stream("POST", "/generate", json=long) as streaming:
+        with client.stream("POST", "/generate", json=long, timeout=silent) as streaming:
             lines = streaming.iter_lines()
             assert next(lines).startswith("data: ")
             # The second request to finish stops the scheduler: the one in flight streams no more.
@@ -99,7 +102,7 @@ def test_hang_after_requests_stops_every_generation_with_the_process_alive(tmp_p
                 for line in lines:
                     assert line != "data: [DONE]"
         with pytest.raises(httpx.ReadTimeout):
-            client.post("/generate", json=GENERATE)
+            client.post("/generate", json=GENERATE, timeout=httpx.Timeout(10, read=1))
 
         # Alive, listening, and failing its health check the way SGLang does: after its timeout.
         assert server.process.poll() is None
