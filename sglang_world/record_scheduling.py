@@ -1,7 +1,7 @@
 """Record each release's scheduling numbers from its wheel, by running its own code.
 
     python -m sglang_world.record_scheduling 0.5.8 0.5.23   # those releases
-    python -m sglang_world.record_scheduling --shipped      # every release with a flag table
+    python -m sglang_world.record_scheduling --all          # every release with a flag table
 
 The wheel is downloaded (``pip download --no-deps``) and unpacked into the flag tables' cache
 (``sglang_flags.wheels``); a child interpreter (``_scheduling_child.py``) imports the release's
@@ -92,15 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     """Record the named releases; exit 0 when all were read, 1 when some were refused, 2 on errors."""
     parser = argparse.ArgumentParser(prog="python -m sglang_world.record_scheduling", description=__doc__)
     parser.add_argument("releases", nargs="*", help="releases to record from their wheels, e.g. 0.5.8")
-    parser.add_argument("--shipped", action="store_true", help="every release with a flag table")
+    # --all as sglang_world.record has it; --shipped, its earlier name, still accepted.
+    parser.add_argument(
+        "--all", "--shipped", dest="all", action="store_true", help="every release with a flag table"
+    )
     parser.add_argument("--cache", type=Path, default=None, help="wheel cache (default: the flag tables')")
     parser.add_argument("--table", type=Path, default=TABLE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    releases = sorted(
-        set(args.releases) | (set(known_releases()) if args.shipped else set()), key=release_key
-    )
+    releases = sorted(set(args.releases) | (set(known_releases()) if args.all else set()), key=release_key)
     if not releases:
-        parser.error("name releases, or --shipped for every release with a flag table")
+        parser.error("name releases, or --all for every release with a flag table")
     cache = args.cache or default_cache()
     recorded = []
     for release in releases:

@@ -87,3 +87,15 @@ def test_sglangs_variables_override_the_numbers_and_a_bad_one_names_itself() -> 
         scheduling_rules("0.5.8", {"SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION": "many"})
     with pytest.raises(SchedulingRulesError, match=r"python -m sglang_world.record_scheduling 0\.4\.0"):
         scheduling_rules("0.4.0", {})
+
+
+def test_both_recorders_name_every_release_with_the_same_switch(capsys) -> None:
+    """`--all` records every release with a flag table, for the memory rules and the scheduling
+    numbers alike; asked for nothing, each says so."""
+    from sglang_world.record import main as record_memory_main
+
+    for main in (record_main, record_memory_main):
+        with pytest.raises(SystemExit) as exit_info:
+            main([])
+        assert exit_info.value.code == 2
+        assert "or --all" in capsys.readouterr().err
