@@ -28,13 +28,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sglang_emulator.batching import PoolLimits, pool_limits
 from sglang_emulator.engine import Request
 from sglang_emulator.faults import Faults
 from sglang_emulator.launch import LaunchConfig, resolve_launch
 from sglang_emulator.memory import MemoryPlan, plan_memory, served_config
 from sglang_emulator.metrics import Histogram
 from sglang_emulator.performance import PerformanceModel
+from sglang_emulator.pool_limits import PoolLimits, pool_limits
 from sglang_emulator.profile import Profile, load_profile
 from sglang_emulator.startup import Boot, StartupFailed
 from sglang_emulator.virtual import VirtualEngine

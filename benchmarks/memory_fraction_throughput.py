@@ -33,12 +33,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_emulator.batching import pool_limits
 from sglang_emulator.engine import Request
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.launcher import start_emulator
 from sglang_emulator.memory import plan_memory, served_config
 from sglang_emulator.performance import PerformanceModel
+from sglang_emulator.pool_limits import pool_limits
 from sglang_emulator.profile import load_profile
 from sglang_emulator.virtual import VirtualEngine
 from sglang_stacks.config.render import render_argv

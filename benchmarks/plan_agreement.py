@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from emulated_trials import LaunchStopped, PrefillOutOfMemory, _ClosedLoop, _Engine, launch, prefill_guard
 
-from sglang_emulator.batching import PoolLimits
 from sglang_emulator.engine import Request
 from sglang_emulator.memory import MemoryPlan
+from sglang_emulator.pool_limits import PoolLimits
 from sglang_stacks.campaign.axes import bind_host, candidate_base, combine
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.config.memory import plan_memory

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from sglang_emulator.batching import pool_limits
 from sglang_emulator.engine import Engine, Request
 from sglang_emulator.fault_events import FaultEvents, crash
 from sglang_emulator.faults import FaultError, load_faults
@@ -30,6 +29,7 @@ from sglang_emulator.launch import (
 )
 from sglang_emulator.memory import MemoryPlan, plan_memory, served_config
 from sglang_emulator.performance import PerformanceModel
+from sglang_emulator.pool_limits import pool_limits
 from sglang_emulator.profile import Profile, ProfileError, load_profile
 from sglang_emulator.rendezvous import join_group
 from sglang_emulator.server import EmulatorHttpServer, ServerContext, make_http_server

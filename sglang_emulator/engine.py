@@ -18,20 +18,19 @@ import threading
 import time
 from collections.abc import Callable
 
-from sglang_emulator.batching import BatchScheduler, PoolLimits, PrefillBatch
+from sglang_emulator.batching import BatchScheduler, PrefillBatch
 from sglang_emulator.performance import AcceptSampler, PerformanceModel
+from sglang_emulator.pool_limits import PoolLimits
 from sglang_emulator.requests import Chunk, EngineStats, PrefixCache, Request
-from sglang_emulator.tokenizer import GENERATED_WORDS
+from sglang_emulator.step_clock import sleep_until
+from sglang_emulator.token_emitter import TokenEmitter
 from sglang_world import input_too_long
 from sglang_world.scheduling import SchedulingRules
 
 __all__ = ["Chunk", "Engine", "EngineStats", "Request"]
 
-_MAX_CATCH_UP_S = 1.0
-_SPIN_S = 0.005
 
-
-class Engine:
+class Engine(TokenEmitter):
     """The batching loop; start it once, submit requests from any thread."""
 
     def __init__(
@@ -187,23 +186,8 @@ class Engine:
         return deadline
 
     def _sleep_until(self, deadline: float, precise: bool = False) -> float:
-        """Wait for ``deadline``; ``precise`` for a step a client waits on alone (a first or a last
-        token): a thread woken by its timer on a busy host gets a core milliseconds late, so it
-        wakes ``_SPIN_S`` early and keeps its core (yielding the GIL) until the deadline."""
-        now = time.monotonic()
-        if deadline > now:
-            if not precise:
-                time.sleep(deadline - now)
-                return deadline
-            if deadline - now > _SPIN_S:
-                time.sleep(deadline - now - _SPIN_S)
-            while time.monotonic() < deadline:
-                time.sleep(0)
-            return deadline
-        # Behind because the machine's CPU was busy elsewhere (a GPU does not slow down with its host's
-        # load): catch up, so the emitted rate stays the model's. A stall longer than a second (a
-        # stopped process, a suspended machine) restarts the clock rather than bursting out of it.
-        return now if now - deadline > _MAX_CATCH_UP_S else deadline
+        """The wall clock's wait for a step (``step_clock``); a virtual engine keeps its own clock."""
+        return sleep_until(deadline, precise)
 
     def _prefill(self, batch: PrefillBatch, deadline: float) -> float:
         # SGLang logs the batch as it forms it, before its tokens are computed.
@@ -291,67 +275,3 @@ class Engine:
             else:
                 kept.append(request)
         return kept
-
-    def _remaining(self, request: Request) -> int:
-        return request.max_new_tokens - request.completion_tokens
-
-    def _now(self) -> float:
-        return time.monotonic()
-
-    def _generate(self, request: Request, count: int) -> tuple[list[int], str]:
-        """The next ``count`` token ids and their text, seeded per request."""
-        assert request.rng is not None
-        words = [request.rng.choice(GENERATED_WORDS) for _ in range(count)]
-        vocab = self._model.profile.model.vocab_size
-        ids = [(GENERATED_WORDS.index(w) * 7919 + 13) % vocab for w in words]
-        return ids, "".join(" " + w for w in words)
-
-    def _emit(self, request: Request, count: int) -> None:
-        count = min(count, self._remaining(request))
-        ids, text = self._generate(request, count)
-        now = self._now()
-        request.output_ids.extend(ids)
-        request.output_text += text
-        self.scheduler.allocate(request, count)
-        if request.first_token_s is None:
-            request.first_token_s = now
-            self.stats.ttft.observe(now - request.created_s)
-        elif request.last_chunk_s is not None:
-            self.stats.inter_token.observe((now - request.last_chunk_s) / max(count, 1))
-        request.last_chunk_s = now
-        finished = self._remaining(request) <= 0
-        if finished:
-            request.finished_s = now
-            self.scheduler.free(request)
-            with self._wake:
-                self._inflight.discard(id(request))
-            self.stats.e2e.observe(now - request.created_s)
-        self.stats.generation_tokens_total += count
-        self._interval_tokens += count
-        self._deliver(request, Chunk(ids, text, finished))
-        if finished and self._on_done is not None:
-            self._on_done(request)
-
-    def _deliver(self, request: Request, chunk: Chunk) -> None:
-        request.chunks.put(chunk)
-
-    def _log_decode(self, batch: int) -> None:
-        now = self._now()
-        elapsed = now - self._interval_start
-        self.stats.last_gen_throughput = self._interval_tokens / elapsed if elapsed > 0 else 0.0
-        self._interval_tokens = 0
-        self._interval_start = now
-        accept = ""
-        if self._model.config.speculative is not None:
-            accept = f"accept len: {self.stats.avg_spec_accept_length:.2f}, "
-        self._log.info(
-            "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, %scuda graph: %s, "
-            "gen throughput (token/s): %.2f, #queue-req: %d, ",
-            batch,
-            self.scheduler.used,
-            self.token_usage(),
-            accept,
-            not self._model.config.cuda_graph_disabled and batch <= self._model.config.cuda_graph_max_bs,
-            self.stats.last_gen_throughput,
-            self.stats.queued,
-        )

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from sglang_emulator.batching import PoolLimits
 from sglang_emulator.engine import Chunk, Engine, Request
 from sglang_emulator.performance import PerformanceModel
+from sglang_emulator.pool_limits import PoolLimits
 from sglang_world.scheduling import SchedulingRules
 
 __all__ = ["VirtualEngine"]
