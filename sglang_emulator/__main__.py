@@ -19,6 +19,7 @@ from types import FrameType
 from sglang_emulator.engine import Engine, Request
 from sglang_emulator.fault_events import FaultEvents, crash
 from sglang_emulator.faults import FaultError, load_faults
+from sglang_emulator.http_plumbing import EmulatorHttpServer
 from sglang_emulator.launch import (
     LaunchConfig,
     multinode_problem,
@@ -32,7 +33,7 @@ from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.pool_limits import pool_limits
 from sglang_emulator.profile import Profile, ProfileError, load_profile
 from sglang_emulator.rendezvous import join_group
-from sglang_emulator.server import EmulatorHttpServer, ServerContext, make_http_server
+from sglang_emulator.server import ServerContext, make_http_server
 from sglang_emulator.startup import Boot, StartupFailed, make_loggers
 from sglang_emulator.state import StateDir, state_dir
 from sglang_flags import known_releases
