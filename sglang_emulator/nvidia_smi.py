@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sglang_emulator.profile import Profile, ProfileError, load_profile
+from sglang_emulator.profile import Profile, ProfileError
+from sglang_emulator.profile_loading import load_profile
 from sglang_emulator.state import GpuProcess, StateDir, state_dir
 
 __all__ = ["gpu_uuid", "main", "render_query_apps", "render_query_gpu", "render_summary", "render_topology"]
