@@ -35,8 +35,10 @@ from sglang_emulator.memory import MemoryPlan, plan_memory, served_config
 from sglang_emulator.metrics import Histogram
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.pool_limits import PoolLimits, pool_limits
-from sglang_emulator.profile import Profile, load_profile
-from sglang_emulator.startup import Boot, StartupFailed
+from sglang_emulator.profile import Profile
+from sglang_emulator.profile_loading import load_profile
+from sglang_emulator.startup import Boot
+from sglang_emulator.startup_failures import StartupFailed
 from sglang_emulator.virtual import VirtualEngine
 from sglang_flags import build_parser
 from sglang_stacks.config.render import render_argv

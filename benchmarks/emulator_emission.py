@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.launcher import RunningEmulator, start_emulator
 from sglang_emulator.performance import PerformanceModel
-from sglang_emulator.profile import DEFAULT_PROFILE, load_profile
+from sglang_emulator.profile_loading import DEFAULT_PROFILE, load_profile
 
 TARGET_TOK_S = 90.0
 BASE = [

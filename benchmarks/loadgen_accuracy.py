@@ -51,7 +51,7 @@ from sglang_emulator.launcher import start_emulator
 from sglang_emulator.memory import plan_memory
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.pool_limits import pool_limits
-from sglang_emulator.profile import DEFAULT_PROFILE, load_profile
+from sglang_emulator.profile_loading import DEFAULT_PROFILE, load_profile
 from sglang_emulator.virtual import VirtualEngine
 from sglang_stacks.hostops.loadgen import client, contract, streaming
 from sglang_stacks.hostops.loadgen.document import Document

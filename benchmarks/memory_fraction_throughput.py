@@ -39,7 +39,7 @@ from sglang_emulator.launcher import start_emulator
 from sglang_emulator.memory import plan_memory, served_config
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.pool_limits import pool_limits
-from sglang_emulator.profile import load_profile
+from sglang_emulator.profile_loading import load_profile
 from sglang_emulator.virtual import VirtualEngine
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.stackfile import load_stack_spec

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sglang_emulator.profile import Profile, ProfileError, load_profile, shipped_profiles
+from sglang_emulator.profile import Profile, ProfileError
+from sglang_emulator.profile_loading import load_profile, shipped_profiles
 
 if TYPE_CHECKING:
     from sglang_emulator.launcher import RunningEmulator, start_emulator

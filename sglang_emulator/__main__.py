@@ -31,10 +31,12 @@ from sglang_emulator.launch import (
 from sglang_emulator.memory import MemoryPlan, plan_memory, served_config
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.pool_limits import pool_limits
-from sglang_emulator.profile import Profile, ProfileError, load_profile
+from sglang_emulator.profile import Profile, ProfileError
+from sglang_emulator.profile_loading import load_profile
 from sglang_emulator.rendezvous import join_group
 from sglang_emulator.server import ServerContext, make_http_server
-from sglang_emulator.startup import Boot, StartupFailed, make_loggers
+from sglang_emulator.startup import Boot, make_loggers
+from sglang_emulator.startup_failures import StartupFailed
 from sglang_emulator.state import StateDir, state_dir
 from sglang_flags import known_releases
 from sglang_world.scheduling import scheduling_rules

@@ -19,7 +19,8 @@ from sglang_emulator.nvidia_smi_formats import (
     render_summary,
     render_topology,
 )
-from sglang_emulator.profile import Profile, ProfileError, load_profile
+from sglang_emulator.profile import Profile, ProfileError
+from sglang_emulator.profile_loading import load_profile
 from sglang_emulator.state import StateDir, state_dir
 
 __all__ = ["main"]

@@ -1,7 +1,8 @@
-"""SGLang's startup, phase by phase, with its log lines and its known failures on this hardware.
+"""SGLang's startup, phase by phase, with its log lines.
 
 Each phase sleeps for the profile's duration times ``$SGLANG_EMULATOR_TIME_SCALE`` and records
-the GPU memory reached so far. A failure prints what SGLang prints and raises ``StartupFailed``.
+the GPU memory reached so far. A known failure (``startup_failures``) prints what SGLang prints and
+raises ``StartupFailed``.
 """
 
 from __future__ import annotations
@@ -19,17 +20,9 @@ from sglang_emulator.launch import LaunchConfig
 from sglang_emulator.memory import MemoryPlan
 from sglang_emulator.profile import Profile
 from sglang_emulator.rendezvous import GroupError
-from sglang_world import GRAPH_CAPTURE_HINTS, Phase
+from sglang_emulator.startup_failures import StartupFailures
 
-__all__ = ["Boot", "StartupFailed", "make_loggers"]
-
-# Architectures the software supports, as facts about the software, not the host.
-_FLASHINFER_ALLREDUCE_FUSION_ARCHS = ("9.0", "10.0")
-_TORCH_SYMM_MEM_ARCHS = ("9.0", "10.0")
-
-
-class StartupFailed(Exception):
-    """Startup stopped the way SGLang's would; the log already says why."""
+__all__ = ["Boot", "make_loggers"]
 
 
 def make_loggers(first_tp_rank: int = 0) -> tuple[logging.Logger, logging.Logger]:
@@ -48,16 +41,8 @@ def make_loggers(first_tp_rank: int = 0) -> tuple[logging.Logger, logging.Logger
     return loggers[0], loggers[1]
 
 
-def _traceback(log: logging.Logger, frames: list[tuple[str, str]], error: str) -> None:
-    lines = ["Scheduler hit an exception: Traceback (most recent call last):"]
-    for where, code in frames:
-        lines += [f"  {where}", f"    {code}"]
-    lines.append(error)
-    log.error("\n".join(lines))
-
-
 @dataclass
-class Boot:
+class Boot(StartupFailures):
     """One startup run; ``record(phase)`` stores GPU memory for the ``nvidia-smi`` shim."""
 
     config: LaunchConfig
@@ -82,17 +67,6 @@ class Boot:
         if self.faults.hang_at_phase == phase:
             self.log.info("sglang-emulator: injected fault: hanging during startup phase %r.", phase)
             threading.Event().wait()
-
-    def _fail_if_planned(self, phase: Phase, frames: list[tuple[str, str]]) -> None:
-        """Fails here when the memory plan says the server runs out of memory in ``phase``."""
-        failure = self.plan.failure
-        if failure is not None and failure.phase == phase:
-            self._fail(frames, failure.message)
-
-    def _fail(self, frames: list[tuple[str, str]], error: str) -> None:
-        _traceback(self.tp0, frames, error)
-        self.log.error("Received sigquit from a child process. It usually means the child failed.")
-        raise StartupFailed(error)
 
     def run_until_http(self) -> None:
         """From process start to the line before uvicorn starts."""
@@ -129,36 +103,11 @@ class Boot:
         )
 
     def _init_distributed(self) -> None:
-        config, plan, startup, host = self.config, self.plan, self.profile.startup, self.profile.host
+        plan, startup = self.plan, self.profile.startup
         self._wait(startup.process_start_s)
         self.tp0.info("Init torch distributed begin.")
         self._hang_if("init")
-        if config.gpus_per_node > host.gpu_count:
-            per_node = (
-                f" over {config.nnodes} nodes: {config.gpus_per_node} per node" if config.nnodes > 1 else ""
-            )
-            self._fail(
-                [
-                    (
-                        'File "sglang/srt/model_executor/model_runner.py", in init_torch_distributed',
-                        "torch.get_device_module(self.device).set_device(self.gpu_id)",
-                    )
-                ],
-                f"torch.AcceleratorError: CUDA error: invalid device ordinal (tp_size={config.tp_size}"
-                f"{per_node}, but this host has {host.gpu_count} GPUs)",
-            )
-        if config.torch_symm_mem and host.compute_capability not in _TORCH_SYMM_MEM_ARCHS:
-            self._fail(
-                [
-                    (
-                        'File "sglang/srt/distributed/device_communicators/torch_symm_mem.py", in __init__',
-                        "max_size = TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES[self.device_capability]",
-                    )
-                ],
-                f"KeyError: '{host.compute_capability}' (torch symmetric memory: SM"
-                f"{host.compute_capability.replace('.', '')} is not in its architecture table; supported: "
-                f"{', '.join(_TORCH_SYMM_MEM_ARCHS)})",
-            )
+        self._check_devices()
         if self.join_group is not None:
             self._join()
         self._wait(startup.init_distributed_s)
@@ -235,32 +184,8 @@ class Boot:
             plan.avail_at_serve_gib,
         )
 
-    def _fail_expert_parallel(self, avail_gib: float) -> None:
-        workspace = self.profile.memory.ep_a2a_workspace_gib
-        _traceback(
-            self.tp0,
-            [
-                (
-                    'File "sglang/srt/layers/moe/token_dispatcher/flashinfer.py", in __init__',
-                    "assert expert_location_metadata is not None",
-                )
-            ],
-            "AssertionError: expert_location_metadata is None",
-        )
-        self._fail(
-            [
-                (
-                    'File "sglang/srt/model_executor/model_runner.py", in init_memory_pool',
-                    "self.token_to_kv_pool = ...",
-                )
-            ],
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {avail_gib:.2f} GiB. GPU 0 has "
-            f"a total capacity of {self.plan.total_gib:.2f} GiB of which {avail_gib - workspace:.2f} GiB "
-            "is free.",
-        )
-
     def _capture_graphs(self) -> None:
-        config, plan, host = self.config, self.plan, self.profile.host
+        config, plan = self.config, self.plan
         if config.cuda_graph_disabled:
             return
         avail = plan.avail_after_pool_gib
@@ -269,21 +194,7 @@ class Boot:
         )
         self.tp0.info("Capture cuda graph bs %s", plan.captured_batch_sizes)
         self._hang_if("cuda_graph")
-        nccl_algo = self.environ.get("NCCL_ALGO", "")
-        if config.tp_size > 1 and "tree" in nccl_algo.lower():
-            self._graph_failed(
-                "NCCL error in: all_reduce, invalid usage (run with NCCL_DEBUG=WARN for details)\n"
-                f"ncclInvalidUsage: NCCL_ALGO={nccl_algo} cannot be captured in a CUDA graph: the Tree "
-                "algorithm is incompatible with CUDA graph capture of all-reduce"
-            )
-        sm = host.compute_capability
-        unsupported_fusion = sm not in _FLASHINFER_ALLREDUCE_FUSION_ARCHS
-        if config.flashinfer_allreduce_fusion and config.tp_size > 1 and unsupported_fusion:
-            self._graph_failed(
-                "RuntimeError: FlashInfer JIT failed to build trtllm_allreduce_fusion: compute capability "
-                f"{sm} (sm_{sm.replace('.', '')}) is not supported; supported: "
-                f"{', '.join(_FLASHINFER_ALLREDUCE_FUSION_ARCHS)}"
-            )
+        self._check_graph_capture()
         self._fail_if_planned(
             "graphs",
             [('File "sglang/srt/model_executor/cuda_graph_runner.py", in __init__', "self.capture()")],
@@ -298,26 +209,9 @@ class Boot:
             avail - plan.cuda_graph_gib,
         )
 
-    def _graph_failed(self, error: str) -> None:
-        self._fail(
-            [('File "sglang/srt/model_executor/cuda_graph_runner.py", in __init__', "self.capture()")],
-            f"Exception: Capture cuda graph failed: {error}\n{GRAPH_CAPTURE_HINTS}",
-        )
-
     def _start_draft(self) -> None:
-        spec, plan, startup = self.config.speculative, self.plan, self.profile.startup
-        assert spec is not None
-        if not spec.draft_model_path:
-            self._fail(
-                [
-                    (
-                        'File "sglang/srt/speculative/eagle_worker.py", in __init__',
-                        "self.draft_model_runner = ...",
-                    )
-                ],
-                f"ValueError: --speculative-draft-model-path is required for {spec.algorithm} with this "
-                "model (it has no built-in draft layers).",
-            )
+        plan, startup = self.plan, self.profile.startup
+        self._check_draft_model()
         avail = plan.avail_after_graphs_gib
         self.tp0.info("Load weight begin. avail mem=%.2f GB", avail)
         self._wait(startup.draft_load_s)

@@ -9,7 +9,7 @@ from sglang_emulator.engine import Chunk, Engine, Request
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.pool_limits import PoolLimits
-from sglang_emulator.profile import load_profile
+from sglang_emulator.profile_loading import load_profile
 from sglang_world.scheduling import scheduling_rules
 
 EAGLE = "--speculative-algorithm EAGLE --speculative-draft-model-path /d --speculative-num-steps 2"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
-from sglang_emulator.profile import load_profile
+from sglang_emulator.profile_loading import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 

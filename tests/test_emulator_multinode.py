@@ -13,7 +13,7 @@ import pytest
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.launcher import RunningEmulator, free_port, start_emulator
 from sglang_emulator.performance import PerformanceModel
-from sglang_emulator.profile import load_profile
+from sglang_emulator.profile_loading import load_profile
 
 BASE = ["--model", "/shared/kimi-k2.5-int4", "--tp", "16", "--trust-remote-code", "--nnodes", "2"]
 BASE += ["--cuda-graph-max-bs", "128", "--disable-custom-all-reduce"]

@@ -7,7 +7,7 @@ import pytest
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.memory import plan_memory
 from sglang_emulator.performance import AcceptSampler, PerformanceModel
-from sglang_emulator.profile import load_profile
+from sglang_emulator.profile_loading import load_profile
 
 BASE = "--model /shared/kimi-k2.5-int4 --tp 8 --trust-remote-code --host 0.0.0.0"
 EAGLE = (

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_emulator.profile import DEFAULT_PROFILE, ProfileError, load_profile, shipped_profiles
+from sglang_emulator.profile import ProfileError
+from sglang_emulator.profile_loading import DEFAULT_PROFILE, load_profile, shipped_profiles
 from sglang_emulator.tokenizer import GENERATED_WORDS, count_tokens, encode
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sglang_emulator.profile import load_profile
+from sglang_emulator.profile_loading import load_profile
 from sglang_stacks.results.summary import read_document
 from tests._ports import free_port
 from tests._pulumi import ROOT

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sglang_emulator.profile import load_profile
+from sglang_emulator.profile_loading import load_profile
 from sglang_stacks.config.sections import HostSpec
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS, StackSpec, load_spec, spec_json_schema
 from sglang_stacks.config.stackfile import load_stack_spec

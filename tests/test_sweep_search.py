@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.performance import PerformanceModel
-from sglang_emulator.profile import load_profile
+from sglang_emulator.profile_loading import load_profile
 from sglang_stacks.campaign.attributes import TrialRecord, read_study_attributes, records
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.campaign.study import STUDY_FILE

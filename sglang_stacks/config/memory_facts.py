@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
-from sglang_emulator.profile import Profile, ProfileError, load_profile, shipped_profiles
+from sglang_emulator.profile import Profile, ProfileError
+from sglang_emulator.profile_loading import load_profile, shipped_profiles
 from sglang_emulator.world import device_facts, model_facts
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.sections import KvCacheSpec

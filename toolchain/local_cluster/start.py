@@ -245,7 +245,7 @@ def _etcd_healthy(ports: Ports) -> bool:
 def _advertise_gpus(api: Api, profile: str | None, watched: list[Program], timeout_s: float) -> None:
     """Once the node registered: label it as GPU feature discovery would and advertise its GPUs as
     a device plugin would (the extended resource in the node's status), then wait for it Ready."""
-    from sglang_emulator.profile import load_profile
+    from sglang_emulator.profile_loading import load_profile
 
     host = load_profile(profile).host
     path = f"/api/v1/nodes/{node.NODE_NAME}"
