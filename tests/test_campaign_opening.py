@@ -7,6 +7,7 @@ then the model takes over."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,23 @@ def _campaign(tmp_path: Path, axes: str) -> CampaignSpec:
     return load_campaign(path)
 
 
+def _tpe_search(tmp_path: Path, axes: str) -> tuple[Search, Callable[..., float]]:
+    """A TPE search over ``axes`` on ``baseline``, and the memory plan's admitted share of the base
+    point with the given server flags changed (``share(mem_fraction_static="0.82")``)."""
+    campaign = _campaign(tmp_path, axes)
+    campaign = campaign.model_copy(update={"search": campaign.search.model_copy(update={"strategy": "tpe"})})
+    plan = make_plan("opening", campaign, STACKS)
+    space = SearchSpace.of(plan.campaign, plan.base)
+
+    def share(**change: str) -> float:
+        point = space.candidate(space.base_params() | {f"server.{k}": v for k, v in change.items()})
+        spec = judge("opening", plan.campaign, point).spec
+        assert spec is not None
+        return admitted_share(spec)
+
+    return Search.in_memory(plan.campaign, plan.base, len(plan.kept())), share
+
+
 def test_the_base_stacks_point_is_its_own_value_or_the_axis_first_point(tmp_path: Path) -> None:
     campaign = _campaign(
         tmp_path,
@@ -163,28 +181,20 @@ LONG_PROMPTS = (
     "           requests_per_repetition: 64}\n"
     "objective: {metric: tok_s, at: {concurrency: 64}}\n"
 )
+LONG_FRACTIONS = (
+    "  - {key: server.cuda_graph_max_bs, values: [512, 64]}\n"
+    "  - {key: server.mem_fraction_static, values: [auto, 0.84, 0.92, 0.88]}\n"
+    f"{LONG_PROMPTS}"
+)
+"""64 streams of 4,608 tokens over the graphs' axis and the fraction's (listed second)."""
 
 
 def test_when_the_kv_pool_holds_few_of_the_streams_the_opening_sees_to_the_pool_first(tmp_path: Path) -> None:
     """64 streams of 4,608 tokens: at the base's automatic fraction the memory plan's pool holds none
     of them, so the fraction (listed second) is walked first, the fraction that holds the most first;
     once it is measured the best there, the fractions that hold fewer are passed over."""
-    campaign = _campaign(
-        tmp_path,
-        "  - {key: server.cuda_graph_max_bs, values: [512, 64]}\n"
-        "  - {key: server.mem_fraction_static, values: [auto, 0.84, 0.92, 0.88]}\n"
-        f"{LONG_PROMPTS}",
-    )
-    campaign = campaign.model_copy(update={"search": campaign.search.model_copy(update={"strategy": "tpe"})})
-    plan = make_plan("long", campaign, STACKS)
-    search = Search.in_memory(plan.campaign, plan.base, len(plan.kept()))
-    space = SearchSpace.of(plan.campaign, plan.base)
-    shares = {}
-    for fraction in ("auto", "0.84", "0.88", "0.92"):
-        point = space.candidate({**space.base_params(), "server.mem_fraction_static": fraction})
-        spec = judge("long", campaign, point).spec
-        assert spec is not None
-        shares[fraction] = admitted_share(spec)
+    search, share = _tpe_search(tmp_path, LONG_FRACTIONS)
+    shares = {fraction: share(mem_fraction_static=fraction) for fraction in ("auto", "0.84", "0.88", "0.92")}
     assert shares["auto"] < shares["0.84"] < shares["0.88"] < shares["0.92"] < 1.0  # the plan's pool
 
     trial, first = search.ask()
@@ -200,15 +210,7 @@ def test_when_the_kv_pool_holds_few_of_the_streams_the_opening_sees_to_the_pool_
 def test_a_pool_point_that_was_not_measured_does_not_close_its_axis(tmp_path: Path) -> None:
     """When the fraction that holds the most streams fails to start, nothing is measured on its
     axis yet: the walk goes on to the fraction that holds the next most."""
-    campaign = _campaign(
-        tmp_path,
-        "  - {key: server.cuda_graph_max_bs, values: [512, 64]}\n"
-        "  - {key: server.mem_fraction_static, values: [auto, 0.84, 0.92, 0.88]}\n"
-        f"{LONG_PROMPTS}",
-    )
-    campaign = campaign.model_copy(update={"search": campaign.search.model_copy(update={"strategy": "tpe"})})
-    plan = make_plan("long", campaign, STACKS)
-    search = Search.in_memory(plan.campaign, plan.base, len(plan.kept()))
+    search, _ = _tpe_search(tmp_path, LONG_FRACTIONS)
 
     trial, first = search.ask()
     search.tell_failed(trial, "oom", "CUDA out of memory at load.", {"labels": first.labels})
@@ -234,23 +236,13 @@ def test_once_the_pool_holds_every_stream_the_opening_walks_on_in_the_files_orde
     streams need) are passed over, and with the pool no longer limiting, the axes left are walked in
     the file's order: the graphs' axis before the chunk's, though a chunk of 1,024 would also hold
     every stream at the base."""
-    campaign = _campaign(
+    search, share = _tpe_search(
         tmp_path,
         "  - {key: server.cuda_graph_max_bs, values: [512, 32]}\n"
         "  - {key: server.mem_fraction_static, values: [auto, 0.82, 0.86, 0.9]}\n"
         "  - {key: server.chunked_prefill_size, values: [auto, 1024]}\n"
         f"{SHORT_PROMPTS}",
     )
-    campaign = campaign.model_copy(update={"search": campaign.search.model_copy(update={"strategy": "tpe"})})
-    plan = make_plan("short", campaign, STACKS)
-    search = Search.in_memory(plan.campaign, plan.base, len(plan.kept()))
-    space = SearchSpace.of(plan.campaign, plan.base)
-
-    def share(**change: str) -> float:
-        point = space.candidate(space.base_params() | {f"server.{k}": v for k, v in change.items()})
-        spec = judge("short", campaign, point).spec
-        assert spec is not None
-        return admitted_share(spec)
 
     # The plan's pool: the base holds few streams; 0.82 and up, or a chunk of 1,024, hold them all.
     assert share() < share(cuda_graph_max_bs="32") < 1.0
