@@ -40,7 +40,7 @@ from sglang_emulator.profile_loading import load_profile
 from sglang_emulator.startup import Boot
 from sglang_emulator.startup_failures import StartupFailed
 from sglang_emulator.virtual import VirtualEngine
-from sglang_flags import build_parser
+from sglang_flags import parser
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import FlagError
@@ -62,9 +62,6 @@ _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
 _QUIET.setLevel(logging.CRITICAL + 1)
 _profile = functools.cache(load_profile)
-# sglang_emulator.launch.parse_launch_flags builds the release's parser (80 ms) on every call; the
-# emulator parses once per process, this benchmark thousands of times, so it keeps one per release.
-_parser = functools.cache(build_parser)
 _BENCHMARKS: dict[tuple[object, ...], tuple[float, tuple[Level, ...] | str]] = {}
 
 
@@ -322,7 +319,7 @@ def launch(spec: StackSpec) -> VirtualLaunch:
     except FlagError as error:
         raise LaunchStopped(f"flags: {error}", 0.0, at_start=False) from None
     try:
-        args = _parser(release).parse_args(argv)
+        args = parser(release).parse_args(argv)
         if args.model_path is None:
             raise SystemExit(2)
     except SystemExit:

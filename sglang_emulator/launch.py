@@ -17,7 +17,7 @@ from typing import Any
 from sglang_emulator.profile import Profile
 from sglang_emulator.rendezvous import split_address
 from sglang_emulator.world import model_facts
-from sglang_flags import build_parser, load_table, nearest_releases, release_key
+from sglang_flags import load_table, nearest_releases, parser, release_key
 from sglang_flags.renames import flag_for, spellings
 from sglang_world import Launch, ModelKind, ServerSettings, judged_releases, resolve_settings
 from sglang_world.launch import launch_from_args
@@ -108,10 +108,10 @@ class LaunchConfig:
 
 def parse_launch_flags(release: str, argv: list[str]) -> argparse.Namespace:
     """Parse like ``python -m sglang.launch_server`` of ``release``: bad flags exit 2."""
-    parser = build_parser(release)
-    args = parser.parse_args(argv)
+    release_parser = parser(release)
+    args = release_parser.parse_args(argv)
     if args.model_path is None:
-        parser.error("the following arguments are required: --model-path/--model")
+        release_parser.error("the following arguments are required: --model-path/--model")
     return args
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "known_releases",
     "load_table",
     "nearest_releases",
+    "parser",
     "release_key",
     "table_index",
 ]
@@ -172,3 +173,11 @@ def build_parser(release: str, prog: str = "launch_server.py") -> argparse.Argum
                 kwargs["choices"] = list(flag.choices)
         parser.add_argument(*flag.flags, **kwargs)
     return parser
+
+
+@cache
+def parser(release: str) -> argparse.ArgumentParser:
+    """The release's parser, built once per process and shared: parsing an argv does not change it,
+    and building one (some 330 options) costs more than the rest of judging a launch. Callers parse
+    with it and never add to it; ``build_parser`` gives a parser of one's own."""
+    return build_parser(release)

@@ -1,7 +1,7 @@
 """A launch command as the memory model reads it, parsed by the release's own flag table.
 
 Preflight and the emulator read a launch the same way: the argv parsed by the release's parser
-(``sglang_flags.build_parser``), then every flag that decides memory taken under whichever name
+(``sglang_flags.parser``), then every flag that decides memory taken under whichever name
 that release gives it (``--cuda-graph-max-bs`` became ``--cuda-graph-max-bs-decode`` in 0.5.14,
 ``--enable-dp-attention --dp-size N`` became ``--attn-dp-size N``).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sglang_flags import build_parser
+from sglang_flags import parser
 from sglang_flags.renames import spellings
 from sglang_world.facts import Launch
 
@@ -80,4 +80,4 @@ def launch_from_argv(release: str, argv: list[str], environment: Mapping[str, st
 
     Raises ``SystemExit`` (argparse's) when the release's parser refuses the argv.
     """
-    return launch_from_args(vars(build_parser(release).parse_args(argv)), environment)
+    return launch_from_args(vars(parser(release).parse_args(argv)), environment)

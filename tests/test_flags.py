@@ -364,3 +364,32 @@ def test_regenerate_says_how_to_run_it_without_sglang(tmp_path):
 def test_render_command_refuses_a_variable_name_a_shell_would_run():
     with pytest.raises(FlagError, match="cannot be environment variable names"):
         render_command(CAMPAIGN, "0.5.8", env={"X=1; reboot; Y": "1"})
+
+
+@pytest.mark.parametrize("release", ["0.5.1", "0.5.8", "0.5.23"])
+def test_the_shared_parser_reads_every_argv_as_a_parser_of_its_own_would(release):
+    """Judging a campaign's thousands of launches parses them all with one parser per release
+    (building one costs more than the rest of judging a launch): a parse, or a refusal, must leave
+    nothing behind that changes how the next argv reads."""
+    from sglang_flags import parser
+
+    listed = next(f.flags[0] for f in load_table(release).flags if f.nargs in ("+", "*") and f.type == "int")
+    argvs = [
+        ["--model-path", "/m", listed, "1", "2", "4"],
+        ["--model-path", "/m", "--tp-size", "8", "--mem-fraction-static", "0.8"],
+        ["--model-path", "/m", "--tp-size", "eight"],
+        ["--model-path", "/m", "--disable-custom-all-reduce"],
+        ["--model-path", "/m"],
+    ]
+    assert parser(release) is parser(release)
+    for argv in argvs:
+        try:
+            shared: dict[str, typing.Any] | str = vars(parser(release).parse_args(argv))
+        except SystemExit as refused:
+            shared = f"refused ({refused.code})"
+        try:
+            fresh: dict[str, typing.Any] | str = vars(build_parser(release).parse_args(argv))
+        except SystemExit as refused:
+            fresh = f"refused ({refused.code})"
+        assert shared == fresh, argv
+    assert vars(parser(release).parse_args(["--model-path", "/m"]))["mem_fraction_static"] is None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sglang_flags import Flag, FlagTable, build_parser, load_table
+from sglang_flags import Flag, FlagTable, load_table, parser
 from sglang_stacks.config.flags import FlagValue, ServerFlags, field_name
 
 __all__ = ["values_from_argv", "values_from_options"]
@@ -42,7 +42,7 @@ def values_from_argv(argv: Sequence[str], release: str) -> dict[str, FlagValue]:
     if table is None:
         return _loose_values(argv)
     try:
-        namespace = vars(build_parser(table.release).parse_known_args(list(argv))[0])
+        namespace = vars(parser(table.release).parse_known_args(list(argv))[0])
     except SystemExit:
         return _loose_values(argv)
     typed = set(ServerFlags.model_fields) - {"extra_flags"}
