@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +68,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return scope != CLUSTER_SCOPE, -slow.get(scope, 0), first[scope]
 
     items.sort(key=order)
+
+
+@pytest.fixture(autouse=True)
+def _a_current_event_loop() -> None:
+    """Every test starts with a current event loop on the main thread. ``asyncio.run`` (the load
+    generator's client, which some tests run in this process) leaves the main thread with none, and
+    the Pulumi SDK's outputs and mocks take the current one: a later test in the same worker failed
+    or passed by the order in which the files were given out."""
+    try:
+        asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:
+        asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ the benchmark's turns the document into results), without a host.
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import sys
 from collections.abc import Callable, Iterator
@@ -111,17 +110,6 @@ def _full_tracebacks(monkeypatch: pytest.MonkeyPatch) -> None:
     # A provider method that raised in this process (another test's) left the provider process's
     # setting behind: no traceback frames, which the Pulumi SDK's own stack walk needs.
     monkeypatch.delattr(sys, "tracebacklimit", raising=False)
-
-
-@pytest.fixture(autouse=True)
-def _event_loop() -> Iterator[None]:
-    # The Pulumi SDK's mocks take the thread's current event loop. An ``asyncio.run`` earlier in this
-    # process (another test's) leaves the main thread with none, so each test here gets its own.
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield
-    asyncio.set_event_loop(None)
-    loop.close()
 
 
 def deploy(spec: StackSpec, engine: _Engine, stack: str = "walk") -> DeploymentOutputs:
