@@ -224,13 +224,28 @@ class TrialRunner:
         )
 
     def _remove(self, selected: auto.Stack) -> None:
-        """Remove a destroyed trial's stack from the backend and its file from ``stacks/``."""
-        try:
-            with self._write_lock:  # removing a stack touches the workspace's settings too
-                selected.workspace.remove_stack(selected.name)
-        except auto.CommandError as error:  # an empty stack left over is no reason to fail the trial
-            (handle, write), _ = self._stream(selected.name, "stack rm")
-            with handle:
-                write(f"The empty stack stays in the backend: {error}")
-            return
+        """Remove a destroyed trial's stack from the backend and its file from ``stacks/``. Ctrl-C
+        reaches the ``pulumi stack rm`` too: a removal cut short is tried once more, and the file
+        goes whenever the backend no longer has the stack, whatever the CLI's exit said."""
+        for attempt in (1, 2):
+            try:
+                with self._write_lock:  # removing a stack touches the workspace's settings too
+                    selected.workspace.remove_stack(selected.name)
+                break
+            except auto.CommandError as error:
+                if not _in_backend(selected):
+                    break  # removed before the CLI was cut short
+                if attempt == 2:  # an empty stack left over is no reason to fail the trial
+                    (handle, write), _ = self._stream(selected.name, "stack rm")
+                    with handle:
+                        write(f"The empty stack stays in the backend: {error}")
+                    return
         stack_path(selected.name, stacks_dir(self.project)).unlink(missing_ok=True)
+
+
+def _in_backend(selected: auto.Stack) -> bool:
+    """Whether the backend still lists the stack (when it cannot be asked: as if it did)."""
+    try:
+        return selected.name in {summary.name for summary in selected.workspace.list_stacks()}
+    except auto.CommandError:
+        return True
