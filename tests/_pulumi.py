@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests._ports import free_port as free_port  # where the tests find it
@@ -81,6 +82,12 @@ class Workspace:
         env.update(self.extra_env)
         env.update(extra or {})
         return env
+
+    def enter(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Give this process the workspace's environment, for code under test that drives Pulumi
+        in-process (the Automation API), as a command of the workspace gets it."""
+        for name, value in self.env().items():
+            monkeypatch.setenv(name, value)
 
     def run(
         self, *args: str, check: bool = True, timeout_s: float = 600, stdin: str | None = None

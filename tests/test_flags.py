@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sglang_flags import build_parser, known_releases, load_table, release_key
+from sglang_flags import build_parser, known_releases, load_table, parser, release_key
 from sglang_flags.regenerate import describe_parser
 from sglang_flags.renames import spellings
 from sglang_stacks.config.findings import Finding
@@ -371,8 +371,6 @@ def test_the_shared_parser_reads_every_argv_as_a_parser_of_its_own_would(release
     """Judging a campaign's thousands of launches parses them all with one parser per release
     (building one costs more than the rest of judging a launch): a parse, or a refusal, must leave
     nothing behind that changes how the next argv reads."""
-    from sglang_flags import parser
-
     listed = next(f.flags[0] for f in load_table(release).flags if f.nargs in ("+", "*") and f.type == "int")
     argvs = [
         ["--model-path", "/m", listed, "1", "2", "4"],

@@ -34,8 +34,7 @@ SERVER = "pulumi-python:dynamic/sglang:Server"
 
 @pytest.fixture
 def project(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
-    for name, value in workspace.env().items():
-        monkeypatch.setenv(name, value)
+    workspace.enter(monkeypatch)
     workspace.run("stack", "init", "tuned")
     return workspace
 

@@ -35,8 +35,7 @@ DOOMED = "    cuda_graph_max_bs: 128\n    enable_flashinfer_allreduce_fusion: tr
 def project(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     """The workspace's environment (backend, passphrase, history file) for the code under test."""
     workspace.extra_env[history.ENV_VAR] = str(workspace.backend / "history.sqlite")
-    for name, value in workspace.env().items():
-        monkeypatch.setenv(name, value)
+    workspace.enter(monkeypatch)
     return workspace
 
 

@@ -22,8 +22,7 @@ CUT_SHORT = auto.CommandError(auto.CommandResult(stdout="", stderr="", code=-2))
 
 @pytest.fixture
 def project(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
-    for name, value in workspace.env().items():
-        monkeypatch.setenv(name, value)
+    workspace.enter(monkeypatch)
     return workspace
 
 
