@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# The test command: bootstraps everything the suite needs (toolchain, pulumi-kubernetes's provider
-# plugin, OpenSSH for the SSH tests, PostgreSQL for the shared campaign study, Chromium for the
-# dashboard's browser test, the local Kubernetes cluster's programs: built once, long the first
-# time, see README),
+# The test command: bootstraps everything the suite needs (toolchain, OpenSSH for the SSH tests,
+# PostgreSQL for the shared campaign study, Chromium for the dashboard's browser test, and for a run
+# with cluster tests pulumi-kubernetes's provider plugin and the local Kubernetes cluster's
+# programs: built once, long the first time, see README),
 # then runs the lint and type checks and the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/bootstrap.sh
-scripts/ensure-k8s-provider.sh >/dev/null
 scripts/ensure-sshd.sh
 scripts/ensure-postgres.sh
 scripts/ensure-chromium.sh
-scripts/ensure-k8s.sh
+# The cluster's programs and pulumi-kubernetes's provider (long to build the first time) only for a
+# run that has a test on the cluster: the whole suite, or a path that names one.
+if .venv/bin/python -m tests.cluster_files "$@"; then
+    scripts/ensure-k8s-provider.sh >/dev/null
+    scripts/ensure-k8s.sh
+fi
 set -a
 . .venv/sglang-stacks.env
 set +a

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests._pulumi import Workspace
+from tests.cluster_files import cluster_file
 
 if TYPE_CHECKING:
     from toolchain.local_cluster import Cluster
@@ -18,13 +19,6 @@ if TYPE_CHECKING:
 
 CLUSTER_SCOPE = "the session's Kubernetes cluster"
 """The one scope of the test files that use the session's cluster (`cluster_file`)."""
-
-
-def cluster_file(path: str) -> bool:
-    """Whether the test file ``path`` (or a test's node id) is one that runs on the session's local
-    Kubernetes cluster (the ``kube_cluster`` fixture): they are named test_kube_*.py and
-    test_local_cluster.py (tests/test_kube_launch.py checks that every user of the fixture is)."""
-    return Path(path.split("::", 1)[0]).name.startswith(("test_kube_", "test_local_cluster"))
 
 
 def _scope(nodeid: str) -> str:

@@ -32,7 +32,8 @@ from sglang_stacks.kube.facts import NodeFacts, check_replicas_fit, cluster_spec
 from sglang_stacks.kube.fleet_preview import rollout_order
 from sglang_stacks.kube.launch import server_launch
 from tests._pulumi import ROOT
-from tests.conftest import CLUSTER_SCOPE, _scope, cluster_file
+from tests.cluster_files import cluster_file
+from tests.conftest import CLUSTER_SCOPE, _scope
 
 STACKS = Path(__file__).resolve().parent.parent / "stacks"
 GPU_LABELS = {
