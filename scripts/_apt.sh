@@ -13,6 +13,9 @@ apt_install() {
         sudo_prefix=(sudo)
     fi
     export DEBIAN_FRONTEND=noninteractive
-    "${sudo_prefix[@]}" apt-get update -qq
-    "${sudo_prefix[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    # Several ensure-*.sh scripts may run side by side (scripts/test.sh): each waits its turn for
+    # apt's lock instead of failing on it.
+    local wait_for_lock=(-o DPkg::Lock::Timeout=600)
+    "${sudo_prefix[@]}" apt-get "${wait_for_lock[@]}" update -qq
+    "${sudo_prefix[@]}" apt-get "${wait_for_lock[@]}" install -y -qq --no-install-recommends "$@" >/dev/null
 }

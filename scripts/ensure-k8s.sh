@@ -144,6 +144,9 @@ build_debian_python() {
 
 link() {
     local pause_dir=$1
+    # The venv may not be made yet (scripts/test.sh starts this build beside the bootstrap):
+    # the links go into its folder, which the bootstrap's `python -m venv` keeps.
+    mkdir -p "$(dirname "$LINKS")"
     rm -rf "$LINKS.new"
     mkdir -p "$LINKS.new/bin"
     ln -s "$CACHE/kubernetes-v$KUBERNETES_VERSION/bin/"* "$CACHE/etcd-v$ETCD_VERSION/bin/"* \
@@ -157,10 +160,6 @@ link() {
 
 main() {
     local pause_source pause_tag
-    if [[ ! -d "$ROOT/.venv" ]]; then
-        say "run scripts/bootstrap.sh first: the cluster's programs are linked into its .venv."
-        exit 1
-    fi
     ensure_debian_packages
     cached "$CACHE/kubernetes-v$KUBERNETES_VERSION" build_kubernetes
     cached "$CACHE/etcd-v$ETCD_VERSION" build_etcd

@@ -7,16 +7,37 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# A run with cluster tests (the whole suite, or a path that names one) needs the local cluster's
+# programs and pulumi-kubernetes's provider, long to build the first time: the programs' build starts
+# at once, beside the bootstrap (which builds the Pulumi CLI the first time), and the provider's as
+# soon as the bootstrap is done, so the three builds overlap (README: the first run's time).
+# tests/cluster_files.py, which decides, needs only the standard library.
+# Each build runs in a process group of its own (set -m), stopped whole if this script ends first.
+cluster_builds=()
+stop_cluster_builds() { ((${#cluster_builds[@]})) && kill -- "${cluster_builds[@]/#/-}" 2>/dev/null; true; }
+trap stop_cluster_builds EXIT
+in_background() {
+    set -m
+    "$@" &
+    cluster_builds+=($!)
+    set +m
+}
+needs_cluster=false
+if python3 -m tests.cluster_files "$@"; then
+    needs_cluster=true
+    in_background scripts/ensure-k8s.sh
+fi
 scripts/bootstrap.sh
+if $needs_cluster; then
+    in_background bash -c 'scripts/ensure-k8s-provider.sh >/dev/null'
+fi
 scripts/ensure-sshd.sh
 scripts/ensure-postgres.sh
 scripts/ensure-chromium.sh
-# The cluster's programs and pulumi-kubernetes's provider (long to build the first time) only for a
-# run that has a test on the cluster: the whole suite, or a path that names one.
-if .venv/bin/python -m tests.cluster_files "$@"; then
-    scripts/ensure-k8s-provider.sh >/dev/null
-    scripts/ensure-k8s.sh
-fi
+for build in "${cluster_builds[@]}"; do
+    wait "$build"
+done
+cluster_builds=()
 set -a
 . .venv/sglang-stacks.env
 set +a
