@@ -289,3 +289,27 @@ def test_commands_load_no_plotting_statistics_pulumi_or_http_library_until_they_
     )
     done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_number_set_with_pulumi_config_set_path_renders_as_that_number(workspace):
+    """`pulumi config set --path` stores its value as text; the tool reads it as the knob's type."""
+    workspace.init_stack(
+        "quoted",
+        "config:\n  sglang-stacks:host: {kind: emulator}\n"
+        "  sglang-stacks:model: {path: /models/m, weights_per_gpu_gb: 20}\n"
+        "  sglang-stacks:server: {tp_size: 2, disable_custom_all_reduce: true}\n",
+    )
+    workspace.run(
+        "config", "set", "--path", "sglang-stacks:server.mem_fraction_static", "0.85", "-s", "quoted"
+    )
+    workspace.run("config", "set", "--path", "sglang-stacks:server.cuda_graph_max_bs", "96", "-s", "quoted")
+    stored = (workspace.path / "stacks" / "Pulumi.quoted.yaml").read_text()
+    assert 'mem_fraction_static: "0.85"' in stored  # as Pulumi keeps it
+    rendered = workspace.cli("render", "quoted", "--json", check=True)
+    argv = json.loads(rendered.stdout)["argv"]
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.85"
+    assert argv[argv.index("--cuda-graph-max-bs") + 1] == "96"
+    workspace.run("config", "set", "--path", "sglang-stacks:server.cuda_graph_max_bs", "lots", "-s", "quoted")
+    refused = workspace.cli("render", "quoted")
+    assert refused.returncode != 0
+    assert "sglang-stacks:server.cuda_graph_max_bs: 'lots' is not allowed; expected integer" in refused.stderr

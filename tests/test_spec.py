@@ -88,8 +88,35 @@ def test_spec_is_frozen():
 
 
 def test_type_error_names_key_path_value_and_expected_type():
-    text = _problems(_with("server.cuda_graph_max_bs", "128"))
-    assert "sglang-stacks:server.cuda_graph_max_bs: '128' is not allowed; expected integer" in text
+    text = _problems(_with("server.cuda_graph_max_bs", "lots"))
+    assert "sglang-stacks:server.cuda_graph_max_bs: 'lots' is not allowed; expected integer" in text
+    text = _problems(_with("server.mem_fraction_static", "0.85x"))
+    assert "sglang-stacks:server.mem_fraction_static: '0.85x' is not allowed; expected number" in text
+    # A fraction is no integer: "0.5" for an integer knob is refused, not rounded.
+    assert "expected integer" in _problems(_with("server.cuda_graph_max_bs", "0.5"))
+
+
+def test_numbers_stored_as_text_read_as_the_schemas_type():
+    """`pulumi config set --path sglang-stacks:server.mem_fraction_static 0.85` stores "0.85"."""
+    sections = _with("server.mem_fraction_static", "0.85")
+    sections["server"]["cuda_graph_max_bs"] = " 256 "
+    sections["server"]["disable_custom_all_reduce"] = "true"
+    sections["benchmark"] = {"concurrency": ["1", 8], "input_len": "512", "requests_per_repetition": "8"}
+    spec = load_spec(sections, "test")
+    assert spec.server.mem_fraction_static == 0.85
+    assert spec.server.cuda_graph_max_bs == 256
+    assert spec.server.disable_custom_all_reduce is True
+    assert (spec.benchmark.concurrency, spec.benchmark.input_len) == ((1, 8), 512)
+    # Text where the schema takes text stays text: a path of digits, a release, a free flag value.
+    sections = _with("model.path", "2024")
+    sections["server"]["extra_flags"] = {"schedule_policy": "lpm", "max_prefill_tokens": "16384"}
+    spec = load_spec(sections, "test")
+    assert spec.model.path == "2024"
+    assert spec.server.extra_flags == {"schedule_policy": "lpm", "max_prefill_tokens": "16384"}
+    # Limits still hold once read: 1.5 is a number, but no fraction.
+    assert "mem_fraction_static: 1.5 is not allowed; expected less than 1.0" in _problems(
+        _with("server.mem_fraction_static", "1.5")
+    )
 
 
 def test_unknown_key_suggests_the_nearest_name():

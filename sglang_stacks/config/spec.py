@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sglang_stacks.config import multinode
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec, SloSpec
+from sglang_stacks.config.config_values import typed_as_schema
 from sglang_stacks.config.docstrings import describe_fields
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.fleet import FleetSpec, fleet_placement_problem
@@ -276,7 +277,8 @@ def load_spec(sections: Mapping[str, Any], stack: str) -> StackSpec:
         # build, on every program run) is built only to describe a config with a problem.
         return StackSpec.model_validate_json(json.dumps(plain), strict=True)
     except (ValidationError, TypeError, ValueError):
-        pass
+        # `pulumi config set --path` stores "0.85" for 0.85: read such strings as the schema's type.
+        plain = typed_as_schema(plain, _schema(), _schema())
     problems = _schema_problems(plain)
     if not problems:
         try:
