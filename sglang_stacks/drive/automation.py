@@ -57,9 +57,34 @@ def for_people(stream: TextIO) -> Callable[[str], None]:
     return write
 
 
+class _UsersWorkspace(auto.LocalWorkspace):
+    """The project folder's workspace, left as the user had it: the Automation API's own opens a
+    stack with `pulumi stack select` (and creates one with `pulumi stack init`, which selects it
+    too), after which a bare `pulumi up` typed in that folder deploys the stack a companion command
+    last read, and takes the host over. Each operation of a ``Stack`` names its stack itself
+    (``--stack``), so none needs the selection: opening one only checks that it exists."""
+
+    def select_stack(self, stack_name: str) -> None:
+        self._pulumi("stack", "--show-name", "--stack", stack_name)
+
+    def create_stack(self, stack_name: str) -> None:
+        secrets = ["--secrets-provider", self.secrets_provider] if self.secrets_provider else []
+        self._pulumi("stack", "init", stack_name, "--no-select", *secrets)
+
+    def _pulumi(self, *args: str) -> None:
+        env = {"PULUMI_HOME": self.pulumi_home} if self.pulumi_home else {}
+        self.pulumi_command.run(list(args), self.work_dir, {**env, **self.env_vars})
+
+
+def _open(project_dir: Path, stack: str, *, create: bool) -> auto.Stack:
+    workspace = _UsersWorkspace(work_dir=str(project_dir))
+    return auto.Stack.create_or_select(stack, workspace) if create else auto.Stack.select(stack, workspace)
+
+
 def select_stack(project_dir: Path, stack: str) -> auto.Stack:
+    """``stack`` of the project's backend, opened without selecting it in the user's workspace."""
     try:
-        return auto.select_stack(stack, work_dir=str(project_dir))
+        return _open(project_dir, stack, create=False)
     except auto.StackNotFoundError:
         raise SpecError(
             f"The backend has no stack {stack!r}. Check the name with `pulumi stack ls`, or create "
@@ -78,7 +103,7 @@ def write_stack(project_dir: Path, stack: str, sections: dict[str, Any], header:
     ``sections`` under ``config:`` as ``sglang-stacks:<section>``. The Automation API's own stack
     settings are not used: they would write the file beside Pulumi.yaml."""
     try:
-        selected = auto.create_or_select_stack(stack, work_dir=str(project_dir))
+        selected = _open(project_dir, stack, create=True)
     except (auto.CommandError, OSError) as error:
         raise SpecError(
             f"Pulumi could not create stack {stack!r}: {error}. Put the project's Pulumi CLI on PATH "

@@ -1,0 +1,68 @@
+"""No companion command changes which stack is selected in the user's workspace: a bare `pulumi up`
+typed afterwards deploys the stack the user selected, not the one a command last read."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_stacks.drive import automation
+from tests._pulumi import Workspace
+
+STACK_CONFIG = """\
+config:
+  sglang-stacks:host: {kind: emulator}
+  sglang-stacks:model: {path: /models/m, weights_per_gpu_gb: 20}
+  sglang-stacks:server: {tp_size: 2, disable_custom_all_reduce: true}
+"""
+
+
+@pytest.fixture
+def two_stacks(workspace: Workspace) -> Workspace:
+    """`mine` and `other` in the backend, `mine` selected (as `pulumi stack select mine` leaves it)."""
+    for stack in ("mine", "other"):
+        workspace.init_stack(stack, STACK_CONFIG)
+    workspace.run("stack", "select", "mine")
+    return workspace
+
+
+def _selected(workspace: Workspace) -> str:
+    return workspace.run("stack", "--show-name").stdout.strip()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("compare", "mine", "other"),
+        ("compare", "other", "mine"),
+        ("logs", "other"),
+        ("recover", "other"),
+        ("render", "other"),
+        ("history", "other"),
+    ],
+    ids=lambda command: " ".join(command),
+)
+def test_a_companion_command_leaves_the_selected_stack(
+    two_stacks: Workspace, command: tuple[str, ...]
+) -> None:
+    assert _selected(two_stacks) == "mine"
+    two_stacks.cli(*command)  # whatever it finds to say of undeployed stacks
+    assert _selected(two_stacks) == "mine"
+
+
+@pytest.mark.integration
+def test_reading_and_creating_stacks_through_the_automation_api_selects_none(
+    two_stacks: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the campaign's trials and the rollout do in the user's folder: open a stack, read its
+    config and outputs, create a new one with its file."""
+    two_stacks.enter(monkeypatch)
+    assert automation.stack_config("other", two_stacks.path)["sglang-stacks:server"]["tp_size"] == 2
+    assert automation.stack_outputs("other", two_stacks.path) == {}
+    created = automation.write_stack(two_stacks.path, "trial-1", {"host": {"kind": "emulator"}}, "a trial")
+    assert created.name == "trial-1"
+    assert "trial-1" in two_stacks.run("stack", "ls").stdout
+    assert _selected(two_stacks) == "mine"
+    with pytest.raises(Exception, match="no stack 'missing'"):
+        automation.select_stack(two_stacks.path, "missing")
+    assert _selected(two_stacks) == "mine"
