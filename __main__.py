@@ -8,13 +8,17 @@ import pulumi
 
 from sglang_stacks.components._resource import Args
 from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment, connection_args
-from sglang_stacks.config.spec import SECTION_KEYS, load_spec
+from sglang_stacks.config.passphrase import refuse_secrets_under_the_demo_passphrase
+from sglang_stacks.config.spec import SECRET_KEYS, SECTION_KEYS, load_spec
 from sglang_stacks.errors import StacksError
 
 config = pulumi.Config()
 stack = pulumi.get_stack()
 outputs: Args[Any]
 try:
+    refuse_secrets_under_the_demo_passphrase(
+        stack, [key for key in SECRET_KEYS if config.get_secret(key) is not None]
+    )
     spec = load_spec(
         {key: config.get_object(key) for key in SECTION_KEYS if config.get(key) is not None}, stack
     )

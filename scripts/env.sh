@@ -4,7 +4,10 @@
 # plugin downloads, and creates the stacks of stacks/ that the backend does not have yet.
 #
 # Secrets: without PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE, the demo passphrase
-# `sglang-stacks-demo` is used. Set your own for real hosts (see README, "Secrets").
+# `sglang-stacks-demo` (scripts/demo.passphrase) is used, through PULUMI_CONFIG_PASSPHRASE_FILE: a
+# passphrase file exported later replaces it, and a PULUMI_CONFIG_PASSPHRASE wins over it. No stack
+# may keep a secret under it (the program refuses one that does); set your own for real hosts
+# (see README, "Secrets").
 _stacks_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ ! -f "$_stacks_root/.venv/sglang-stacks.env" ]; then
     echo "sglang-stacks: run scripts/bootstrap.sh first." >&2
@@ -15,7 +18,7 @@ case "$PULUMI_BACKEND_URL" in
     file://*) mkdir -p "${PULUMI_BACKEND_URL#file://}" ;;
 esac
 if [ -z "${PULUMI_CONFIG_PASSPHRASE+set}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then
-    export PULUMI_CONFIG_PASSPHRASE=sglang-stacks-demo
+    export PULUMI_CONFIG_PASSPHRASE_FILE="$_stacks_root/scripts/demo.passphrase"
 fi
 "$_stacks_root/scripts/init-stacks.sh"
 unset _stacks_root

@@ -313,3 +313,38 @@ def test_a_number_set_with_pulumi_config_set_path_renders_as_that_number(workspa
     refused = workspace.cli("render", "quoted")
     assert refused.returncode != 0
     assert "sglang-stacks:server.cuda_graph_max_bs: 'lots' is not allowed; expected integer" in refused.stderr
+
+
+def test_render_and_preview_refuse_a_stack_that_names_no_host(workspace):
+    workspace.init_stack(
+        "hostless",
+        "config:\n  sglang-stacks:model: {path: /models/m, weights_per_gpu_gb: 20}\n"
+        "  sglang-stacks:server: {tp_size: 2, disable_custom_all_reduce: true}\n",
+    )
+    rendered = workspace.cli("render", "hostless")
+    assert rendered.returncode != 0
+    assert "sglang-stacks:host.kind is missing" in rendered.stderr
+    previewed = workspace.run("preview", "-s", "hostless", check=False)
+    assert previewed.returncode != 0
+    assert "sglang-stacks:host.kind is missing" in previewed.stdout + previewed.stderr
+    # Nothing was deployed: the stack has no resources.
+    assert workspace.json("stack", "export", "-s", "hostless")["deployment"].get("resources") in (None, [])
+
+
+@pytest.mark.parametrize("secret", ["sshPrivateKey", "hubToken"])
+def test_a_secret_under_the_demo_passphrase_is_refused_before_anything_runs(workspace, secret):
+    demo = {"PULUMI_CONFIG_PASSPHRASE": "sglang-stacks-demo"}
+    workspace.extra_env.update(demo)
+    workspace.init_stack("mine", STACK.split("  sglang-stacks:sshPrivateKey")[0])
+    workspace.run("config", "set", "--secret", f"sglang-stacks:{secret}", "not-for-anyone", "-s", "mine")
+    previewed = workspace.run("preview", "-s", "mine", check=False)
+    said = previewed.stdout + previewed.stderr
+    assert previewed.returncode != 0
+    assert f"holds sglang-stacks:{secret} under the demo passphrase" in said
+    assert "PULUMI_CONFIG_PASSPHRASE_FILE" in said and "not-for-anyone" not in said
+    # Under a passphrase of the user's own, the same stack previews.
+    workspace.extra_env["PULUMI_CONFIG_PASSPHRASE"] = "mine"
+    workspace.run("stack", "rm", "--yes", "--force", "-s", "mine")  # its stack file goes too
+    workspace.init_stack("mine", STACK.split("  sglang-stacks:sshPrivateKey")[0])
+    workspace.run("config", "set", "--secret", f"sglang-stacks:{secret}", "not-for-anyone", "-s", "mine")
+    assert "under the demo passphrase" not in workspace.run("preview", "-s", "mine", check=False).stdout

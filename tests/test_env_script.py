@@ -51,3 +51,20 @@ def test_a_stack_the_user_selected_stays_selected(tmp_path: Path) -> None:
     _in_shell(tmp_path, "pulumi stack select eagle3-bs128")
 
     assert _in_shell(tmp_path, "pulumi stack --show-name") == "eagle3-bs128"
+
+
+def test_a_passphrase_file_exported_after_sourcing_env_is_the_one_used(tmp_path: Path) -> None:
+    """The demo passphrase never wins over the user's own: a stack created after the user exports
+    PULUMI_CONFIG_PASSPHRASE_FILE keeps its secret under the user's passphrase."""
+    mine = tmp_path / "passphrase"
+    mine.write_text("only-mine")
+    project = tmp_path / "project"
+    shown = _in_shell(
+        tmp_path,
+        f"export PULUMI_CONFIG_PASSPHRASE_FILE={mine} && mkdir {project} && cd {project} && "
+        "printf 'name: p\\nruntime: python\\n' > Pulumi.yaml && "
+        "pulumi stack init mine --non-interactive >/dev/null && "
+        "pulumi config set --secret key s3cret --non-interactive && "
+        "PULUMI_CONFIG_PASSPHRASE=only-mine pulumi config get key --non-interactive",
+    )
+    assert shown.splitlines()[-1] == "s3cret"

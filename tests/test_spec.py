@@ -140,6 +140,14 @@ def test_missing_section_is_named():
     assert "'model' is a required property. Add it." in _problems(_with("model", None))
 
 
+@pytest.mark.parametrize("host", [None, {}, {"gpu_count": 8}])
+def test_a_stack_without_its_hosts_kind_is_refused_with_the_fix(host):
+    """No host section (or one that does not say its kind) never means the local emulator."""
+    text = _problems(_with("host", host))
+    assert "sglang-stacks:host.kind is missing: a stack names the host it runs on" in text
+    assert "`sglang-stacks:host: {kind: emulator}`" in text and "`kind: ssh`" in text
+
+
 def test_unknown_section_is_named_with_the_allowed_ones():
     text = _problems(_with("servers", {}))
     assert "sglang-stacks:servers: unknown key" in text

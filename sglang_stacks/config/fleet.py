@@ -193,10 +193,18 @@ class FleetSpec(FileSection):
 
 
 def fleet_placement_problem(fleet: FleetSpec | None, host: HostSpec, host_declared: bool) -> str | None:
-    """What is wrong with where a stack's fleet runs (``host`` is its ``sglang-stacks:host`` section,
-    ``host_declared`` whether the stack file sets it), as a sentence with the fix; None when nothing."""
+    """What is wrong with where a stack runs (``host`` is its ``sglang-stacks:host`` section,
+    ``host_declared`` whether the stack file sets it), as a sentence with the fix; None when nothing.
+    A stack without a fleet names its host's kind: the local emulator is never a silent default."""
     if fleet is None:
-        return None
+        if host_declared and "kind" in host.model_fields_set:
+            return None
+        return (
+            "sglang-stacks:host.kind is missing: a stack names the host it runs on; add "
+            "`sglang-stacks:host: {kind: emulator}` for the built-in SGLang emulator on this machine, or "
+            "`kind: ssh` with the address, user, host_key and GPU facts of a real host "
+            "(stacks/Pulumi.baseline.yaml has an example)"
+        )
     if host.kind == "kubernetes":
         if fleet.hosts:
             return (
