@@ -9,6 +9,7 @@ its arguments and a function that runs it and returns the exit code, one of `Exi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -288,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StacksError as error:
         print(f"error: {error}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    except BrokenPipeError:
+        # The reader has what it wanted (`render ... | head`); the rest goes nowhere, quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -348,3 +348,16 @@ def test_a_secret_under_the_demo_passphrase_is_refused_before_anything_runs(work
     workspace.init_stack("mine", STACK.split("  sglang-stacks:sshPrivateKey")[0])
     workspace.run("config", "set", "--secret", f"sglang-stacks:{secret}", "not-for-anyone", "-s", "mine")
     assert "under the demo passphrase" not in workspace.run("preview", "-s", "mine", check=False).stdout
+
+
+@pytest.mark.parametrize("command", [("render", "eagle3-bs128"), ("schema",), ("--help",)])
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(command):
+    """`sglang-stacks render ... | head`: the reader went away, which is no failure of the command."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # a reader that has gone before the first line
+    done = subprocess.run(
+        [sys.executable, "-m", "sglang_stacks.cli", *command],
+        cwd=REPO, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, "")
