@@ -206,6 +206,11 @@ def test_an_extra_flag_the_release_lacks_is_refused_and_an_untyped_flag_is_sent_
             "did you mean server.cuda_graph_max_bs?",
         ),
         (
+            '{key: server.cuda_graph_max_bs, values: [128, "lots"]}',
+            "axes.0.values[1]: 'lots' is not allowed for server.cuda_graph_max_bs: "
+            "Input should be a valid integer",
+        ),
+        (
             "{key: server.tp_size, values: [16, 32]}",
             "Preflight discards all 2 candidates of campaign typo (tp-exceeds-gpus), so nothing would run.",
         ),
@@ -227,6 +232,32 @@ def test_sweep_run_of_a_campaign_that_cannot_run_exits_2_and_creates_nothing(
     assert not (workspace.path / "reports" / "typo").exists()  # no study, no logs
     assert [p.name for p in (workspace.path / "stacks").iterdir()] == ["Pulumi.base.yaml"]
     assert list(workspace.backend.rglob("*.json")) == []  # no trial stack in the backend
+
+
+def test_every_axis_value_is_checked_as_the_field_it_sets(tmp_path: Path) -> None:
+    # It was accepted: the study was made and the rest ran, "lots" becoming silent discards.
+    with pytest.raises(SpecError) as error:
+        _axes_plan(
+            tmp_path,
+            '  - {key: server.cuda_graph_max_bs, values: [128, "lots", auto, null]}\n'
+            "  - {key: server.mem_fraction_static, values: [0.8, 1.5]}\n"
+            "  - {key: environment.env.NCCL_ALGO, values: [Ring, [Tree]]}\n"
+            "  - name: spec\n"
+            "    zip: {server.speculative_num_steps: [1, two], draftModel: [null, {source: nowhere}]}\n",
+        )
+
+    message = str(error.value)
+    assert "The campaign gives 5 value(s) that no stack takes" in message
+    assert "axes.0.values[1]: 'lots' is not allowed for server.cuda_graph_max_bs" in message
+    assert (
+        "axes.1.values[1]: 1.5 is not allowed for server.mem_fraction_static: Input should be less than 1"
+        in (message)
+    )
+    assert "axes.2.values[1]: ['Tree'] is not allowed for environment.env.NCCL_ALGO" in message
+    assert "axes.3.zip server.speculative_num_steps[1]: 'two' is not allowed" in message
+    assert "axes.3.zip draftModel[1]: {'source': 'nowhere'} is not allowed for draftModel" in message
+    assert "'auto'" not in message and "None" not in message  # they leave the key unset
+    assert "nothing was created" in message
 
 
 def test_axis_keys_of_the_stack_sections_and_the_release_flags_are_accepted(tmp_path: Path) -> None:

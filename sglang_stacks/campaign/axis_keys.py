@@ -22,7 +22,7 @@ from sglang_stacks.config.sections import EnvironmentSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import FlagError, SpecError
 
-__all__ = ["check_axis_keys"]
+__all__ = ["check_axis_keys", "field_path", "field_types"]
 
 _EXTRA_FLAGS = "extra_flags"
 _RELEASE_KEY = "environment.sglang_release"
@@ -89,6 +89,28 @@ def _problem(key: str, releases: list[str]) -> str | None:
             return None
         model = inner
     return None
+
+
+def field_path(key: str) -> tuple[type[BaseModel], str, list[str]] | None:
+    """Where ``key`` lands in the stack's sections: the section model, its field's name and the
+    parts of the key left below that field (a mapping's key); None for a key no section has and
+    for a launch flag under ``server.extra_flags``."""
+    parts = key.split(".")
+    model: type[BaseModel] = StackSpec
+    for index, part in enumerate(parts):
+        names = _names(model)
+        if part not in names or (model is ServerFlags and names[part] == _EXTRA_FLAGS):
+            return None
+        inner = _model_of(model, names[part])
+        if inner is None or index == len(parts) - 1:
+            return model, names[part], parts[index + 1 :]
+        model = inner
+    return None
+
+
+def field_types(model: type[BaseModel], field: str) -> list[Any]:
+    """The types a field holds, None left out of a union."""
+    return _annotations(model, field)
 
 
 def _names(model: type[BaseModel]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from sglang_stacks.campaign.axes import Candidate, bind_host, expand, trial_stack_name
 from sglang_stacks.campaign.axis_keys import check_axis_keys
+from sglang_stacks.campaign.axis_values import check_axis_values
 from sglang_stacks.campaign.model import CampaignSpec, load_campaign
 from sglang_stacks.campaign.model_search import Strategy
 from sglang_stacks.config.preflight import run_preflight
@@ -110,6 +111,7 @@ def make_plan(name: str, campaign: CampaignSpec, stacks_dir: Path) -> Plan:
     (when there are at most ``PLAN_LIMIT``). SpecError when an axis varies a key no stack has."""
     base = read_stack_file(campaign.base, stacks_dir).sections
     check_axis_keys(campaign, base)
+    check_axis_values(campaign)
     counts = [axis.count() for axis in campaign.axes]
     size = None if None in counts else math.prod(c for c in counts if c is not None)
     if size is None or size > PLAN_LIMIT:
