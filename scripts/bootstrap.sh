@@ -29,7 +29,7 @@ ensure_venv() {
     if [[ -x "$ROOT/.venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
         return
     fi
-    say "creating .venv and installing pinned Python packages"
+    say "creating .venv and installing pinned Python packages (about 2 minutes, once)"
     "$PYTHON" -m venv "$ROOT/.venv"
     "$ROOT/.venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements-dev.txt"
     # The project itself, editable: the `sglang-stacks` command and `import sglang_stacks` anywhere.
@@ -53,7 +53,7 @@ ensure_toolchain() {
     fi
     mkdir -p "$dir"
     if [[ ! -x "$dir/pulumi" ]]; then
-        say "building the Pulumi CLI v$PULUMI_CLI_VERSION from its Go module (several minutes, once)"
+        say "building the Pulumi CLI v$PULUMI_CLI_VERSION from its Go module (about 7 minutes on 2 cores, once)"
         (cd "$ROOT/toolchain/pulumi-cli" && GOFLAGS=-mod=mod go build -trimpath -buildvcs=false \
             -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_CLI_VERSION" \
             -o "$dir/pulumi.partial" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi)
