@@ -203,6 +203,12 @@ def test_the_budget_is_given_on_the_command_line(project: Project) -> None:
     assert "until budget max_trials 2, max_hours 6." in capped.stdout.splitlines()[0]
     assert "The search stopped: budget.max_trials 2 reached." in capped.stdout
     assert "started on" not in capped.stdout
+    # Fewer trials than candidates: the run searches (tpe) instead of running them all, and the
+    # report, made without the command line's budget, names the search the run said it made.
+    assert "searching them with tpe" in capped.stdout.splitlines()[0]
+    project.sweep("report", "pool")
+    report = (project.workspace.path / "reports" / "pool" / "report.md").read_text()
+    assert "\nSearch: tpe (seed " in report, report.split("## Verdict")[0]
 
 
 def test_the_report_ranks_bs128_first_and_says_which_fractions_are_within_noise(project: Project) -> None:

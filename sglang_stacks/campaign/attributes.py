@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sglang_stacks.campaign.driver import Driver
+from sglang_stacks.campaign.model_search import Strategy
 from sglang_stacks.errors import SpecError
 
 __all__ = [
@@ -160,6 +161,9 @@ class StudyAttributes(BaseModel):
     imported_sweep_file: int | None = None
     """How many finished trials of the previous release's ``sweep.json`` were imported; None
     before the import (it happens once)."""
+    strategy: Strategy | None = None
+    """The strategy the last ``sweep run`` searched with, which its report names (a run's
+    ``--max-trials`` can change it from the file's); None in a study saved before it was kept."""
 
 
 def read_study_attributes(study: optuna.Study) -> StudyAttributes:

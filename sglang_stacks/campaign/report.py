@@ -10,7 +10,7 @@ from pathlib import Path
 
 import optuna
 
-from sglang_stacks.campaign.attributes import TrialRecord, records
+from sglang_stacks.campaign.attributes import TrialRecord, read_study_attributes, records
 from sglang_stacks.campaign.figures import draw_all
 from sglang_stacks.campaign.legacy import import_sweep_file
 from sglang_stacks.campaign.objective import describe
@@ -143,6 +143,8 @@ def write_report(plan: Plan, reports: Path) -> Path:
     folder = reports / plan.name
     study = _study(plan, reports)
     found = records(study)
+    # What the runs searched with, as they said it; the plan's own for a study that never ran.
+    strategy = read_study_attributes(study).strategy or plan.strategy
     ranking = rank(plan.campaign.goals[0], found, plan.campaign.noise.noise())
     figures = draw_all(ranking, found, folder) if ranking.trials else {}
     discarded = [row for row in plan.rows if row.verdict == "discarded"]
@@ -157,8 +159,8 @@ def write_report(plan: Plan, reports: Path) -> Path:
         + f". {_candidates(plan, len(discarded))}; {len(ranking.trials)} trials measured, "
         f"{len(ranking.failed)} failed. {_significance(ranking)}",
         "",
-        f"Search: {plan.strategy}"
-        + ("" if plan.strategy == "grid" else f" (seed {plan.campaign.search.seed})")
+        f"Search: {strategy}"
+        + ("" if strategy == "grid" else f" (seed {plan.campaign.search.seed})")
         + f". {search_summary(found)}",
         "",
         "## Verdict",

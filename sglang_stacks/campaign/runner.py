@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sglang_stacks.campaign import progress
+from sglang_stacks.campaign.attributes import write_study_attributes
 from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.limits import check_bounded, check_runnable
 from sglang_stacks.campaign.plan import Plan
@@ -73,6 +74,7 @@ def run_sweep(
     check_runnable(plan)
     print(opening(plan), file=out, flush=True)
     search = Search.open(plan, folder)
+    write_study_attributes(search.study, strategy=plan.strategy)  # what this run said it searches with
     trials = TrialRunner(
         project, folder / "logs", plan.name, plan.campaign.base, keep_stacks=keep_trial_stacks
     )
