@@ -96,7 +96,12 @@ def test_failures_are_classified_with_a_fix(log: str, kind: str, fix_names: str)
     assert fix_names in failure.fix
 
 
-def plan(fraction: float | None, smallest: float | None = 0.77, largest: float | None = 0.93) -> MemoryAdvice:
+def plan(
+    fraction: float | None,
+    smallest: float | None = 0.77,
+    largest: float | None = 0.93,
+    gpu_count: int | None = None,
+) -> MemoryAdvice:
     """The memory plan of the campaign's host (Kimi-K2.5 INT4 at TP 8) at ``fraction``."""
     return MemoryAdvice(
         release="0.5.8",
@@ -109,6 +114,7 @@ def plan(fraction: float | None, smallest: float | None = 0.77, largest: float |
         rest_needed_gb=5.75,
         cuda_graph_max_bs=128,
         tp_size=8,
+        gpu_count=gpu_count,
     )
 
 
@@ -155,6 +161,29 @@ WEIGHTS_OOM = (
         (GRAPH_OOM, FailureContext(memory=plan(0.95)), "Lower server.mem_fraction_static from 0.95 to 0.93"),
         (GRAPH_OOM, FailureContext(memory=plan(0.88)), "Lower server.cuda_graph_max_bs from 128 to 64"),
         (WEIGHTS_OOM, FailureContext(memory=plan(0.88)), "or raise server.tp_size from 8 to 16"),
+        # On the campaign's 8-GPU host preflight refuses tp_size 16: the fix is more GPUs, not the flag.
+        (
+            WEIGHTS_OOM,
+            FailureContext(memory=plan(0.88, gpu_count=8)),
+            "or split the model over more GPUs than this host's 8 (tp_size 16 needs a host",
+        ),
+        (
+            NOT_ENOUGH,
+            FailureContext(memory=plan(0.93, gpu_count=8)),
+            "or split the model over more GPUs than this host's 8",
+        ),
+        # The fraction SGLang chose, as the server itself reported it, over the plan's count of it.
+        (
+            "server_args=ServerArgs(tp_size=8, mem_fraction_static=0.7787, cuda_graph_max_bs=128)\n"
+            + NOT_ENOUGH,
+            FailureContext(memory=plan(None, smallest=0.9)),
+            "Raise server.mem_fraction_static from unset (SGLang 0.5.8 chose 0.7787) to 0.90",
+        ),
+        (
+            "server_args=ServerArgs(tp_size=8, mem_fraction_static=0.88)\n" + NOT_ENOUGH,
+            FailureContext(memory=plan(0.77)),
+            "Raise server.mem_fraction_static from 0.77 to 0.85:",  # a fraction the stack set is its own
+        ),
         (
             "NCCL WARN ... ncclInvalidUsage: NCCL_ALGO=Tree cannot be captured in a CUDA graph",
             FailureContext(env={"NCCL_ALGO": "Tree"}),

@@ -41,6 +41,8 @@ class MemoryAdvice(BaseModel):
     """The largest captured decode batch in effect (0 without CUDA graphs)."""
     tp_size: int
     """GPUs the model is split over."""
+    gpu_count: int | None = None
+    """GPUs of the host (None in a plan recorded before it was kept): a fix never asks for more."""
 
     @property
     def setting(self) -> str:
@@ -48,7 +50,7 @@ class MemoryAdvice(BaseModel):
         if self.mem_fraction_static is not None:
             return f"{self.mem_fraction_static:g}"
         if self.fraction_in_effect is not None:
-            return f"unset (SGLang {self.release} chose {self.fraction_in_effect:.3g})"
+            return f"unset (SGLang {self.release} chose {self.fraction_in_effect:.4g})"
         return f"unset (SGLang {self.release} chose it)"
 
 
@@ -77,4 +79,5 @@ def memory_advice(spec: StackSpec) -> MemoryAdvice:
         rest_needed_gb=sum(value or 0.0 for value in beside) + (plan.draft_weights_gb or 0.0),
         cuda_graph_max_bs=max(plan.captured_batch_sizes or [0]),
         tp_size=spec.tp_size,
+        gpu_count=spec.host.gpu_count,
     )

@@ -112,14 +112,33 @@ def fix_for(cause: LogCause | None, log_text: str, context: FailureContext) -> s
     if cause is None:
         return f"Its last log lines above say why; fix that, then run `pulumi up -s {context.stack}` again."
     if cause.startswith("oom"):
-        return _memory_fix(cause, context)
+        return _memory_fix(cause, context, log_text)
     if cause.startswith("nccl"):
         return _nccl_fix(cause, context)
     return _OTHER_FIXES[cause](context)
 
 
 def _more_gpus(memory: MemoryAdvice) -> str:
-    return f"raise server.tp_size from {memory.tp_size} to {memory.tp_size * 2} (less of the model per GPU)"
+    doubled = memory.tp_size * 2
+    if memory.gpu_count is not None and doubled > memory.gpu_count:
+        # Preflight refuses a tp_size above the host's GPUs: the fix is another host, not a flag.
+        return (
+            f"split the model over more GPUs than this host's {memory.gpu_count} (tp_size {doubled} "
+            "needs a host, or a multi-node fleet, with that many)"
+        )
+    return f"raise server.tp_size from {memory.tp_size} to {doubled} (less of the model per GPU)"
+
+
+_REPORTED_FRACTION = re.compile(r"\bmem_fraction_static=([0-9]*\.[0-9]+)")
+
+
+def _as_the_server_reported(memory: MemoryAdvice, log_text: str) -> MemoryAdvice:
+    """``memory`` with the fraction the server itself reported using (its ``server_args`` line), where
+    the stack left the fraction to SGLang: the server's word over the plan's count of it."""
+    reported = _REPORTED_FRACTION.findall(log_text)
+    if memory.mem_fraction_static is not None or not reported:
+        return memory
+    return memory.model_copy(update={"fraction_in_effect": float(reported[-1])})
 
 
 def _halved_bs(memory: MemoryAdvice) -> str:
@@ -129,7 +148,7 @@ def _halved_bs(memory: MemoryAdvice) -> str:
     return f"lower server.cuda_graph_max_bs from {bs} to {max(1, bs // 2)}"
 
 
-def _memory_fix(cause: LogCause, context: FailureContext) -> str:
+def _memory_fix(cause: LogCause, context: FailureContext, log_text: str) -> str:
     memory = context.memory
     if memory is None:
         what = "Raise" if cause == "oom_kv_cache" else "Lower"
@@ -137,6 +156,7 @@ def _memory_fix(cause: LogCause, context: FailureContext) -> str:
             f"{what} server.mem_fraction_static (run {_RENDER_HINT}: its memory plan gives the fractions "
             "that fit), or lower server.cuda_graph_max_bs."
         )
+    memory = _as_the_server_reported(memory, log_text)
     plan = f"SGLang {memory.release}'s memory plan"
     smallest, largest = memory.smallest_fitting_fraction, memory.largest_fitting_fraction
     setting, current, more_gpus = memory.setting, memory.fraction_in_effect, _more_gpus(memory)
