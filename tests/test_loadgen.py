@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from sglang_stacks.config.spec import BenchmarkSpec
 from sglang_stacks.hostops import loadgen
-from sglang_stacks.hostops.loadgen import client, contract, streaming
+from sglang_stacks.hostops.loadgen import client, contract, health, streaming
 from sglang_stacks.hostops.loadgen.document import SCHEMA, Document
 from sglang_stacks.hostops.loadgen.progress import Progress
 from sglang_stacks.hostops.loadgen.prompts import PromptSource
@@ -46,6 +46,7 @@ class Schedule:
     speculative: bool = True
     fail_every: int = 0  # answer HTTP 500 to every n-th request (0: never)
     extra_prompt_tokens: int = 0  # a server that adds tokens (a BOS) to what it was sent
+    health: int | None = None  # what GET /health answers (None: the route is missing, 404)
 
 
 class FakeSGLang(ThreadingHTTPServer):
@@ -69,6 +70,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+    def do_GET(self) -> None:
+        status = self.server.schedule.health if self.path == "/health" else None
+        self.send_response(404 if status is None else status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -491,3 +498,30 @@ def test_a_request_is_timed_from_when_it_is_written_not_from_when_its_stream_ask
     record = asyncio.run(with_a_busy_loop())
     assert record.error is None and record.ttft_s is not None
     assert 0.1 <= record.ttft_s < 0.5
+
+
+def test_a_server_whose_health_check_fails_twice_stops_the_run_instead_of_its_timeouts(
+    server: FakeSGLang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hung server: no first token for a minute, each request allowed the default 600 s, and its
+    health check answering 503 (SGLang's answer when its scheduler does not answer)."""
+    monkeypatch.setattr(health, "HEALTH_POLL_S", 0.05)
+    server.schedule = Schedule(ttft_s=60.0, health=503)
+    started = time.monotonic()
+    workload = _workload(server, warmup_requests=0, repetitions=1, requests_per_repetition=1)
+    assert workload.request_timeout_s == 600
+
+    with pytest.raises(health.ServerHangs, match=r"failed 2 times in a row \(HTTP 503, HTTP 503\)"):
+        client.run(workload)
+    assert time.monotonic() - started < 60  # no answer, no timeout was waited for
+
+
+@pytest.mark.parametrize("answer", [200, None])
+def test_a_healthy_server_or_one_without_the_route_is_measured_whole(
+    server: FakeSGLang, monkeypatch: pytest.MonkeyPatch, answer: int | None
+) -> None:
+    monkeypatch.setattr(health, "HEALTH_POLL_S", 0.05)
+    server.schedule = Schedule(health=answer)
+    document = client.run(_workload(server))
+    (level,) = document.levels
+    assert level.errors == 0 and level.requests == 6

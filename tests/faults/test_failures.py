@@ -7,7 +7,10 @@ what the last one left (its environment, probe and claim stay), so the cases cos
 
 from __future__ import annotations
 
+import re
+import time
 from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
 
@@ -128,9 +131,9 @@ def port(drill: Drill) -> int:
     return drill.add_stack(STACK)
 
 
-def configure(drill: Drill, port: int, case: Case) -> None:
+def configure(drill: Drill, port: int, case: Case, benchmark: str = BENCHMARK) -> None:
     """Rewrites the stack's config for ``case``; the stack itself (and its state) stays."""
-    config = stack_config(port, drill.state, benchmark=BENCHMARK, faults=case.faults, server=case.server)
+    config = stack_config(port, drill.state, benchmark=benchmark, faults=case.faults, server=case.server)
     config = config.replace("    ready_timeout_s: 120\n", f"    ready_timeout_s: {case.ready_timeout_s}\n")
     path = drill.workspace.path / "stacks" / f"Pulumi.{STACK}.yaml"
     header = path.read_text().split("config:\n", 1)[0]
@@ -162,3 +165,28 @@ def test_a_failure_is_named_with_its_class_its_log_and_a_fix(drill: Drill, port:
         assert servers(port), "the hung server is still running until it is destroyed"
         drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK)
         assert servers(port) == []
+
+
+def test_a_hang_at_the_default_request_timeout_is_named_within_a_minute(drill: Drill, port: int) -> None:
+    """Each request may take 600 s by default: waiting for the hung requests' timeouts one after
+    another kept `pulumi up` busy for 1,232 s while the server's health said within seconds that it
+    hung. The benchmark watches that health and stops on it."""
+    case = CASES["hang after requests"]
+    configure(drill, port, case, benchmark=BENCHMARK.replace("    request_timeout_s: 2\n", ""))
+    started = time.monotonic()
+
+    result = drill.up(STACK, check=False)
+
+    output = result.stdout + result.stderr
+    ended_s = time.time()
+    error = failure_from_output(output)
+    assert type(error) is ServingError and error.cause == "hang", output
+    assert time.monotonic() - started < 600  # not even one request's timeout was waited out
+    # The server's log, in the failure's last lines: its health check turned bad (SGLang's own line),
+    # and the update named the hang within a minute of that.
+    failed_checks = re.findall(r"\[([0-9-]+ [0-9:]+)\] Health check failed", output)
+    assert failed_checks, output
+    turned_bad_s = datetime.strptime(failed_checks[0], "%Y-%m-%d %H:%M:%S").timestamp()
+    assert ended_s - turned_bad_s < 60, (failed_checks, output)
+    drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK)
+    assert servers(port) == []

@@ -17,6 +17,7 @@ import aiohttp
 
 from .contract import LoadgenError, LoadgenExit, Workload, parse_args
 from .document import SCHEMA, Document, Level, Record, Repetition
+from .health import watch_health
 from .progress import Progress
 from .prompts import SHAREGPT_SAMPLE, WORDS, PromptSource, read_sharegpt
 from .shapes import arrival_gaps_s, closed_loop, open_loop
@@ -184,6 +185,28 @@ async def _prepare(client: aiohttp.ClientSession, workload: Workload, nonce: int
     return PromptSource(workload, nonce, conversations=conversations, answer_tokens=answers), model
 
 
+async def _measure_watching_health(run: _Run, levels: list[Level]) -> None:
+    """Every level into ``levels``, while the server's health is watched; ServerHangs stops it."""
+    measuring = asyncio.ensure_future(_run_levels(run, levels))
+    watching = asyncio.ensure_future(watch_health(run.workload.url))
+    try:
+        await asyncio.wait({measuring, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if watching.done():
+            watching.result()  # raises ServerHangs; a watch that ended without a verdict stops nothing
+        await measuring
+    finally:
+        for task in (measuring, watching):
+            task.cancel()
+        await asyncio.gather(measuring, watching, return_exceptions=True)
+
+
+async def _run_levels(run: _Run, levels: list[Level]) -> None:
+    for level in run.workload.levels:
+        levels.append(await run_level(run, level))
+        if levels[-1].every_request_failed:
+            break  # the next levels would only fail the same way
+
+
 async def run_async(workload: Workload, nonce: int | None = None) -> Document:
     """The whole benchmark: every level in order, as the document ``main`` prints."""
     workload.check()
@@ -204,10 +227,7 @@ async def run_async(workload: Workload, nonce: int | None = None) -> Document:
         run = _Run(client, workload, prompts, model)
         levels: list[Level] = []
         async with run.progress.ticking():
-            for level in workload.levels:
-                levels.append(await run_level(run, level))
-                if levels[-1].every_request_failed:
-                    break  # the next levels would only fail the same way
+            await _measure_watching_health(run, levels)
     return Document(
         schema=SCHEMA,
         nonce=nonce,
