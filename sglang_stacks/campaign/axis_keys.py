@@ -22,7 +22,7 @@ from sglang_stacks.config.sections import EnvironmentSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import FlagError, SpecError
 
-__all__ = ["check_axis_keys", "field_path", "field_types"]
+__all__ = ["check_axis_keys", "field_path", "field_types", "refuse_listed"]
 
 _EXTRA_FLAGS = "extra_flags"
 _RELEASE_KEY = "environment.sglang_release"
@@ -37,12 +37,20 @@ def check_axis_keys(campaign: CampaignSpec, base: Mapping[str, Any]) -> None:
         for where, key in _keys(campaign)
         if (problem := _problem(key, releases)) is not None
     ]
+    refuse_listed(
+        problems,
+        f"The campaign varies {len(problems)} key(s) that no stack has, so every candidate would be an "
+        "invalid stack",
+        "Fix the key in the campaign file; nothing was created.",
+    )
+
+
+def refuse_listed(problems: list[str], said: str, fix: str) -> None:
+    """SpecError saying ``said``, each of ``problems`` on a line of its own, and ``fix``; none
+    without problems."""
     if problems:
         listed = "\n".join(f"  - {line}" for line in problems)
-        raise SpecError(
-            f"The campaign varies {len(problems)} key(s) that no stack has, so every candidate would be "
-            f"an invalid stack:\n{listed}\nFix the key in the campaign file; nothing was created."
-        )
+        raise SpecError(f"{said}:\n{listed}\n{fix}")
 
 
 def _keys(campaign: CampaignSpec) -> Iterable[tuple[str, str]]:

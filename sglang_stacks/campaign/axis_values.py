@@ -13,9 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from sglang_stacks.campaign.axis_keys import field_path, field_types
+from sglang_stacks.campaign.axis_keys import field_path, field_types, refuse_listed
 from sglang_stacks.campaign.model import CampaignSpec
-from sglang_stacks.errors import SpecError
 
 __all__ = ["check_axis_values"]
 
@@ -27,12 +26,12 @@ def check_axis_values(campaign: CampaignSpec) -> None:
         for where, key, value in _values(campaign)
         if (why := _refusal(key, value)) is not None
     ]
-    if problems:
-        listed = "\n".join(f"  - {line}" for line in problems)
-        raise SpecError(
-            f"The campaign gives {len(problems)} value(s) that no stack takes, so their candidates would "
-            f"be invalid stacks:\n{listed}\nFix the value in the campaign file; nothing was created."
-        )
+    refuse_listed(
+        problems,
+        f"The campaign gives {len(problems)} value(s) that no stack takes, so their candidates would be "
+        "invalid stacks",
+        "Fix the value in the campaign file; nothing was created.",
+    )
 
 
 def _values(campaign: CampaignSpec) -> Iterable[tuple[str, str, Any]]:
