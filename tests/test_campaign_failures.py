@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
+from sglang_stacks.campaign import hosts
 from sglang_stacks.campaign.plan import Plan, PlanRow
 from sglang_stacks.campaign.promote import promote_winner
 from sglang_stacks.campaign.report import write_report
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.campaign.trial import TrialFailure, TrialRunner
-from sglang_stacks.errors import SpecError
+from sglang_stacks.errors import HostError, SpecError
 from tests.test_campaign_sweep import _plan
 
 LOCKED = (
@@ -171,3 +172,44 @@ def test_a_failure_an_earlier_version_saved_as_other_still_loads_and_says_what_i
         refused.value
     )
     assert "(other)" not in report + str(refused.value)
+
+
+def _unreachable(runner: TrialRunner, stack: str) -> None:
+    """The pool host's name does not resolve: the host's failure, whatever the candidate."""
+    raise HostError(
+        "Could not reach gpu-a over SSH: Name or service not known. Check host.address in the pool.",
+        summary="The host gpu-a could not be reached (host).",
+    )
+
+
+def test_a_trial_its_host_fails_goes_back_to_the_queue_and_the_host_takes_no_more_after_three(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was charged to the candidate: "failed (host)", infeasible to the sampler, never run again.
+    monkeypatch.setattr(hosts, "REST_S", (0.0,))  # no rest between the tries, in this test only
+    plan = _plan(tmp_path)
+    reports = tmp_path / "reports"
+    search = Search.open(plan, reports / plan.name)
+    real = TrialRunner(tmp_path, reports / plan.name / "logs", plan.name, plan.campaign.base)
+    failing = _Failing(real, [_unreachable] * hosts.HOST_FAILURES)
+    sweep = Sweep(plan, tmp_path, reports, tmp_path / "history.sqlite", search, failing)  # type: ignore[arg-type]
+    sweep.prepare()
+    host = plan.campaign.pool[0]
+
+    sweep.work(host)  # until the host is left out: no candidate was charged, none failed
+
+    records = sweep.records()
+    tried = [r for r in records if r.status == "requeued"]
+    assert len(tried) == hosts.HOST_FAILURES and all(r.cause == "host" for r in tried)
+    assert not [r for r in records if r.status == "failed"]
+    queued = {r.stack for r in records if r.state == "WAITING"}
+    assert {r.stack for r in tried} <= queued  # each candidate waits to run again, on a host that works
+    lines = [line for line in sweep.events if "failed it, not its candidate" in line]
+    assert len(lines) == hosts.HOST_FAILURES
+    assert (
+        "(The host gpu-a could not be reached (host).)" in lines[0] and "a is tried again in 0 s" in lines[0]
+    )
+    assert lines[-1].endswith(
+        f"a takes no more trials in this run: it failed {hosts.HOST_FAILURES} in a row itself "
+        "(fix it, then run the sweep again)"
+    )

@@ -21,13 +21,16 @@ from dataclasses import dataclass, field
 from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.model_pool import PoolHost
 
-__all__ = ["POLL_S", "REST_S", "Rests", "give_way_s", "holder", "place"]
+__all__ = ["HOST_FAILURES", "POLL_S", "REST_S", "Rests", "give_way_s", "holder", "place"]
 
 POLL_S = 2.0
 """How often a worker whose host is held reads the study again."""
 REST_S = (30.0, 60.0, 120.0, 240.0, 300.0)
 """How long a host whose claim was refused rests before it is tried again, after each refusal in a
 row (the last, from then on)."""
+HOST_FAILURES = 3
+"""Trials in a row a pool host may fail itself (unreachable, not its declared facts) before it takes
+no more in this run: each goes back to the queue, never charged to its candidate."""
 
 
 def place(host: PoolHost, machine: str) -> str:
@@ -60,11 +63,15 @@ class Rests:
 
     _until: dict[str, float] = field(default_factory=dict)
     _refusals: dict[str, int] = field(default_factory=dict)
+    _failures: dict[str, int] = field(default_factory=dict)
 
-    def refused(self, host: str) -> float:
-        """Note a refused claim on ``host``; the seconds it now rests."""
+    def refused(self, host: str, *, by_itself: bool = False) -> float:
+        """Note a trial ``host`` could not run: its claim was refused, or (``by_itself``) the host
+        itself failed it (unreachable, or not what the pool says); the seconds it now rests."""
         count = self._refusals.get(host, 0)
         self._refusals[host] = count + 1
+        if by_itself:
+            self._failures[host] = self._failures.get(host, 0) + 1
         rest = REST_S[min(count, len(REST_S) - 1)]
         self._until[host] = time.monotonic() + rest
         return rest
@@ -72,6 +79,11 @@ class Rests:
     def served(self, host: str) -> None:
         """``host`` ran a trial: its next refusal rests it the shortest time again."""
         self._refusals.pop(host, None)
+        self._failures.pop(host, None)
+
+    def out(self, host: str) -> bool:
+        """Whether ``host`` failed ``HOST_FAILURES`` trials in a row itself: it takes no more this run."""
+        return self._failures.get(host, 0) >= HOST_FAILURES
 
     def resting(self, host: str) -> bool:
         """Whether ``host`` rests now."""

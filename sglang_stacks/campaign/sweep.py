@@ -36,7 +36,7 @@ from sglang_stacks.campaign.attributes import (
 )
 from sglang_stacks.campaign.choose import Chooser, Picked
 from sglang_stacks.campaign.early_stop import IntervalPruner, merge_levels
-from sglang_stacks.campaign.hosts import Rests
+from sglang_stacks.campaign.hosts import HOST_FAILURES, Rests
 from sglang_stacks.campaign.interrupt import CtrlC
 from sglang_stacks.campaign.legacy import import_sweep_file
 from sglang_stacks.campaign.model_pool import PoolHost
@@ -148,7 +148,7 @@ class Sweep:
 
     def work(self, host: PoolHost) -> None:
         """One host's loop: run the next trial, until the search is over or the sweep stops."""
-        while not self.stop.is_set():
+        while not self.stop.is_set() and not self._rests.out(host.name):
             picked = self.next_trial(host)
             if picked is None:
                 return
@@ -190,8 +190,8 @@ class Sweep:
                 self._interrupted(picked)
                 return
             failure = self.trials.failure(stack, error)
-            if failure.cause == Cause.CLAIM:
-                self._held(picked, host, failure.message)
+            if failure.cause in (Cause.CLAIM, Cause.HOST):  # the host's failure, not the candidate's
+                self._back_to_queue(picked, host, failure.cause, failure.message)
                 return
             outcome = {"status": "failed", "cause": failure.cause, "message": failure.message}
         self._rests.served(host.name)
@@ -210,20 +210,25 @@ class Sweep:
                 said = f"{stack} failed on {host.name} ({outcome['cause']}); the sweep goes on."
                 self.say(f"{said} {outcome['message']}")
 
-    def _held(self, picked: Picked, host: PoolHost, why: str) -> None:
-        """Another stack held the host's claim: the trial goes back to the queue, and the host
-        rests before this driver tries it again."""
+    def _back_to_queue(self, picked: Picked, host: PoolHost, cause: Cause, why: str) -> None:
+        """The trial could not run for its host, not its candidate (another stack held the host's
+        claim; the host was unreachable or not what the pool says): it goes back to the queue and the
+        host rests; a host that failed ``HOST_FAILURES`` trials in a row itself takes no more."""
         stack = picked.row.stack
         if not self._destroyed(stack):
             self.say(f"{stack}: destroy failed; the next sweep run destroys it (see its log)")
             return
         with self._lock, self._unless_taken_over(stack):
-            self.search.requeue(picked.trial, picked.attributes, "claim", why)
-            rest = self._rests.refused(host.name)
-            self.say(
-                f"{stack}: {host.name} is held by another stack ({why}); the trial goes back to the queue, "
-                f"and {host.name} is tried again in {rest:g} s"
+            self.search.requeue(picked.trial, picked.attributes, cause, why)
+            rest = self._rests.refused(host.name, by_itself=cause == Cause.HOST)
+            said = "is held by another stack" if cause == Cause.CLAIM else "failed it, not its candidate"
+            then = (
+                f"{host.name} takes no more trials in this run: it failed {HOST_FAILURES} in a row itself "
+                "(fix it, then run the sweep again)"
+                if self._rests.out(host.name)
+                else f"{host.name} is tried again in {rest:g} s"
             )
+            self.say(f"{stack}: {host.name} {said} ({why}); the trial goes back to the queue, and {then}")
 
     @contextlib.contextmanager
     def _unless_taken_over(self, stack: str) -> Iterator[None]:
