@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_stacks.cli_check import configure_check, run_check
 from sglang_stacks.cli_config import configure_render, configure_schema, run_render, run_schema
 from sglang_stacks.config.spec import load_spec
 from sglang_stacks.errors import StacksError
@@ -201,6 +202,12 @@ def _run_sweep(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Command] = {
+    "check": Command(
+        name="check",
+        help="check the setup (Pulumi CLI, backend, passphrase) and a stack (spec, preflight, host)",
+        configure=configure_check,
+        run=run_check,
+    ),
     "compare": Command(
         name="compare",
         help="compare deployed stacks: flags side by side, metrics with change and significance, a verdict",
@@ -227,10 +234,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "recover": Command(
         name="recover",
-        help=(
-            "clear the pending operations an interrupted update left that left nothing on the host; "
-            "say what to run for the rest"
-        ),
+        help="settle what an interrupted update left (pending operations, its lock); say what is left",
         configure=_configure_recover,
         run=_run_recover,
     ),
@@ -242,11 +246,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "rollout": Command(
         name="rollout",
-        help=(
-            "deploy a stack; when its regression gate fails and it says on_regression: hand_back, "
-            "deploy its baseline again; a fleet whose canary regresses is rolled back to its last good "
-            "configuration"
-        ),
+        help="deploy a stack; a failed hand_back gate redeploys its baseline; a bad canary rolls back",
         configure=_configure_rollout,
         run=_run_rollout,
     ),

@@ -1,0 +1,165 @@
+"""``sglang-stacks check [stack]``: the setup and a stack checked in seconds, before any update: the
+Pulumi CLI and its backend, the passphrase, and (given a stack) its file, its spec, preflight and
+whether its host answers. One line a check, each failure with its fix; the exit code says the result
+(0 all good, 1 the stack has a problem, 2 the setup has one)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_stacks.config.passphrase import DEMO_PASSPHRASE, passphrase_in_effect
+from sglang_stacks.config.preflight import run_preflight
+from sglang_stacks.config.sections import HostSpec
+from sglang_stacks.config.spec import load_spec
+from sglang_stacks.config.stackfile import read_stack_file
+from sglang_stacks.errors import StacksError
+from sglang_stacks.exits import ExitCode
+from sglang_stacks.project import find_project_dir, stacks_dir
+
+__all__ = ["ACCEPTED_CLI_VERSIONS", "configure_check", "run_check"]
+
+ACCEPTED_CLI_VERSIONS = ("v3.272.0", "v3.274.1")
+"""The Pulumi CLI releases the project runs with (scripts/bootstrap.sh accepts the same)."""
+_COMMAND_S = 30.0
+
+
+class CheckFailed(Exception):
+    """One check's failure: the sentence with its fix."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one check found: ``passed`` with what it saw, or not with the failure's sentence."""
+
+    name: str
+    passed: bool
+    said: str
+
+
+def configure_check(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stack", nargs="?", help="also check this stack: its file, spec, preflight, host")
+
+
+def run_check(args: argparse.Namespace) -> int:
+    project = find_project_dir()
+    setup = [
+        _run("Pulumi CLI", _cli),
+        _run("backend", lambda: _backend(project)),
+        _run("passphrase", _passphrase),
+    ]
+    stack = []
+    if args.stack is not None and all(outcome.passed for outcome in setup[:1]):
+        stack = _stack_checks(args.stack, stacks_dir(project))
+    for outcome in (*setup, *stack):
+        print(f"  {'ok  ' if outcome.passed else 'FAIL'}  {outcome.name}: {outcome.said}")
+    if not all(outcome.passed for outcome in setup):
+        return ExitCode.BAD_INPUT
+    return ExitCode.OK if all(outcome.passed for outcome in stack) else ExitCode.CONFIG_ERRORS
+
+
+def _run(name: str, check: Callable[[], str]) -> Outcome:
+    try:
+        return Outcome(name, True, check())
+    except (CheckFailed, StacksError) as error:
+        return Outcome(name, False, str(error))
+
+
+def _pulumi(*args: str, cwd: Path | None = None) -> str:
+    found = shutil.which("pulumi")
+    if found is None:
+        raise CheckFailed("no `pulumi` on PATH. Run `. scripts/env.sh` (it builds and puts the CLI there).")
+    try:
+        done = subprocess.run(
+            [found, *args], cwd=cwd, capture_output=True, text=True, timeout=_COMMAND_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise CheckFailed(f"`pulumi {' '.join(args)}` did not answer in {_COMMAND_S:g} s.") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no error printed"])[-1]
+        raise CheckFailed(f"`pulumi {' '.join(args)}` failed: {last}")
+    return done.stdout.strip()
+
+
+def _cli() -> str:
+    version = _pulumi("version")
+    if version not in ACCEPTED_CLI_VERSIONS:
+        raise CheckFailed(
+            f"`pulumi` on PATH is {version}; this project runs with {' or '.join(ACCEPTED_CLI_VERSIONS)}. "
+            "Run `. scripts/env.sh`, which puts one of them first on PATH."
+        )
+    return f"{version} ({shutil.which('pulumi')})"
+
+
+def _backend(project: Path) -> str:
+    url = os.environ.get("PULUMI_BACKEND_URL")
+    if not url:
+        raise CheckFailed(
+            "PULUMI_BACKEND_URL is not set. Run `. scripts/env.sh` to select the local backend."
+        )
+    try:
+        listed = json.loads(_pulumi("stack", "ls", "--json", cwd=project) or "[]")
+    except CheckFailed as error:
+        raise CheckFailed(f"{error} Run `. scripts/env.sh`: it creates the local backend's folder.") from None
+    return f"{url} ({len(listed)} stack(s) of this project)"
+
+
+def _passphrase() -> str:
+    passphrase = passphrase_in_effect(os.environ)
+    if passphrase is None:
+        raise CheckFailed(
+            "neither PULUMI_CONFIG_PASSPHRASE nor PULUMI_CONFIG_PASSPHRASE_FILE is set: Pulumi cannot "
+            "read or write a stack's secrets. Put a passphrase in a file only you can read and export "
+            "PULUMI_CONFIG_PASSPHRASE_FILE=<that file>."
+        )
+    if passphrase == DEMO_PASSPHRASE:
+        return "the demo passphrase (fine for the shipped stacks; a stack with a secret needs your own)"
+    source = "PULUMI_CONFIG_PASSPHRASE" if "PULUMI_CONFIG_PASSPHRASE" in os.environ else "the passphrase file"
+    return f"your own, from {source}"
+
+
+def _stack_checks(stack: str, folder: Path) -> list[Outcome]:
+    try:
+        stack_file = read_stack_file(stack, folder)
+        spec = load_spec(stack_file.sections, stack)
+    except StacksError as error:
+        return [Outcome(f"stack {stack}", False, str(error))]
+    secrets = ", ".join(stack_file.secret_keys) or "no secrets"
+    found = [Outcome(f"stack {stack}", True, f"valid (SGLang {spec.environment.sglang_release}; {secrets})")]
+    if stack_file.secret_keys and passphrase_in_effect(os.environ) == DEMO_PASSPHRASE:
+        found.append(
+            Outcome("secrets", False, "held under the demo passphrase: set your own (README, Secrets).")
+        )
+    findings = run_preflight(spec, spec.environment.sglang_release)
+    errors = [f"{f.code}: {f.message}" for f in findings if f.severity == "error"]
+    warnings = [f.code for f in findings if f.severity == "warning"]
+    said = f"{len(warnings)} warning(s){': ' + ', '.join(warnings) if warnings else ''}"
+    found.append(Outcome("preflight", not errors, "; ".join(errors) if errors else f"no errors, {said}"))
+    hosts = [spec.for_host(i).host for i in range(len(spec.fleet.hosts))] if spec.fleet else [spec.host]
+    for index, host in enumerate(hosts):
+        found.append(_run(f"host {index}" if spec.fleet else "host", functools.partial(_reach, host)))
+    return found
+
+
+def _reach(host: HostSpec) -> str:
+    if host.kind == "emulator":
+        return "the built-in SGLang emulator on this machine"
+    if host.kind == "kubernetes":
+        return "a Kubernetes cluster (`pulumi preview` reads its nodes)"
+    assert host.address is not None  # an ssh host's spec requires it
+    try:
+        with socket.create_connection((host.address, host.port), timeout=host.connect_timeout_s):
+            return f"{host.user}@{host.address}:{host.port} answers"
+    except OSError as error:
+        raise CheckFailed(
+            f"{host.address}:{host.port} does not answer ({error.strerror or error}). Check host.address "
+            "and host.port, and that its SSH server runs and the network reaches it."
+        ) from None
