@@ -10,7 +10,6 @@ import functools
 import json
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,11 +17,11 @@ from pathlib import Path
 
 from sglang_stacks.config.passphrase import DEMO_PASSPHRASE, passphrase_in_effect
 from sglang_stacks.config.preflight import run_preflight
-from sglang_stacks.config.sections import HostSpec
 from sglang_stacks.config.spec import load_spec
 from sglang_stacks.config.stackfile import read_stack_file
 from sglang_stacks.errors import StacksError
 from sglang_stacks.exits import ExitCode
+from sglang_stacks.hostops.reach import host_answers
 from sglang_stacks.project import find_project_dir, stacks_dir
 
 __all__ = ["ACCEPTED_CLI_VERSIONS", "configure_check", "run_check"]
@@ -145,21 +144,5 @@ def _stack_checks(stack: str, folder: Path) -> list[Outcome]:
     found.append(Outcome("preflight", not errors, "; ".join(errors) if errors else f"no errors, {said}"))
     hosts = [spec.for_host(i).host for i in range(len(spec.fleet.hosts))] if spec.fleet else [spec.host]
     for index, host in enumerate(hosts):
-        found.append(_run(f"host {index}" if spec.fleet else "host", functools.partial(_reach, host)))
+        found.append(_run(f"host {index}" if spec.fleet else "host", functools.partial(host_answers, host)))
     return found
-
-
-def _reach(host: HostSpec) -> str:
-    if host.kind == "emulator":
-        return "the built-in SGLang emulator on this machine"
-    if host.kind == "kubernetes":
-        return "a Kubernetes cluster (`pulumi preview` reads its nodes)"
-    assert host.address is not None  # an ssh host's spec requires it
-    try:
-        with socket.create_connection((host.address, host.port), timeout=host.connect_timeout_s):
-            return f"{host.user}@{host.address}:{host.port} answers"
-    except OSError as error:
-        raise CheckFailed(
-            f"{host.address}:{host.port} does not answer ({error.strerror or error}). Check host.address "
-            "and host.port, and that its SSH server runs and the network reaches it."
-        ) from None

@@ -4,6 +4,7 @@ errors that name the key, axes expansion, and the ranking's honesty about noise.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.axes import apply
 from sglang_stacks.campaign.keys import check_pool_keys
+from sglang_stacks.campaign.limits import check_pool_answers
 from sglang_stacks.campaign.model import campaign_json_schema, load_campaign
 from sglang_stacks.campaign.model_goals import ObjectiveSpec
 from sglang_stacks.campaign.plan import Plan, make_plan
@@ -351,3 +353,32 @@ def test_a_tiny_p_value_reads_as_below_a_thousandth() -> None:
         ranking.verdict()
     )
     assert "p=<" not in ranking.verdict()
+
+
+def test_a_pool_host_that_does_not_answer_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    # It was charged trial by trial: "failed (host)" for each candidate it was handed.
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    facts = ", ".join(f"{key}: {json.dumps(value)}" for key, value in EMULATOR_HOST_FACTS.items())
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHb3"
+    ssh = f"kind: ssh, user: ubuntu, connect_timeout_s: 2, {facts}, host_key: {key}"
+    (tmp_path / "Pulumi.base.yaml").write_text(emulator_stack(port=30000, state_dir=tmp_path))
+    path = tmp_path / "far.yaml"
+    path.write_text(
+        "base: base\naxes:\n  - {key: server.cuda_graph_max_bs, values: [128]}\npool:\n"
+        "  - {name: here, host: {kind: emulator, state_dir: /tmp/a}, port: 30001}\n"
+        f"  - {{name: gone, host: {{address: gpu-a.invalid, {ssh}}}}}\n"
+        f"  - {{name: closed, host: {{address: 127.0.0.1, port: {port}, {ssh}}}}}\n"
+    )
+    plan = make_plan("far", load_campaign(path), tmp_path)
+
+    with pytest.raises(SpecError) as error:
+        check_pool_answers(plan)
+
+    message = str(error.value)
+    assert message.startswith("2 pool host(s) of campaign far do not answer:")
+    assert "pool.1 (gone): gpu-a.invalid:22 does not answer (" in message
+    assert f"pool.2 (closed): 127.0.0.1:{port} does not answer (Connection refused)" in message
+    assert "Check host.address and host.port" in message and "nothing was created" in message
+    assert "pool.0" not in message

@@ -9,11 +9,21 @@ from __future__ import annotations
 import time
 
 from sglang_stacks.campaign.attributes import TrialRecord
+from sglang_stacks.campaign.axis_keys import refuse_listed
 from sglang_stacks.campaign.model_search import BudgetSpec, Strategy
 from sglang_stacks.campaign.plan import Plan
-from sglang_stacks.errors import SpecError
+from sglang_stacks.errors import HostError, SpecError
+from sglang_stacks.hostops.reach import host_answers
 
-__all__ = ["MAX_REPEATS", "check_bounded", "check_runnable", "earlier_trial", "exhausted", "over_budget"]
+__all__ = [
+    "MAX_REPEATS",
+    "check_bounded",
+    "check_pool_answers",
+    "check_runnable",
+    "earlier_trial",
+    "exhausted",
+    "over_budget",
+]
 
 MAX_REPEATS = 50
 """Suggestions in a row of candidates already run after which the search has converged."""
@@ -86,3 +96,19 @@ def earlier_trial(found: list[TrialRecord], stack: str, number: int) -> TrialRec
         and r.status != "duplicate"
     ]
     return same[0] if same else None
+
+
+def check_pool_answers(plan: Plan) -> None:
+    """SpecError naming every pool host that does not answer (a name that does not resolve, nothing
+    listening on its port), before the sweep creates anything."""
+    problems = []
+    for index, pool_host in enumerate(plan.campaign.pool):
+        try:
+            host_answers(pool_host.host)
+        except HostError as error:
+            problems.append(f"pool.{index} ({pool_host.name}): {error}")
+    refuse_listed(
+        problems,
+        f"{len(problems)} pool host(s) of campaign {plan.name} do not answer",
+        "Fix the pool in the campaign file, or remove the host; nothing was created.",
+    )

@@ -15,7 +15,7 @@ from typing import TextIO
 from sglang_stacks.campaign import progress
 from sglang_stacks.campaign.attributes import write_study_attributes
 from sglang_stacks.campaign.keys import check_pool_keys
-from sglang_stacks.campaign.limits import check_bounded, check_runnable
+from sglang_stacks.campaign.limits import check_bounded, check_pool_answers, check_runnable
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.sweep import Sweep
@@ -72,6 +72,7 @@ def run_sweep(
     check_pool_keys(plan.campaign, stacks_dir(project))  # before anything is launched
     check_bounded(plan)
     check_runnable(plan)
+    check_pool_answers(plan)
     print(opening(plan), file=out, flush=True)
     search = Search.open(plan, folder)
     write_study_attributes(search.study, strategy=plan.strategy)  # what this run said it searches with
