@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from sglang_stacks.hostops.programs.contract import FOLDER
 
@@ -27,3 +28,10 @@ def run_py(name: str, *args: str, stdin: str = "") -> subprocess.CompletedProces
         text=True,
         timeout=120,
     )
+
+
+def unreadable_file(path: Path) -> None:
+    """A file at ``path`` whose read fails for every user, root included (the suite runs as root,
+    which reads a file of mode 0): a link to ``/proc/self/mem``, a regular file whose first page no
+    process has mapped, so reading it fails with EIO."""
+    path.symlink_to("/proc/self/mem")

@@ -34,7 +34,7 @@ from sglang_stacks.hostops.programs.server_contract import Launch, LogTail
 from sglang_stacks.hostops.programs.serving_note_contract import ServingNote
 from sglang_stacks.hostops.programs.swap_folder_contract import SwapFolder
 from sglang_stacks.hostops.programs.tree_digest_contract import ListTree
-from tests._programs import run_py, run_sh
+from tests._programs import run_py, run_sh, unreadable_file
 
 PROGRAM_FILES = sorted(
     path.name
@@ -224,10 +224,7 @@ def test_a_declared_failure_is_raised_as_its_class_with_the_contracts_words() ->
 
 def test_an_unreadable_draft_model_file_is_the_declared_hashing_failure(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
-    (tmp_path / "secret").write_text("x")
-    (tmp_path / "secret").chmod(0)
-    if os.access(tmp_path / "secret", os.R_OK):
-        pytest.skip("this user reads every file (root)")
+    unreadable_file(tmp_path / "secret")
 
     with pytest.raises(ArtifactError, match=r"Hashing the draft model at .* failed \(exit 5\).*secret"):
         call(Connection.local(), ListTree(folder=str(tmp_path)))
