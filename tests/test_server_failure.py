@@ -177,7 +177,7 @@ WEIGHTS_OOM = (
             "server_args=ServerArgs(tp_size=8, mem_fraction_static=0.7787, cuda_graph_max_bs=128)\n"
             + NOT_ENOUGH,
             FailureContext(memory=plan(None, smallest=0.9)),
-            "Raise server.mem_fraction_static from unset (SGLang 0.5.8 chose 0.7787) to 0.90",
+            "Raise server.mem_fraction_static from unset (SGLang 0.5.8 chose 0.779) to 0.90",
         ),
         (
             "server_args=ServerArgs(tp_size=8, mem_fraction_static=0.88)\n" + NOT_ENOUGH,

@@ -50,7 +50,7 @@ class MemoryAdvice(BaseModel):
         if self.mem_fraction_static is not None:
             return f"{self.mem_fraction_static:g}"
         if self.fraction_in_effect is not None:
-            return f"unset (SGLang {self.release} chose {self.fraction_in_effect:.4g})"
+            return f"unset (SGLang {self.release} chose {self.fraction_in_effect:.3g})"
         return f"unset (SGLang {self.release} chose it)"
 
 
