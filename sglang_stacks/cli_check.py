@@ -15,7 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_stacks.config.passphrase import DEMO_PASSPHRASE, passphrase_in_effect
+from sglang_stacks.config.passphrase import (
+    DEMO_PASSPHRASE,
+    passphrase_in_effect,
+    refuse_secrets_under_the_demo_passphrase,
+)
 from sglang_stacks.config.preflight import run_preflight
 from sglang_stacks.config.spec import load_spec
 from sglang_stacks.config.stackfile import read_stack_file
@@ -133,10 +137,8 @@ def _stack_checks(stack: str, folder: Path) -> list[Outcome]:
         return [Outcome(f"stack {stack}", False, str(error))]
     secrets = ", ".join(stack_file.secret_keys) or "no secrets"
     found = [Outcome(f"stack {stack}", True, f"valid (SGLang {spec.environment.sglang_release}; {secrets})")]
-    if stack_file.secret_keys and passphrase_in_effect(os.environ) == DEMO_PASSPHRASE:
-        found.append(
-            Outcome("secrets", False, "held under the demo passphrase: set your own (README, Secrets).")
-        )
+    if stack_file.secret_keys:
+        found.append(_run("secrets", functools.partial(_secrets_kept, stack, stack_file.secret_keys)))
     findings = run_preflight(spec, spec.environment.sglang_release)
     errors = [f"{f.code}: {f.message}" for f in findings if f.severity == "error"]
     warnings = [f.code for f in findings if f.severity == "warning"]
@@ -146,3 +148,9 @@ def _stack_checks(stack: str, folder: Path) -> list[Outcome]:
     for index, host in enumerate(hosts):
         found.append(_run(f"host {index}" if spec.fleet else "host", functools.partial(host_answers, host)))
     return found
+
+
+def _secrets_kept(stack: str, keys: tuple[str, ...]) -> str:
+    """The program's own refusal of secrets under the demo passphrase, said before any update."""
+    refuse_secrets_under_the_demo_passphrase(stack, keys)
+    return "under a passphrase of your own"

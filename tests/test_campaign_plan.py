@@ -156,18 +156,23 @@ def _axes_plan(tmp_path: Path, axes: str) -> Plan:
     return make_plan("keys", load_campaign(path), tmp_path)
 
 
+def _axes_refused(tmp_path: Path, axes: str) -> str:
+    """What planning a campaign with ``axes`` is refused with."""
+    with pytest.raises(SpecError) as error:
+        _axes_plan(tmp_path, axes)
+    return str(error.value)
+
+
 def test_an_axis_key_no_stack_has_is_refused_with_the_nearest_valid_name(tmp_path: Path) -> None:
     # It was accepted: every candidate was discarded by preflight as an invalid stack, a study was
     # made and the sweep exited 0.
-    with pytest.raises(SpecError) as error:
-        _axes_plan(
-            tmp_path,
-            "  - {key: server.cuda_graf_max_bs, values: [128, 256]}\n"
-            "  - name: spec\n"
-            "    zip: {server.speculative_num_steps: [1, 2], environment.emulatr.time_scale: [1, 2]}\n",
-        )
+    message = _axes_refused(
+        tmp_path,
+        "  - {key: server.cuda_graf_max_bs, values: [128, 256]}\n"
+        "  - name: spec\n"
+        "    zip: {server.speculative_num_steps: [1, 2], environment.emulatr.time_scale: [1, 2]}\n",
+    )
 
-    message = str(error.value)
     assert (
         "axes.0.key server.cuda_graf_max_bs: the server section has no key 'cuda_graf_max_bs'; did you mean "
         "server.cuda_graph_max_bs?" in message
@@ -182,14 +187,11 @@ def test_an_axis_key_no_stack_has_is_refused_with_the_nearest_valid_name(tmp_pat
 def test_an_extra_flag_the_release_lacks_is_refused_and_an_untyped_flag_is_sent_to_extra_flags(
     tmp_path: Path,
 ) -> None:
-    with pytest.raises(SpecError) as error:
-        _axes_plan(
-            tmp_path,
-            "  - {key: server.extra_flags.schedule_polcy, values: [lpm, fcfs]}\n"
-            "  - {key: server.enable_torch_compile, values: [true, false]}\n",
-        )
-
-    message = str(error.value)
+    message = _axes_refused(
+        tmp_path,
+        "  - {key: server.extra_flags.schedule_polcy, values: [lpm, fcfs]}\n"
+        "  - {key: server.enable_torch_compile, values: [true, false]}\n",
+    )
     assert (
         "axes.0.key server.extra_flags.schedule_polcy: SGLang 0.5.8 has no launch flag 'schedule_polcy'"
         in (message)
@@ -238,17 +240,15 @@ def test_sweep_run_of_a_campaign_that_cannot_run_exits_2_and_creates_nothing(
 
 def test_every_axis_value_is_checked_as_the_field_it_sets(tmp_path: Path) -> None:
     # It was accepted: the study was made and the rest ran, "lots" becoming silent discards.
-    with pytest.raises(SpecError) as error:
-        _axes_plan(
-            tmp_path,
-            '  - {key: server.cuda_graph_max_bs, values: [128, "lots", auto, null]}\n'
-            "  - {key: server.mem_fraction_static, values: [0.8, 1.5]}\n"
-            "  - {key: environment.env.NCCL_ALGO, values: [Ring, [Tree]]}\n"
-            "  - name: spec\n"
-            "    zip: {server.speculative_num_steps: [1, two], draftModel: [null, {source: nowhere}]}\n",
-        )
+    message = _axes_refused(
+        tmp_path,
+        '  - {key: server.cuda_graph_max_bs, values: [128, "lots", auto, null]}\n'
+        "  - {key: server.mem_fraction_static, values: [0.8, 1.5]}\n"
+        "  - {key: environment.env.NCCL_ALGO, values: [Ring, [Tree]]}\n"
+        "  - name: spec\n"
+        "    zip: {server.speculative_num_steps: [1, two], draftModel: [null, {source: nowhere}]}\n",
+    )
 
-    message = str(error.value)
     assert "The campaign gives 5 value(s) that no stack takes" in message
     assert "axes.0.values[1]: 'lots' is not allowed for server.cuda_graph_max_bs" in message
     assert (

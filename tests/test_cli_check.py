@@ -54,3 +54,17 @@ def test_a_setup_without_a_backend_or_a_stack_file_says_so(workspace: Workspace)
     assert "  FAIL  backend: `pulumi stack ls --json` failed" in done.stdout
     assert "Run `. scripts/env.sh`: it creates the local backend's folder." in done.stdout
     assert "  FAIL  stack missing: There is no stack file Pulumi.missing.yaml in stacks/." in done.stdout
+
+
+def test_a_secret_under_the_demo_passphrase_fails_the_check_as_the_program_would(
+    workspace: Workspace,
+) -> None:
+    workspace.extra_env["PULUMI_CONFIG_PASSPHRASE"] = "sglang-stacks-demo"
+    workspace.init_stack("keyed", "config:\n  sglang-stacks:host: {kind: emulator}\n" + MODEL + SERVER)
+    workspace.run("config", "set", "--secret", "sglang-stacks:hubToken", "not-for-anyone", "-s", "keyed")
+    done = workspace.cli("check", "keyed")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        "  FAIL  secrets: Stack 'keyed' holds sglang-stacks:hubToken under the demo passphrase" in done.stdout
+    )
+    assert "not-for-anyone" not in done.stdout

@@ -116,17 +116,13 @@ def field_path(key: str) -> tuple[type[BaseModel], str, list[str]] | None:
     return None
 
 
-def field_types(model: type[BaseModel], field: str) -> list[Any]:
-    """The types a field holds, None left out of a union."""
-    return _annotations(model, field)
-
-
 def _names(model: type[BaseModel]) -> dict[str, str]:
     """A model's keys as a file spells them (its alias, else its name) -> the field's name."""
     return {(info.alias or name): name for name, info in model.model_fields.items()}
 
 
-def _annotations(model: type[BaseModel], field: str) -> list[Any]:
+def field_types(model: type[BaseModel], field: str) -> list[Any]:
+    """The types a field holds, None left out of a union."""
     annotation = model.model_fields[field].annotation
     origin = typing.get_origin(annotation)
     if origin is typing.Union or origin is types.UnionType:
@@ -136,14 +132,14 @@ def _annotations(model: type[BaseModel], field: str) -> list[Any]:
 
 def _model_of(model: type[BaseModel], field: str) -> type[BaseModel] | None:
     """The section model a field holds, or None for a value (or a mapping of values)."""
-    nested = [a for a in _annotations(model, field) if isinstance(a, type) and issubclass(a, BaseModel)]
+    nested = [a for a in field_types(model, field) if isinstance(a, type) and issubclass(a, BaseModel)]
     return nested[0] if nested else None
 
 
 def _is_mapping(model: type[BaseModel], field: str) -> bool:
     """A field holding free keys (``environment.env``, ``environment.emulator.faults``)."""
     return any(
-        typing.get_origin(a) in (dict, Mapping) or a in (dict, Mapping) for a in _annotations(model, field)
+        typing.get_origin(a) in (dict, Mapping) or a in (dict, Mapping) for a in field_types(model, field)
     )
 
 

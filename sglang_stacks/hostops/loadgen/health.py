@@ -6,8 +6,8 @@ watch asks ``GET /health`` every few seconds on a connection of its own; SGLang'
 twice in a row (or does not answer at all) the run stops and says the server hangs.
 
 A missing route (404, 405 or 501: a server or router without it) ends the watch; any other answer
-than SGLang's 503 is no verdict; a refused connection is not a
-hang (the server died, and its requests fail at once, which the run reports itself)."""
+than SGLang's 503 is no verdict; a refused connection is not a hang (the server died, and its
+requests fail at once, which the run reports itself)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,6 @@ HEALTH_ANSWER_S = 60.0
 """Longest a health check may take: SGLang's own gives up on its scheduler after 20 s (by default)."""
 FAILED_CHECKS = 2
 """Failed checks in a row that stop the run: a single slow check on a busy server stops nothing."""
-
-
 UNHEALTHY = 503
 """What SGLang's health check answers when its scheduler did not answer it in time."""
 NO_HEALTH_ROUTE = frozenset({404, 405, 501})
