@@ -17,7 +17,8 @@ The environment's keys override the profile's. Keys:
 - ``error_burst``: ``{"after_requests": N, "count": M, "status": 500}``: requests N+1..N+M fail;
 - ``port_in_use``: fail to bind the HTTP port the way uvicorn does, even when it is free;
 - ``gpu_memory_held_mib``: another process holds this much of each of the server's GPUs when it
-  starts (as one outside the emulator would), so SGLang finds less free than a plan counts.
+  starts (as one started beside it would), so SGLang finds less free than a plan counts; nvidia-smi
+  does not list it (`sglang_emulator.hold` is a holder it lists, for the check before a launch).
 """
 
 from __future__ import annotations

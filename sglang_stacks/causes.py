@@ -48,7 +48,8 @@ class Cause(StrEnum):
     PORT_IN_USE = "port_in_use"
     """Another process holds a server's port."""
     GPU_MEMORY_HELD = "gpu_memory_held"
-    """Processes still hold a GPU's memory after its server was stopped."""
+    """Other processes hold the GPU memory a server needs: before its launch (named by pid), or
+    still after its server was stopped."""
     CRASH = "crash"
     """A server exited (starting, or while benchmarked) for a reason its log does not name."""
     START_TIMEOUT = "start_timeout"

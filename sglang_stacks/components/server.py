@@ -33,6 +33,7 @@ from sglang_stacks.config.memory_advice import MemoryAdvice
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import claim, logs, process, serving
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.hostops.gpu_room import check_gpu_room, server_gpus
 from sglang_stacks.hostops.server_failure import FailureContext
 
 
@@ -172,6 +173,9 @@ def _start(inputs: ServerInputs) -> ServerOutputs:
     # Holding the claim for this update keeps a racing update of another stack from launching too.
     claim.acquire(conn, inputs.stack, takeover=False, update_id=inputs.update_id, state_dir=inputs.state_dir)
     _stop_untracked(conn, inputs)
+    flags = inputs.flags
+    gpus_per_node = max(1, (flags.tp_size or 1) // (flags.nnodes or 1))
+    check_gpu_room(conn, inputs.nvidia_smi, server_gpus(inputs.env, gpus_per_node), inputs.memory)
     instance = uuid.uuid4().hex[:12]
     log_path = logs.server_log_path(inputs.log_dir, inputs.stack, instance)
     launch = _launch(inputs, log_path)

@@ -41,6 +41,9 @@ class MemoryAdvice(BaseModel):
     """The largest captured decode batch in effect (0 without CUDA graphs)."""
     tp_size: int
     """GPUs the model is split over."""
+    kv_cache_gb: float | None = None
+    """The KV cache per GPU at the fraction in effect (None in a plan recorded before it was kept):
+    memory another process holds beyond it leaves the server none."""
     gpu_count: int | None = None
     """GPUs of the host (None in a plan recorded before it was kept): a fix never asks for more."""
 
@@ -79,5 +82,6 @@ def memory_advice(spec: StackSpec) -> MemoryAdvice:
         rest_needed_gb=sum(value or 0.0 for value in beside) + (plan.draft_weights_gb or 0.0),
         cuda_graph_max_bs=max(plan.captured_batch_sizes or [0]),
         tp_size=spec.tp_size,
+        kv_cache_gb=plan.kv_cache_gb,
         gpu_count=spec.host.gpu_count,
     )

@@ -172,28 +172,30 @@ def _memory_fix(cause: LogCause, context: FailureContext, log_text: str) -> str:
             f"activations {memory.rest_needed_gb:.2f} GB outside it. {_halved_bs(memory).capitalize()}, "
             f"or {more_gpus}."
         )
-    if cause == "oom_cuda_graph":
-        if current is not None and current > largest:
-            return (
-                f"Lower server.mem_fraction_static from {setting} to {largest:.2f}, the largest fraction "
-                f"{plan} leaves room for CUDA graphs and activations at, or {_halved_bs(memory)}."
-            )
+    # A fraction outside the plan's fitting range is the first thing to change, whatever ran out:
+    # preflight refuses it, and any other change would leave it there.
+    if current is None or current < smallest:
+        return (
+            f"Raise server.mem_fraction_static from {setting} to {smallest:.2f}, the smallest fraction "
+            f"{plan} gives room for the KV cache at (up to {largest:.2f} leaves room for CUDA graphs)."
+        )
+    if current > largest:
+        return (
+            f"Lower server.mem_fraction_static from {setting} to {largest:.2f}, the largest fraction "
+            f"{plan} leaves room for CUDA graphs and activations at, or {_halved_bs(memory)}."
+        )
+    if cause == "oom_cuda_graph" or (cause == "oom" and current <= smallest):
         return (
             f"{_halved_bs(memory).capitalize()}: at mem_fraction_static {setting} {plan} leaves room for "
-            "the graphs, but the GPU had less free than it counts (another process may hold some: "
-            "`nvidia-smi` on the host)."
+            "the graphs and activations, but the GPU had less free than it counts (another process may "
+            "hold some: `nvidia-smi` on the host)."
         )
-    if cause == "oom" and current is not None and current > smallest:
+    if cause == "oom":
         # Out of memory outside the static pool (activations, a workspace): a smaller pool leaves more.
         lower = max(smallest, round(current - 0.05, 2))
         return (
             f"Lower server.mem_fraction_static from {setting} to {lower:.2f} ({plan} counts {smallest:.2f} "
             f"as the smallest fraction that fits), or {_halved_bs(memory)}."
-        )
-    if current is None or current < smallest:
-        return (
-            f"Raise server.mem_fraction_static from {setting} to {smallest:.2f}, the smallest fraction "
-            f"{plan} gives room for the KV cache at (up to {largest:.2f} leaves room for CUDA graphs)."
         )
     # The plan counted enough at this fraction, and the server found less free (other processes, a
     # larger runtime than counted): halfway to the largest fraction leaves room on both sides.

@@ -7,7 +7,10 @@ what the last one left (its environment, probe and claim stay), so the cases cos
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -190,3 +193,53 @@ def test_a_hang_at_the_default_request_timeout_is_named_within_a_minute(drill: D
     assert ended_s - turned_bad_s < 60, (failed_checks, output)
     drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK)
     assert servers(port) == []
+
+
+def test_memory_another_process_holds_is_named_before_launch_and_the_printed_fix_serves(
+    drill: Drill, port: int
+) -> None:
+    """Another process holds 2 GiB of each GPU, more than the KV cache the plan leaves at 0.77: the
+    update names it by pid before launching anything (no minutes of weight loading to learn it), and
+    the fraction it prints serves beside that process."""
+    at_smallest = Case(
+        "",
+        ServerError,
+        "gpu_memory_held",
+        "",
+        "",
+        server=CASES["out of memory at the plan's smallest fraction"].server,
+    )
+    configure(drill, port, at_smallest)
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "sglang_emulator.hold", "--mib", "2048", "--gpus", "0,1,2,3,4,5,6,7"],
+        env={**os.environ, "SGLANG_EMULATOR_STATE_DIR": str(drill.state / "gpus")},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == f"holding {holder.pid}\n"
+
+        result = drill.up(STACK, check=False)
+
+        output = result.stdout + result.stderr
+        error = failure_from_output(output)
+        assert type(error) is ServerError and error.cause == "gpu_memory_held", output
+        assert "not free; nothing was launched" in output, output
+        assert f"pid {holder.pid} (python3) holds up to 2048 MiB on GPU 0, 1, 2, 3, 4, 5, 6, 7" in output
+        assert f"`kill {holder.pid}` there" in output, output
+        assert servers(port) == []
+        fix = re.search(
+            r"raise server\.mem_fraction_static from 0\.77 to (0\.\d\d) to serve beside it", output
+        )
+        assert fix, output
+
+        server = f"    cuda_graph_max_bs: 128\n    mem_fraction_static: {fix[1]}\n"
+        configure(drill, port, Case("", ServerError, "", "", "", server=server))
+        served = drill.up(STACK, check=False)
+
+        assert served.returncode == 0, served.stdout + served.stderr
+        assert servers(port)
+    finally:
+        holder.terminate()
+        holder.wait(timeout=30)
+    drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK)
