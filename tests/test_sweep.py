@@ -392,3 +392,57 @@ def test_a_candidate_clearly_worse_after_its_first_repetitions_is_stopped_early(
 def _reader(path: Path) -> optuna.storages.RDBStorage:
     """The study's database, read beside a running sweep without creating anything in it."""
     return optuna.storages.RDBStorage(f"sqlite:///{path}", skip_table_creation=True)
+
+
+def _remote_campaign(project: Project, sshd: SshServer, name: str, runtime: str, **facts: Any) -> None:
+    declared = {**EMULATOR_HOST_FACTS, **facts}
+    text = REMOTE.format(
+        address=sshd.host,
+        ssh_port=sshd.port,
+        user=sshd.user,
+        host_key=sshd.host_key,
+        tmp=project.tmp,
+        facts=", ".join(f"{key}: {json.dumps(value)}" for key, value in declared.items()),
+        port=free_port(),
+    )
+    text = text.replace("values: [emulator]}", f"values: [{runtime}]}}")
+    (project.workspace.path / "campaigns" / f"{name}.yaml").write_text(text)
+
+
+def test_a_pool_host_whose_gpus_differ_from_its_declared_facts_is_refused_at_load(
+    project: Project, sshd: SshServer
+) -> None:
+    """Its trials' host probe would fail each of them; the sweep says so before making anything."""
+    project.workspace.run("config", "set", "--secret", "sshPrivateKey", "-s", "base", stdin=sshd.client_key)
+    _remote_campaign(project, sshd, "otherfacts", "emulator", gpu_model="NVIDIA H100 80GB HBM3")
+
+    refused = project.sweep("run", "otherfacts", check=False)
+
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "1 problem(s) with the GPUs of campaign otherfacts's pool:" in refused.stderr
+    model = EMULATOR_HOST_FACTS["gpu_model"]  # what the emulator's nvidia-smi reports
+    assert (
+        "pool.0 (ssh-a), trials on the emulator: pool.0.host.gpu_model declares 'NVIDIA H100 80GB HBM3' "
+        f"but GPU 0 is {model!r}; set pool.0.host.gpu_model to {model!r}"
+    ) in refused.stderr, refused.stderr
+    assert "nothing was created" in refused.stderr
+    assert not list((project.workspace.path / "stacks").glob("Pulumi.otherfacts-*.yaml"))
+    assert not (project.workspace.path / "reports" / "otherfacts").exists()  # no study either
+
+
+def test_a_pool_host_for_real_sglang_is_probed_over_ssh_at_load(project: Project, sshd: SshServer) -> None:
+    """Trials running real SGLang there probe it with its nvidia-smi, logging in with the pool's key:
+    this machine's sshd has none, which is named before anything is made."""
+    project.workspace.run("config", "set", "--secret", "sshPrivateKey", "-s", "base", stdin=sshd.client_key)
+    _remote_campaign(project, sshd, "nodriver", "sglang")
+    logins = sshd.connections()
+
+    refused = project.sweep("run", "nodriver", check=False)
+
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert sshd.connections() > logins  # it logged in with the key its trials get
+    assert "pool.0 (ssh-a), trials on SGLang: `nvidia-smi` failed on" in refused.stderr
+    assert "is not installed there; install the NVIDIA driver" in refused.stderr
+    assert not list((project.workspace.path / "stacks").glob("Pulumi.nodriver-*.yaml"))
+    body = sshd.client_key.strip().splitlines()[2]
+    assert body not in refused.stdout + refused.stderr

@@ -17,6 +17,7 @@ from sglang_stacks.campaign.attributes import write_study_attributes
 from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.limits import check_bounded, check_pool_answers, check_runnable
 from sglang_stacks.campaign.plan import Plan
+from sglang_stacks.campaign.pool_facts import check_pool_facts
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.campaign.trial import TrialRunner
@@ -73,6 +74,7 @@ def run_sweep(
     check_bounded(plan)
     check_runnable(plan)
     check_pool_answers(plan)
+    check_pool_facts(plan, project)
     print(opening(plan), file=out, flush=True)
     search = Search.open(plan, folder)
     write_study_attributes(search.study, strategy=plan.strategy)  # what this run said it searches with
