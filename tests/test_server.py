@@ -21,7 +21,7 @@ from sglang_stacks.config.flags import flags_from_values, launch_values
 from sglang_stacks.config.recorded import values_from_argv
 from sglang_stacks.config.render import canonical_flags, render_argv, render_command
 from sglang_stacks.config.stackfile import load_stack_spec
-from sglang_stacks.errors import ServerError
+from sglang_stacks.errors import ClaimError, ServerError
 from sglang_stacks.hostops import claim, process
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.server_failure import classify_failure
@@ -441,3 +441,23 @@ def test_a_preview_that_cannot_know_the_python_yet_does_not_announce_a_replaceme
 
     assert not env_only.changes, "the server's outputs stay known, so the benchmark is not re-run"
     assert new_pins.replaces == ["extra_pins"]
+
+
+@pytest.mark.integration
+def test_a_replace_holds_the_host_before_it_stops_its_own_server(host: Path) -> None:
+    """Two updates race for the host while one replaces its serving server: the replace's stop comes
+    after its claim, so the other stack's takeover is refused (it stops nothing either) instead of
+    winning a host whose server the first had already stopped for nothing."""
+    props = server_props(host)
+    conn = Connection.local()
+    started = start(props)
+    claim.finish_all()  # the update that launched it is over: the claim is idle, the server serves
+    try:
+        server.ServerProvider().delete_typed(server.ServerInputs.model_validate(props), started)
+
+        with pytest.raises(ClaimError, match=r"Stack 'baseline' \(update u1, since .*\) is updating"):
+            claim.acquire(conn, "eagle3-bs128", takeover=True, update_id="u9", state_dir=props["state_dir"])
+        owner = claim.read(conn, state_dir=props["state_dir"])
+        assert owner is not None and (owner.stack, owner.updating) == ("baseline", True)
+    finally:
+        process.stop(conn, started.pid, started.start_ticks, props["nvidia_smi"], 20.0)

@@ -257,6 +257,14 @@ class ServerProvider(TypedProvider[ServerInputs, ServerOutputs]):
 
     def delete_typed(self, inputs: ServerInputs, outputs: ServerOutputs) -> None:
         conn = inputs.connection
+        # The claim before the stop: while this update holds the host, a racing update of another
+        # stack cannot take it over, so a replace never stops its own serving server only to lose
+        # the host before its launch. A host another stack claimed has stopped this server already.
+        current = claim.read(conn, state_dir=inputs.state_dir)
+        if current is not None and current.stack == inputs.stack:
+            claim.acquire(
+                conn, inputs.stack, takeover=False, update_id=inputs.update_id, state_dir=inputs.state_dir
+            )
         serving.forget(conn, inputs.state_dir, outputs.pid)
         process.stop(conn, outputs.pid, outputs.start_ticks, inputs.nvidia_smi, inputs.stop_timeout_s)
 
