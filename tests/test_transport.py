@@ -507,3 +507,71 @@ def test_a_gathered_read_keeps_its_own_time_limit(sshd: SshServer) -> None:
     conn = sshd.connection()
     with gathering(), pytest.raises(HostError, match="did not finish within 1 s"):
         run(conn, "sleep 20", timeout_s=1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _started_script(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The wire's bootstrap on this machine running a script that would run for minutes, and the
+    pid of that script's bash."""
+    from sglang_stacks.hostops._wire import command_line
+
+    script = f"echo $$ > {tmp_path}/pid; sleep 300"
+    wire = subprocess.Popen(
+        command_line(Connection.local()),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert wire.stdin is not None
+    wire.stdin.write(f"marker 600 {len(script)}\n{script}".encode())
+    wire.stdin.close()
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text().strip():
+        assert time.monotonic() < deadline, "the script never started"
+        time.sleep(0.05)
+    return wire, int((tmp_path / "pid").read_text())
+
+
+def test_a_script_stops_when_the_process_that_ran_it_is_killed(tmp_path: Path) -> None:
+    # A cancelled update kills the session's client; the host's script must not run on for minutes.
+    wire, script = _started_script(tmp_path)
+    assert _alive(script)
+
+    wire.kill()
+    wire.wait()
+
+    deadline = time.monotonic() + 5
+    while _alive(script) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(script), "the script ran on after its session ended"
+
+
+def test_a_cancelled_update_stops_the_script_in_flight_at_once(tmp_path: Path) -> None:
+    from sglang_stacks.hostops import cancel
+
+    def cancel_soon() -> None:
+        time.sleep(0.5)
+        cancel._REQUESTED.set()
+
+    threading.Thread(target=cancel_soon, daemon=True).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(
+            cancel.Cancelled, match=r"cancelled \(Ctrl-C\) while a step ran on the local host"
+        ):
+            run(Connection.local(), f"echo $$ > {tmp_path}/pid; sleep 300", timeout_s=600)
+    finally:
+        cancel._REQUESTED.clear()
+    assert time.monotonic() - started < 5
+    script = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(script) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(script)

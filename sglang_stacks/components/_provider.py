@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from sglang_stacks.components._engine_status import engine_address
 from sglang_stacks.errors import StacksError
-from sglang_stacks.hostops import lifetime
+from sglang_stacks.hostops import cancel, lifetime
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.transport import gathering
 from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
@@ -275,8 +275,10 @@ class _sentences_only:
     error's class."""
 
     def __enter__(self) -> None:
-        # Whatever a provider does on a host ends with the update that asked for it.
+        # Whatever a provider does on a host ends with the update that asked for it, and stops when
+        # its user cancels the update.
         lifetime.watch_engine()
+        cancel.listen()
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, *_: object) -> None:
         if isinstance(error, StacksError):

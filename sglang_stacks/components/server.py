@@ -32,6 +32,7 @@ from sglang_stacks.config.flags import LaunchFlags
 from sglang_stacks.config.memory_advice import MemoryAdvice
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import claim, logs, process, serving
+from sglang_stacks.hostops.cancel import Cancelled
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.gpu_room import check_gpu_room, server_gpus
 from sglang_stacks.hostops.server_failure import FailureContext
@@ -179,8 +180,18 @@ def _start(inputs: ServerInputs) -> ServerOutputs:
     instance = uuid.uuid4().hex[:12]
     log_path = logs.server_log_path(inputs.log_dir, inputs.stack, instance)
     launch = _launch(inputs, log_path)
-    running = process.launch(conn, launch)  # noted in the claim by the launch itself
-    process.wait_ready(conn, launch, running)
+    try:
+        running = process.launch(conn, launch)  # noted in the claim by the launch itself
+        process.wait_ready(conn, launch, running)
+    except Cancelled as error:
+        # The engine hears back at once; the server, noted in the claim, is the next update's to stop.
+        error.message = (
+            f"{error.message} SGLang, which this step launched, was still starting: the next "
+            f"`pulumi up -s {inputs.stack}` stops it before its own launch, and "
+            f"`sglang-stacks recover {inputs.stack}` stops it now."
+        )
+        error.args = (error.message,)
+        raise
     serving.record(
         conn,
         inputs.state_dir,

@@ -15,6 +15,7 @@ from enum import IntEnum
 from typing import Literal
 
 from sglang_stacks.errors import HostError
+from sglang_stacks.hostops import cancel
 from sglang_stacks.hostops._ssh import client_argv
 from sglang_stacks.hostops.connection import Connection
 
@@ -51,8 +52,16 @@ if ! command -v timeout >/dev/null 2>&1; then
     echo "sglang-stacks: the host has no 'timeout' command; install coreutils" >&2
     exit 2
 fi
-timeout -k KILL_AFTER "$limit_s" bash <(printf '%s' "$script")
+timeout -k KILL_AFTER "$limit_s" bash <(printf '%s' "$script") <&0 &
+child=$!
+# The script ends with its caller: this bash gone (a cancelled update; the pipe on fd 3 then reads
+# end of file at once), or the process that started it gone (the SSH session of a dropped
+# connection, a killed provider). Builtins only: nothing outlives the script.
+exec 3> >({ while kill -0 $PPID; do read -r -t 1 _; [ $? -gt 128 ] || break; done
+             kill -TERM "$child"; } >/dev/null 2>&1)
+wait "$child"
 rc=$?
+exec 3>&-
 printf '\n%s %s\n' "$marker" "$rc" >&2
 exit "$rc"
 """.replace("KILL_AFTER", str(KILL_AFTER_S))
@@ -77,15 +86,16 @@ def spawn(conn: Connection, argv: list[str]) -> subprocess.Popen[bytes]:
 
 def collect(
     process: subprocess.Popen[bytes], marker: bytes, deadline: float
-) -> tuple[bytes, bytes, Literal["closed", "held", "hung"]]:
-    """Reads stdout and stderr until both close, the output is held open, or the deadline."""
+) -> tuple[bytes, bytes, Literal["closed", "held", "hung", "cancelled"]]:
+    """Reads stdout and stderr until both close, the output is held open, the deadline, or the
+    update is cancelled (`cancel.requested`)."""
     buffers = {process.stdout: bytearray(), process.stderr: bytearray()}
     selector = selectors.DefaultSelector()
     for pipe in buffers:
         assert pipe is not None
         selector.register(pipe, selectors.EVENT_READ)
     last_data = time.monotonic()
-    outcome: Literal["closed", "held", "hung"] = "closed"
+    outcome: Literal["closed", "held", "hung", "cancelled"] = "closed"
     with selector:
         while selector.get_map():
             for key, _ in selector.select(timeout=0.1):
@@ -101,5 +111,8 @@ def collect(
                 break
             if now > deadline:
                 outcome = "hung"
+                break
+            if cancel.requested():
+                outcome = "cancelled"
                 break
     return bytes(buffers[process.stdout]), bytes(buffers[process.stderr]), outcome

@@ -35,6 +35,7 @@ from sglang_stacks.hostops import _batch
 from sglang_stacks.hostops._output import last_lines, said_last
 from sglang_stacks.hostops._ssh_errors import ssh_failure
 from sglang_stacks.hostops._wire import KILL_AFTER_S, WireExit, collect, command_line, spawn
+from sglang_stacks.hostops.cancel import Cancelled
 from sglang_stacks.hostops.connection import Connection
 
 __all__ = [
@@ -241,6 +242,11 @@ def _result(
 ) -> CommandResult:
     err_text = stderr.decode(errors="replace")
     out_text = stdout.decode(errors="replace")
+    if outcome == "cancelled":
+        raise Cancelled(
+            f"The update was cancelled (Ctrl-C) while a step ran on {conn.label}; the script it ran "
+            "there was stopped."
+        )
     found = re.search(r"\n?" + marker + r" (\d+)\n", err_text)
     if found is None:
         if outcome == "hung":

@@ -76,8 +76,9 @@ class Drill:
         self.workspace.init_stack(stack, config)
         return port
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        """``pulumi <args>`` in the background, its output kept for the assertion messages."""
+    def start(self, *args: str, group: bool = False) -> subprocess.Popen[str]:
+        """``pulumi <args>`` in the background, its output kept for the assertion messages; with
+        ``group``, in a process group of its own, as a terminal's foreground job is."""
         return subprocess.Popen(
             [pulumi_binary(), *args, "--non-interactive"],
             cwd=self.workspace.path,
@@ -85,15 +86,18 @@ class Drill:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            process_group=0 if group else None,
         )
 
-    def up_until_pending(self, stack: str, resource: str, timeout_s: float = 180) -> subprocess.Popen[str]:
+    def up_until_pending(
+        self, stack: str, resource: str, timeout_s: float = 180, *, group: bool = False
+    ) -> subprocess.Popen[str]:
         """`pulumi up` of ``stack`` in the background, returned once the state records the operation
         on ``resource`` (its name) as pending: the engine writes that down before it asks the
         provider, and drops it when the provider answers, so a kill now interrupts exactly that
         step. Its output is read on, and kept, by a thread; AssertionError with it when the update
         ends first."""
-        update = self.start("up", "--yes", "--skip-preview", "-s", stack)
+        update = self.start("up", "--yes", "--skip-preview", "-s", stack, group=group)
         said: list[str] = []
         assert update.stdout is not None
         threading.Thread(target=said.extend, args=(update.stdout,), daemon=True).start()
@@ -252,6 +256,14 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> No
 def interrupt(update: subprocess.Popen[str], sig: signal.Signals) -> None:
     """Sends ``sig`` to the ``pulumi`` CLI alone (its plugins are not told)."""
     os.kill(update.pid, sig)
+
+
+def ctrl_c(update: subprocess.Popen[str], times: int = 1) -> None:
+    """What a terminal's Ctrl-C does to an update started with ``group``: SIGINT to every process of
+    its process group (the CLI, its plugins, the program, what they started), ``times`` times."""
+    for _ in range(times):
+        os.killpg(update.pid, signal.SIGINT)
+        time.sleep(0.3)
 
 
 def finish(update: subprocess.Popen[str], timeout_s: float = 120) -> str:

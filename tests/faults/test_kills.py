@@ -12,6 +12,7 @@ import pytest
 from tests.faults.drill import (
     LONG_BENCHMARK,
     Drill,
+    ctrl_c,
     engine_addresses,
     finish,
     healthy,
@@ -173,3 +174,48 @@ def test_sigkill_at_three_moments_is_recovered_by_one_command_each_time(drill: D
     assert "pending" not in output.lower(), output
     exported = drill.workspace.json("stack", "export", "-s", "recovered")
     assert "pending_operations" not in exported["deployment"]
+
+
+@pytest.mark.parametrize(
+    ("resource", "times"),
+    [("environment", 1), ("server", 1), ("server", 2), ("benchmark", 1)],
+    ids=["environment-once", "server-start-once", "server-start-twice", "benchmark-once"],
+)
+def test_ctrl_c_to_the_process_group_leaves_nothing_running_and_the_next_up_is_clean(
+    drill: Drill, resource: str, times: int
+) -> None:
+    """A terminal's Ctrl-C reaches every process of the update, not only the CLI. Whatever it
+    interrupts, no program of the tool runs on anywhere, the host is let go, and the next `pulumi
+    up`, with no other command, ends with one healthy server and no pending operation."""
+    stack = f"ctrl-c-{resource}-{times}"
+    port = drill.add_stack(stack, benchmark=LONG_BENCHMARK, faults="        slow_readiness_s: 6\n")
+    if resource == "benchmark":
+        drill.up(stack)  # a serving server, replaced by the next update
+        config = drill.workspace.path / "stacks" / f"Pulumi.{stack}.yaml"
+        config.write_text(config.read_text().replace("output_len: 160", "output_len: 161"))
+    update = drill.up_until_pending(stack, f"{stack}-{resource}", group=True)
+    if resource == "server":
+        wait_for(lambda: servers(port) or update.poll() is not None, 120, "the server to start")
+    if resource == "benchmark":
+        wait_for(lambda: loadgens(port) or update.poll() is not None, 120, "the benchmark to start")
+    serving = servers(port)
+
+    ctrl_c(update, times)
+    update.wait(timeout=120)
+
+    wait_for(lambda: not drill.tool_processes(), 30, f"no program of the tool: {drill.tool_processes()}")
+    holder = drill.claim()
+    assert holder is None or holder.updating is False
+    if resource == "benchmark":
+        assert servers(port) == serving and healthy(port), "Ctrl-C stopped the server the state tracks"
+    result = drill.up(stack, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert len(servers(port)) == 1 and healthy(port)
+    deployment = drill.workspace.json("stack", "export", "-s", stack)["deployment"]
+    assert "pending_operations" not in deployment, (
+        [(op["type"], op["resource"]["urn"].rsplit("::", 1)[1]) for op in deployment["pending_operations"]],
+        output,
+    )
+    assert drill.tool_processes() == []
+    drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", stack)
