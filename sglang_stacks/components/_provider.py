@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
@@ -21,9 +20,7 @@ from pulumi.output import Unknown
 from pulumi.runtime import rpc
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from sglang_stacks.components._engine_status import engine_address
-from sglang_stacks.errors import StacksError
-from sglang_stacks.hostops import cancel, lifetime
+from sglang_stacks.components._provider_errors import sentences_only as _sentences_only
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.transport import gathering
 from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
@@ -264,30 +261,3 @@ def _import_providers(own_module: str) -> None:
     fleet = _FLEET_PROVIDERS if own in _FLEET_PROVIDERS else ()
     for name in (*_HOST_PROVIDERS, *fleet):
         importlib.import_module(f"{package}.{name}")
-
-
-class _sentences_only:
-    """The project's own errors (a StacksError already says what to fix) reach the user without a
-    Python traceback: Pulumi's provider host prints `traceback.format_exc()`, which honours
-    `sys.tracebacklimit`. The process serves one update, which fails here anyway. The error leaves
-    with its typed record as a note (PEP 678), which the printed traceback shows after the message
-    for the driver to read back, while the message itself stays the sentence, on a line after the
-    error's class."""
-
-    def __enter__(self) -> None:
-        # Whatever a provider does on a host ends with the update that asked for it, and stops when
-        # its user cancels the update.
-        lifetime.watch_engine()
-        cancel.listen()
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, *_: object) -> None:
-        if isinstance(error, StacksError):
-            sys.tracebacklimit = 0
-            line = error.record().line()
-            if line not in getattr(error, "__notes__", ()):
-                error.add_note(line)
-            # In a provider process, its sentence starts on a line of its own: the engine's progress
-            # rows show a failed resource's first line (twice: as it fails, and failed), so they name
-            # the error's class and the diagnostics at the end say the sentence, once.
-            if engine_address() and error.args and not str(error.args[0]).startswith("\n"):
-                error.args = ("\n" + str(error.args[0]), *error.args[1:])

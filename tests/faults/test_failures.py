@@ -163,6 +163,10 @@ def test_a_failure_is_named_with_its_class_its_log_and_a_fix(drill: Drill, port:
     assert f"Last log lines of {drill.host_state}/logs/{STACK}-" in output, output
     assert case.fix.format(port=port) in output, output
     assert "(other)" not in output
+    # An operator reads what failed in words, once: no Python class, no engine echo of it.
+    assert f"{case.error.__name__}:" not in output and "sglang_stacks." not in output, output
+    assert f"error: {case.cause.replace('_', ' ')} failure:" in output, output
+    assert "Resource monitor has terminated" not in output, output
     if case.cause == "hang":
         # The hung server runs on until `pulumi destroy` stops it, as the fix says.
         assert servers(port), "the hung server is still running until it is destroyed"
