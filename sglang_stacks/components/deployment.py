@@ -113,7 +113,6 @@ class SGLangDeployment(pulumi.ComponentResource):
         first = levels.apply(lambda found: found[0])
         self.outputs = DeploymentExports(
             tok_s=first.apply(lambda result: result.tok_s_mean),
-            benchmark=first,
             benchmark_levels=levels,
             goodput=first.apply(lambda result: result.goodput),
             launch_command=server.output(lambda o: o.launch_command),
@@ -121,7 +120,7 @@ class SGLangDeployment(pulumi.ComponentResource):
             sglang_version=environment.output(lambda o: o.sglang_version),
             host=parts.probe.output(lambda o: o.facts),
             server_log=server.output(lambda o: o.log_path),
-            preflight=found,
+            preflight=[f for f in found if f.severity != "info"],  # notes: `sglang-stacks render`
             memory_plan=plan_memory(spec, release),
         )
         register(self, self.outputs)

@@ -9,9 +9,9 @@ fits for a release, for messages that name one.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from sglang_stacks.config.memory_facts import stack_device, stack_launch, stack_model, stack_workload
 from sglang_stacks.config.spec import StackSpec
@@ -20,6 +20,11 @@ from sglang_world import fitting_fractions
 from sglang_world import plan_memory as world_plan
 
 __all__ = ["MemoryPlan", "fitting_fraction", "plan_memory"]
+
+
+def _sizes(value: Any) -> Any:
+    """Batch sizes as the stack output writes them (``"1 2 4 8"``), or as a list."""
+    return [int(word) for word in value.split()] if isinstance(value, str) else value
 
 
 class MemoryPlan(BaseModel):
@@ -42,8 +47,8 @@ class MemoryPlan(BaseModel):
     chunked_prefill_size: int | None = None
     max_prefill_tokens: int | None = None
     cuda_graph_max_bs: int | None = None
-    captured_batch_sizes: list[int] | None = None
-    """Decode batch sizes the server captures graphs for."""
+    captured_batch_sizes: Annotated[list[int] | None, BeforeValidator(_sizes)] = None
+    """Decode batch sizes the server captures graphs for (the stack output writes them on one line)."""
     free_after_init_gb: float | None = None
     """What the server measures free before loading (total less driver, runtime, other processes)."""
     target_weights_gb: float | None = None
@@ -76,9 +81,17 @@ class MemoryPlan(BaseModel):
         return self.verdict == "fits"
 
     def as_dict(self) -> dict[str, Any]:
-        """Every figure, for JSON and the stack outputs; four decimals say all a GB needs to."""
+        """Every figure, for JSON; four decimals say all a GB needs to."""
         figures = self.model_dump()
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}
+
+    def as_output(self) -> dict[str, Any]:
+        """`as_dict` as the stack output shows it, a line a figure and none for what is not known: the
+        captured batch sizes (as many as 52) as one line of numbers, which reads back as the list."""
+        figures = {key: value for key, value in self.as_dict().items() if value is not None}
+        if "captured_batch_sizes" in figures:
+            figures["captured_batch_sizes"] = " ".join(str(bs) for bs in figures["captured_batch_sizes"])
+        return figures
 
 
 def _figures(plan: WorldPlan) -> dict[str, Any]:

@@ -152,7 +152,6 @@ class KubeDeployment(pulumi.ComponentResource):
         first = levels.apply(lambda measured: measured[0])
         self.outputs = DeploymentExports(
             tok_s=first.apply(lambda result: result.tok_s_mean),
-            benchmark=first,
             benchmark_levels=levels,
             goodput=first.apply(lambda result: result.goodput),
             launch_command=launch.command,
@@ -162,7 +161,7 @@ class KubeDeployment(pulumi.ComponentResource):
             server_log=server.output(lambda o: o.pod).apply(
                 lambda pod: f"kubectl logs -n {access.namespace} {pod}"
             ),
-            preflight=checked.findings,
+            preflight=[f for f in checked.findings if f.severity != "info"],  # notes: `sglang-stacks render`
             memory_plan=plan_memory(checked.judged, release),
         )
         register(self, self.outputs)

@@ -25,8 +25,15 @@ from sglang_stacks.results.verdict import CanaryVerdict
 
 __all__ = ["DeploymentOutputs", "FleetOutputs", "ReplicaOutputs"]
 
-MemoryPlanOutput = Annotated[MemoryPlan, PlainSerializer(lambda plan: plan.as_dict())]
-"""The memory plan as the stack output shows it: its figures, derived ones included."""
+MemoryPlanOutput = Annotated[MemoryPlan, PlainSerializer(lambda plan: plan.as_output())]
+"""The memory plan as the stack output shows it: its figures, derived ones included, on a line each."""
+
+Levels = Annotated[
+    list[BenchmarkResult],
+    PlainSerializer(lambda levels: [level.model_dump(mode="json", exclude_none=True) for level in levels]),
+]
+"""Benchmark results as the stack output shows them: what was not measured (no SLO, no price, no
+speculative decoding) left out rather than printed as null."""
 
 
 class _Outputs(BaseModel):
@@ -59,10 +66,8 @@ class DeploymentOutputs(_Outputs):
 
     tok_s: float
     """Output tokens per second at the benchmark's first load level, mean over repetitions."""
-    benchmark: BenchmarkResult
-    """Every metric of the first load level."""
-    benchmark_levels: list[BenchmarkResult] = Field(default_factory=list)
-    """The metrics at each load level."""
+    benchmark_levels: Levels = Field(min_length=1)
+    """The metrics at each load level (the first is `benchmark`)."""
     goodput: Goodput | None = None
     """Throughput within the benchmark's SLO at the first level; none without an SLO."""
     launch_command: str
@@ -76,16 +81,26 @@ class DeploymentOutputs(_Outputs):
     server_log: str = ""
     """The server's log file on the host."""
     preflight: list[Finding] = Field(default_factory=list)
-    """Preflight warnings and notes (errors stop the program before anything is deployed)."""
+    """Preflight warnings (errors stop the program before anything is deployed; its notes are in
+    ``sglang-stacks render``)."""
     memory_plan: MemoryPlanOutput | None = None
     """The memory planner's per-GPU budget for this configuration."""
+
+    @property
+    def benchmark(self) -> BenchmarkResult:
+        """Every metric of the first load level."""
+        return self.benchmark_levels[0]
 
     @model_validator(mode="before")
     @classmethod
     def _upgrade(cls, outputs: Any) -> Any:
         if not isinstance(outputs, Mapping):
             return outputs
-        return {**outputs, "launch_flags": _upgraded_flags(outputs)}
+        upgraded = {**outputs, "launch_flags": _upgraded_flags(outputs)}
+        # Earlier versions exported the first level again as ``benchmark`` (some only it).
+        if not upgraded.get("benchmark_levels") and upgraded.get("benchmark") is not None:
+            upgraded["benchmark_levels"] = [upgraded["benchmark"]]
+        return upgraded
 
 
 class ReplicaOutputs(_Outputs):
@@ -111,7 +126,7 @@ class FleetOutputs(_Outputs):
     router_service: str | None = None
     """On a cluster: the router's Service, as clients inside the cluster reach it
     (``http://<name>.<namespace>.svc:<port>``); none for a fleet of hosts."""
-    benchmark_levels: list[BenchmarkResult]
+    benchmark_levels: Levels
     """The benchmark through the router at each load level."""
     replicas: list[ReplicaOutputs]
     """Each replica: host, URL, launch command, tok/s on its own."""

@@ -247,3 +247,20 @@ def test_memory_another_process_holds_is_named_before_launch_and_the_printed_fix
         holder.terminate()
         holder.wait(timeout=30)
     drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK)
+
+
+def test_an_up_prints_a_summary_that_ends_with_tok_s(drill: Drill) -> None:
+    """The outputs a successful update prints: each figure on a line, none unknown, the preflight's
+    notes left to `render`, and tok/s last, just above the resource counts."""
+    drill.add_stack("summary")
+
+    printed = drill.up("summary").stdout
+
+    outputs = printed.split("\nOutputs:\n", 1)[1].split("\nResources:", 1)[0].strip().splitlines()
+    assert outputs[-1].split()[:2] == ["tok_s", ":"], outputs
+    assert not [line for line in outputs if "<null>" in line], outputs
+    sizes = [line for line in outputs if "captured_batch_sizes" in line]
+    assert len(sizes) == 1 and sizes[0].split(":", 1)[1].strip().startswith('"1 2 4 8'), outputs
+    assert "memory-plan" not in printed  # the plan's note, in full, is `sglang-stacks render`'s
+    assert len(printed.splitlines()) < 150, printed
+    drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", "summary")
