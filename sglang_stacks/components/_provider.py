@@ -20,7 +20,9 @@ from pulumi.output import Unknown
 from pulumi.runtime import rpc
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from sglang_stacks.components._engine_status import engine_address
 from sglang_stacks.components._provider_errors import sentences_only as _sentences_only
+from sglang_stacks.hostops import backend_lock
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.transport import gathering
 from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
@@ -191,7 +193,12 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
 
     # -- Pulumi's interface ----------------------------------------------------------------------
     def _inputs(self, props: Mapping[str, Any]) -> InputsT:
-        return self.inputs.model_validate(dict(props))  # type: ignore[return-value]
+        inputs = self.inputs.model_validate(dict(props))
+        stack = getattr(inputs, "stack", "")
+        if isinstance(stack, str) and engine_address():
+            # A CLI killed during this update leaves its lock: this process lets go of it.
+            backend_lock.release_when_the_engine_is_gone(stack)
+        return inputs  # type: ignore[return-value]
 
     def _outputs(self, props: Mapping[str, Any]) -> OutputsT:
         return self.outputs.model_validate(dict(props))  # type: ignore[return-value]

@@ -17,20 +17,18 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
-from urllib.parse import unquote, urlparse
 
 from pulumi import automation as auto
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from sglang_stacks.config.stackfile import stack_path, write_stack_file
 from sglang_stacks.errors import FAILURE_TAG, PulumiError, SpecError
+from sglang_stacks.hostops import backend_lock as locks
 from sglang_stacks.project import find_project_dir, stacks_dir
 
 __all__ = [
-    "LOCK_HOLDER_EXIT_S",
     "cancel_dead_lock",
     "copy_secret",
     "for_people",
@@ -122,64 +120,7 @@ def pulumi_command(target: auto.Stack, *args: str) -> auto.CommandResult:
     return workspace.pulumi_command.run(list(args), workspace.work_dir, dict(workspace.env_vars))
 
 
-class _Lock(BaseModel):
-    """A local backend's update lock (``.pulumi/locks/.../<stack>/<id>.json``), as the CLI writes it."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    pid: int
-    hostname: str
-    timestamp: datetime | None = None
-
-
-LOCK_HOLDER_EXIT_S = 30.0
-"""How long ``cancel_dead_lock`` waits for a lock's holder of this machine to end."""
-
-
-def _lock_files(backend_url: str, stack: str) -> list[Path]:
-    """The lock files of ``stack`` in a ``file://`` backend; none for other backends."""
-    if not backend_url.startswith("file://"):
-        return []
-    parts = urlparse(backend_url)
-    locks = Path(unquote(parts.netloc + parts.path)).expanduser() / ".pulumi" / "locks"
-    return sorted(locks.glob(f"**/{stack}/*.json"))
-
-
-def _started_at(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch), from ``/proc``; None when it is gone,
-    a zombie, or there is no ``/proc``."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
-        boot = next(
-            float(line.split()[1])
-            for line in Path("/proc/stat").read_text(encoding="utf-8").splitlines()
-            if line.startswith("btime ")
-        )
-    except (OSError, IndexError, StopIteration, ValueError):
-        return None
-    if stat[0] == "Z":
-        return None  # dead, not yet reaped
-    return boot + int(stat[19]) / os.sysconf("SC_CLK_TCK")
-
-
-def _holds(lock: _Lock) -> bool:
-    """Whether the process that took ``lock`` on this machine still runs (not another process
-    that got its pid since)."""
-    started = _started_at(lock.pid)
-    if started is None:
-        if Path("/proc/self/stat").exists():
-            return False
-        try:  # no /proc: the pid alone says it
-            os.kill(lock.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return lock.timestamp is None or started <= lock.timestamp.timestamp() + 1.0
-
-
-def cancel_dead_lock(target: auto.Stack, wait_s: float = LOCK_HOLDER_EXIT_S) -> str | None:
+def cancel_dead_lock(target: auto.Stack, wait_s: float = locks.LOCK_HOLDER_EXIT_S) -> str | None:
     """Let go of the update lock a killed ``pulumi`` left on ``target`` (``pulumi cancel``), only
     when every process holding it ran on this machine and none runs any more. Says what was done,
     or None when the stack holds no lock. PulumiError when a live update, or one of another
@@ -188,20 +129,15 @@ def cancel_dead_lock(target: auto.Stack, wait_s: float = LOCK_HOLDER_EXIT_S) -> 
     workspace = target.workspace
     env = dict(workspace.env_vars) if isinstance(workspace, auto.LocalWorkspace) else {}
     backend = env.get("PULUMI_BACKEND_URL") or os.environ.get("PULUMI_BACKEND_URL", "")
-    holders: list[_Lock] = []
-    for path in _lock_files(backend, target.name):
-        try:
-            holders.append(_Lock.model_validate_json(path.read_text(encoding="utf-8")))
-        except (OSError, ValidationError):
-            continue  # gone meanwhile, or a lock this version cannot read: pulumi reports it
+    holders = [lock for _, lock in locks.read_locks(backend, target.name)]
     if not holders:
         return None
     here = socket.gethostname()
     deadline = time.monotonic() + wait_s
-    while any(h.hostname == here and _holds(h) for h in holders) and time.monotonic() < deadline:
+    while any(h.hostname == here and locks.holds(h) for h in holders) and time.monotonic() < deadline:
         time.sleep(0.5)
     for holder in holders:
-        if holder.hostname != here or _holds(holder):
+        if holder.hostname != here or locks.holds(holder):
             where = "on this machine" if holder.hostname == here else f"on {holder.hostname}"
             raise PulumiError(
                 f"Stack {target.name!r} is locked by an update that may still run (pid {holder.pid} "

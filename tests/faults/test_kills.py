@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from sglang_stacks.hostops import backend_lock as locks
 from tests.faults.drill import (
     LONG_BENCHMARK,
     Drill,
@@ -130,7 +131,8 @@ def recovered(drill: Drill, stack: str) -> str:
     done = drill.workspace.cli("recover", stack, timeout_s=180)
     said = done.stdout + done.stderr
     assert done.returncode == 0, said
-    assert "recover: cancelled the lock of a killed update" in said, said
+    # The killed CLI's lock: let go by its update's provider on its way out, else by recover.
+    assert not locks.read_locks(f"file://{drill.workspace.backend}", stack), said
     assert f"nothing remains; `pulumi up -s {stack}` converges" in said, said
     assert "pending_operations" not in drill.workspace.json("stack", "export", "-s", stack)["deployment"]
     return said
@@ -219,3 +221,23 @@ def test_ctrl_c_to_the_process_group_leaves_nothing_running_and_the_next_up_is_c
     )
     assert drill.tool_processes() == []
     drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", stack)
+
+
+def test_a_killed_cli_leaves_no_lock_and_the_next_up_needs_no_other_command(drill: Drill) -> None:
+    """`kill -9` of `pulumi up` while the server starts: Pulumi's own lock would stop the next `up`
+    ("currently locked ... `pulumi cancel`"). The update's provider outlives the CLI by a moment and
+    lets go of the dead CLI's lock, so a plain `pulumi up` runs, stops the server the killed create
+    launched, and serves."""
+    port = drill.add_stack("killed-plain", faults="        slow_readiness_s: 6\n")
+    update = drill.up_until_pending("killed-plain", "killed-plain-server")
+    wait_for(lambda: servers(port) or update.poll() is not None, 120, "the server to start")
+    interrupt(update, signal.SIGKILL)
+    update.wait()
+
+    wait_for(lambda: not drill.tool_processes(), 30, f"no program of the tool: {drill.tool_processes()}")
+    assert not locks.read_locks(f"file://{drill.workspace.backend}", "killed-plain")
+    result = drill.up("killed-plain", check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "currently locked" not in output, output
+    assert len(servers(port)) == 1 and healthy(port)
+    drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", "killed-plain")
