@@ -184,6 +184,20 @@ def test_malformed_yaml_is_bad_input(tmp_path, capsys):
     assert "is not valid YAML" in capsys.readouterr().err
 
 
+def test_a_yaml_error_names_the_file_the_line_and_the_fix(tmp_path, capsys):
+    # A key indented one space short of its neighbours, the commonest slip in a stack file.
+    text = "config:\n  sglang-stacks:server:\n    tp_size: 8\n   cuda_graph_max_bs: 128\n"
+    stacks = _write(tmp_path, "misindented", text)
+
+    assert main(["render", "misindented", "--stacks-dir", str(stacks)]) == 2
+
+    said = capsys.readouterr().err
+    assert f"{stacks.name}/Pulumi.misindented.yaml, line 4, column 4, is not valid YAML:" in said
+    assert "\n       cuda_graph_max_bs: 128\n       ^\n" in said
+    assert "Line the keys of one section up under each other" in said
+    assert "<unicode string>" not in said
+
+
 def test_stack_name_with_a_path_is_refused(capsys):
     assert main(["render", "../etc/passwd"]) == 2
     assert "is not a stack name" in capsys.readouterr().err

@@ -27,6 +27,7 @@ from ruamel.yaml.tokens import CommentToken
 from ruamel.yaml.util import load_yaml_guess_indent
 
 from sglang_stacks.config.spec import CONFIG_NAMESPACE, SECRET_KEYS, StackSpec, load_spec
+from sglang_stacks.config.yaml_errors import yaml_error
 from sglang_stacks.errors import SpecError
 
 __all__ = [
@@ -77,7 +78,8 @@ def read_stack_file(stack: str, stacks_dir: Path) -> StackFile:
     """Read ``Pulumi.<stack>.yaml``; raises SpecError when it is missing or malformed."""
     path = stack_path(stack, stacks_dir)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        document = yaml.safe_load(text)
     except FileNotFoundError:
         known = sorted(
             p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in stacks_dir.glob("Pulumi.*.yaml")
@@ -87,9 +89,7 @@ def read_stack_file(stack: str, stacks_dir: Path) -> StackFile:
             f"Use one of: {', '.join(known) or 'none yet'}, or create it."
         ) from None
     except yaml.YAMLError as error:
-        raise SpecError(
-            f"{path.name} is not valid YAML ({error}). Fix the syntax at the place shown."
-        ) from None
+        raise yaml_error(f"{stacks_dir.name}/{path.name}", text, error) from None
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
         raise SpecError(f"{path.name} has no 'config:' mapping. Put the sglang-stacks: keys under 'config:'.")
@@ -208,9 +208,7 @@ class StackText:
             self._yaml = _round_trip(*_indents(text))
             document = self._yaml.load(text) if text.strip() else None
         except YAMLError as error:
-            raise SpecError(
-                f"{name} is not valid YAML ({error}). Fix the syntax at the place shown."
-            ) from None
+            raise yaml_error(name, text, error) from None
         self._document: CommentedMap = document if isinstance(document, CommentedMap) else CommentedMap()
         config = self._document.get("config")
         if not isinstance(config, CommentedMap):
