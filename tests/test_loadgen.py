@@ -414,9 +414,15 @@ def test_an_open_loop_run_arrives_at_the_declared_rate(server: FakeSGLang) -> No
     # Requests overlap (each takes about 460 ms, one arrives every 50 ms): nothing waited for a stream.
     assert level.repetitions[0].concurrency_measured > 4
     # Sends are due at times drawn ahead, so a late one moves no other: the 95 % interval of the
-    # mean gap (the tool's) holds the declared 1 / rate.
-    low, high = stats.ci95(gaps)
+    # mean drawn gap (the tool's) holds the declared 1 / rate, and the sent gaps' interval meets it
+    # (a loaded machine sends late by milliseconds to a tenth of a second; the mean sent gap moves
+    # by the last send's lateness over the run, while a wrong rate would move it by its whole gap).
+    drawn = arrival_gaps_s(rate, 1.0, random.Random(f"{workload.seed}/{rate:g}/0"))
+    schedule = [drawn() for _ in gaps]
+    low, high = stats.ci95(schedule)
     assert low <= 1 / rate <= high, (low, high)
+    sent_low, sent_high = stats.ci95(gaps)
+    assert sent_low <= high and low <= sent_high, ((sent_low, sent_high), (low, high))
     # The shape where it is decided: the gaps the load generator draws are exponential at the rate
     # (Kolmogorov-Smirnov at the tool's alpha, 2,000 draws of a seeded generator), and a gamma of
     # shape 0.25 is not exponential but the gamma it declares. The sent gaps themselves are not held
@@ -431,8 +437,6 @@ def test_an_open_loop_run_arrives_at_the_declared_rate(server: FakeSGLang) -> No
     assert scipy_stats.kstest(gamma, "gamma", args=(0.25, 0, 1 / (rate * 0.25))).pvalue > stats.ALPHA
     # The run sends by those draws: its gaps rise and fall with the ones its seeded generator drew
     # for it (Spearman's test at the same alpha; constant gaps or another process would not).
-    drawn = arrival_gaps_s(rate, 1.0, random.Random(f"{workload.seed}/{rate:g}/0"))
-    schedule = [drawn() for _ in gaps]
     assert scipy_stats.spearmanr(gaps, schedule).pvalue < stats.ALPHA
     # End to end, the runs send as their processes differ: a gamma run of shape 0.25 (its gaps' CV
     # 2, Poisson's 1) is told apart from the Poisson run by a two-sample test at the same alpha.
