@@ -7,7 +7,8 @@ StacksError                  base: a sentence saying what went wrong and how to 
 ├── PreflightError           the configuration is knowably doomed on this host
 ├── HostError                the GPU host cannot be reached, or differs from its declared facts
 │   ├── ClaimError           another stack holds, or is taking, this host's GPUs
-│   └── SchedulingError      a Kubernetes cluster leaves a server's pod Pending (the scheduler's reason)
+│   ├── SchedulingError      a Kubernetes cluster leaves a server's pod Pending (the scheduler's reason)
+│   └── UpdateCancelledError the update was cancelled (Ctrl-C) while a step ran on the host
 ├── ArtifactError            the draft model is missing or does not match its manifest
 ├── ServerError              SGLang did not become ready (its `Cause`: out_of_memory, bad_flag, nccl, ...)
 │   └── ServingError         SGLang failed while benchmarked (crash, out_of_memory, hang, error_responses)
@@ -53,6 +54,7 @@ __all__ = [
     "ServingError",
     "SpecError",
     "StacksError",
+    "UpdateCancelledError",
     "failure_from_output",
     "failures_from_output",
 ]
@@ -168,6 +170,11 @@ class SchedulingError(HostError):
         super().__init__(message, stack=stack, summary=summary)
         self.scheduler_message = scheduler_message
         """What the scheduler said about the pod (its ``PodScheduled`` condition or last event)."""
+
+
+class UpdateCancelledError(HostError):
+    """The update was cancelled by its user (Ctrl-C) while a step ran on a host; what the step ran
+    there was stopped with it (`hostops.cancel`)."""
 
 
 class ArtifactError(StacksError):

@@ -113,6 +113,7 @@ class SGLangDeployment(pulumi.ComponentResource):
         first = levels.apply(lambda found: found[0])
         self.outputs = DeploymentExports(
             tok_s=first.apply(lambda result: result.tok_s_mean),
+            benchmark=first,
             benchmark_levels=levels,
             goodput=first.apply(lambda result: result.goodput),
             launch_command=server.output(lambda o: o.launch_command),

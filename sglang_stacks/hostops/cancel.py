@@ -17,18 +17,13 @@ import sys
 import threading
 from typing import Any
 
-from sglang_stacks.errors import HostError
+from sglang_stacks.errors import UpdateCancelledError as Cancelled
 
 __all__ = ["Cancelled", "listen", "requested"]
 
 _REQUESTED = threading.Event()
 _SERVICER = "DynamicResourceProviderServicer"
 """The class of the dynamic-provider host (``python -m pulumi.dynamic``) that answers the engine."""
-
-
-class Cancelled(HostError):
-    """The update was cancelled while this step ran on a host; what the step had started there
-    stopped with it."""
 
 
 def requested() -> bool:

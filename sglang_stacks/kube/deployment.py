@@ -152,6 +152,7 @@ class KubeDeployment(pulumi.ComponentResource):
         first = levels.apply(lambda measured: measured[0])
         self.outputs = DeploymentExports(
             tok_s=first.apply(lambda result: result.tok_s_mean),
+            benchmark=first,
             benchmark_levels=levels,
             goodput=first.apply(lambda result: result.goodput),
             launch_command=launch.command,

@@ -32,6 +32,9 @@ Levels = Annotated[
     list[BenchmarkResult],
     PlainSerializer(lambda levels: [level.model_dump(mode="json", exclude_none=True) for level in levels]),
 ]
+Result = Annotated[
+    BenchmarkResult, PlainSerializer(lambda result: result.model_dump(mode="json", exclude_none=True))
+]
 """Benchmark results as the stack output shows them: what was not measured (no SLO, no price, no
 speculative decoding) left out rather than printed as null."""
 
@@ -66,8 +69,10 @@ class DeploymentOutputs(_Outputs):
 
     tok_s: float
     """Output tokens per second at the benchmark's first load level, mean over repetitions."""
-    benchmark_levels: Levels = Field(min_length=1)
-    """The metrics at each load level (the first is `benchmark`)."""
+    benchmark: Result
+    """Every metric of the first load level."""
+    benchmark_levels: Levels = Field(default_factory=list)
+    """The metrics at each load level."""
     goodput: Goodput | None = None
     """Throughput within the benchmark's SLO at the first level; none without an SLO."""
     launch_command: str
@@ -86,21 +91,12 @@ class DeploymentOutputs(_Outputs):
     memory_plan: MemoryPlanOutput | None = None
     """The memory planner's per-GPU budget for this configuration."""
 
-    @property
-    def benchmark(self) -> BenchmarkResult:
-        """Every metric of the first load level."""
-        return self.benchmark_levels[0]
-
     @model_validator(mode="before")
     @classmethod
     def _upgrade(cls, outputs: Any) -> Any:
         if not isinstance(outputs, Mapping):
             return outputs
-        upgraded = {**outputs, "launch_flags": _upgraded_flags(outputs)}
-        # Earlier versions exported the first level again as ``benchmark`` (some only it).
-        if not upgraded.get("benchmark_levels") and upgraded.get("benchmark") is not None:
-            upgraded["benchmark_levels"] = [upgraded["benchmark"]]
-        return upgraded
+        return {**outputs, "launch_flags": _upgraded_flags(outputs)}
 
 
 class ReplicaOutputs(_Outputs):
