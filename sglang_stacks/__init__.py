@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from sglang_stacks.errors import ServingError as ServingError
     from sglang_stacks.errors import SpecError as SpecError
     from sglang_stacks.errors import StacksError as StacksError
+    from sglang_stacks.errors import UpdateCancelledError as UpdateCancelledError
     from sglang_stacks.exits import ExitCode as ExitCode
 
 

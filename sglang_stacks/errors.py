@@ -34,30 +34,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sglang_stacks.causes import Cause
 
+# fmt: off
 __all__ = [
-    "FAILURE_TAG",
-    "ArtifactError",
-    "BenchmarkError",
-    "CanaryRegressionError",
-    "Cause",
-    "ClaimError",
-    "FailureRecord",
-    "FlagError",
-    "GateError",
-    "HostError",
-    "PreflightError",
-    "PulumiError",
-    "RegressionError",
-    "RouterError",
-    "SchedulingError",
-    "ServerError",
-    "ServingError",
-    "SpecError",
-    "StacksError",
-    "UpdateCancelledError",
-    "failure_from_output",
-    "failures_from_output",
+    "FAILURE_TAG", "ArtifactError", "BenchmarkError", "CanaryRegressionError", "Cause", "ClaimError",
+    "FailureRecord", "FlagError", "GateError", "HostError", "PreflightError", "PulumiError",
+    "RegressionError", "RouterError", "SchedulingError", "ServerError", "ServingError", "SpecError",
+    "StacksError", "UpdateCancelledError", "failure_from_output", "failures_from_output"
 ]
+# fmt: on
 
 FAILURE_TAG = "sglang-stacks-failure:"
 """What starts the line of an error's record in a message that crossed the engine."""
