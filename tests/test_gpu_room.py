@@ -8,6 +8,7 @@ from pathlib import Path
 from sglang_stacks.config.memory_advice import MemoryAdvice
 from sglang_stacks.hostops.gpu_room import holders, room_problem, server_gpus
 from sglang_stacks.hostops.nvidia_smi import HostFacts, parse_compute_apps, parse_query_gpu
+from tests.test_server_failure import plan
 
 H200 = Path(__file__).parent / "fixtures" / "nvidia-smi" / "h200-1gpu"
 FACTS = HostFacts(
@@ -18,19 +19,8 @@ FACTS = HostFacts(
 
 
 def advice(kv_cache_gb: float | None, fraction: float = 0.77) -> MemoryAdvice:
-    return MemoryAdvice(
-        release="0.5.8",
-        mem_fraction_static=fraction,
-        fraction_in_effect=fraction,
-        smallest_fitting_fraction=0.77,
-        largest_fitting_fraction=0.93,
-        weights_gb=72.33,
-        total_gb=140.4,
-        rest_needed_gb=5.75,
-        cuda_graph_max_bs=128,
-        tp_size=1,
-        kv_cache_gb=kv_cache_gb,
-    )
+    """The campaign's plan (`test_server_failure.plan`) on this one-GPU H200 of 140.4 GB."""
+    return plan(fraction).model_copy(update={"total_gb": 140.4, "tp_size": 1, "kv_cache_gb": kv_cache_gb})
 
 
 def test_a_holder_on_the_servers_gpu_is_named_with_its_pid_memory_and_the_fraction_that_serves() -> None:

@@ -305,19 +305,7 @@ def _command_lines(seen: set[str], done: threading.Event) -> None:
 def test_an_ssh_pool_host_gets_its_key_only_as_a_secret_of_the_trial_stack(
     project: Project, sshd: SshServer
 ) -> None:
-    facts = ", ".join(f"{key}: {json.dumps(value)}" for key, value in EMULATOR_HOST_FACTS.items())
-    port = free_port()
-    (project.workspace.path / "campaigns" / "remote.yaml").write_text(
-        REMOTE.format(
-            address=sshd.host,
-            ssh_port=sshd.port,
-            user=sshd.user,
-            host_key=sshd.host_key,
-            tmp=project.tmp,
-            facts=facts,
-            port=port,
-        )
-    )
+    port = _remote_campaign(project, sshd, "remote", "emulator")
     refused = project.sweep("run", "remote", check=False)
     assert refused.returncode == 2
     assert "pool.0.ssh_key_stack (default: base) is 'base', whose stack file has no sshPrivateKey" in (
@@ -394,8 +382,11 @@ def _reader(path: Path) -> optuna.storages.RDBStorage:
     return optuna.storages.RDBStorage(f"sqlite:///{path}", skip_table_creation=True)
 
 
-def _remote_campaign(project: Project, sshd: SshServer, name: str, runtime: str, **facts: Any) -> None:
+def _remote_campaign(project: Project, sshd: SshServer, name: str, runtime: str, **facts: Any) -> int:
+    """Writes campaign ``name``: the REMOTE pool host (this sshd) declaring the emulator's facts
+    changed by ``facts``, its trials on ``runtime``; returns the trials' server port."""
     declared = {**EMULATOR_HOST_FACTS, **facts}
+    port = free_port()
     text = REMOTE.format(
         address=sshd.host,
         ssh_port=sshd.port,
@@ -403,10 +394,11 @@ def _remote_campaign(project: Project, sshd: SshServer, name: str, runtime: str,
         host_key=sshd.host_key,
         tmp=project.tmp,
         facts=", ".join(f"{key}: {json.dumps(value)}" for key, value in declared.items()),
-        port=free_port(),
+        port=port,
     )
     text = text.replace("values: [emulator]}", f"values: [{runtime}]}}")
     (project.workspace.path / "campaigns" / f"{name}.yaml").write_text(text)
+    return port
 
 
 def test_a_pool_host_whose_gpus_differ_from_its_declared_facts_is_refused_at_load(

@@ -42,10 +42,8 @@ def _runtimes(plan: Plan, pool_host: PoolHost) -> dict[str, StackSpec]:
 
 def _probed(spec: StackSpec, pool_host: PoolHost, plan: Plan, project: Path) -> probe.HostFacts:
     if spec.runtime == "emulator":
-        release = spec.environment.sglang_release
-        variables = [f"{k}={v}" for k, v in sorted(spec.environment.emulator.variables(release).items())]
-        stand_in = ("env", *variables, sys.executable, "-m", "sglang_emulator.nvidia_smi")
-        return probe.probe(Connection.local(), nvidia_smi=stand_in)
+        variables = spec.environment.emulator.variables(spec.environment.sglang_release)
+        return probe.probe(Connection.local(), nvidia_smi=probe.stand_in(variables, sys.executable))
     source = pool_host.key_stack(plan.campaign.base)
     assert source is not None  # an ssh host's key stack (check_pool_keys ran first)
     key = automation.select_stack(project, source).get_config(SSH_KEY).value

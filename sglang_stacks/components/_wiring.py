@@ -15,7 +15,7 @@ from sglang_stacks.config import render
 from sglang_stacks.config.flags import ServerFlags, launch_values
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
-from sglang_stacks.hostops import serving
+from sglang_stacks.hostops import probe, serving
 from sglang_stacks.hostops.connection import Connection
 
 if TYPE_CHECKING:
@@ -137,8 +137,8 @@ def nvidia_smi_command(spec: StackSpec, python: pulumi.Output[str]) -> pulumi.In
     ``python``."""
     if spec.runtime != "emulator":
         return ["nvidia-smi"]
-    variables = [f"{key}={value}" for key, value in sorted(emulator_env(spec).items())]
-    return python.apply(lambda found: ["env", *variables, found, "-m", "sglang_emulator.nvidia_smi"])
+    variables = emulator_env(spec)
+    return python.apply(lambda found: probe.stand_in(variables, found))
 
 
 def digest(value: Mapping[str, Any]) -> str:

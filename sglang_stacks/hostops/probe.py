@@ -4,7 +4,7 @@ declared facts. The emulator host answers the same probe through its ``nvidia-sm
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from sglang_stacks.errors import HostError
@@ -34,6 +34,7 @@ __all__ = [
     "parse_query_gpu",
     "parse_topology",
     "probe",
+    "stand_in",
 ]
 
 # How far the reported memory may sit from the declared value before it is another GPU model
@@ -54,6 +55,18 @@ class DeclaredFacts(Protocol):
     def compute_capability(self) -> str: ...
     @property
     def interconnect(self) -> str: ...
+
+
+def stand_in(variables: Mapping[str, str], python: str) -> list[str]:
+    """The emulator's nvidia-smi, run by ``python`` with the emulator's ``variables``: what answers
+    the probe on an emulated host."""
+    return [
+        "env",
+        *(f"{k}={v}" for k, v in sorted(variables.items())),
+        python,
+        "-m",
+        "sglang_emulator.nvidia_smi",
+    ]
 
 
 def probe(
