@@ -36,11 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scipy import stats
 
 from sglang_emulator.launcher import start_emulator
+from sglang_loadgen import client, contract
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.spec import StackSpec, load_spec
 from sglang_stacks.config.stackfile import read_stack_file
-from sglang_stacks.hostops.loadgen import client, contract
 
 ROOT = Path(__file__).resolve().parent.parent
 BUSY = "while True: pass"

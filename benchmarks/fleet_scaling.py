@@ -34,7 +34,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglang_emulator.launcher import RunningEmulator, free_port, start_emulator
-from sglang_stacks.hostops.loadgen import client, contract
+from sglang_loadgen import client, contract
 
 FLAGS = [
     "--model-path", "/shared/kimi-k2.5-int4", "--tp", "8", "--trust-remote-code",

@@ -53,9 +53,9 @@ from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.pool_limits import pool_limits
 from sglang_emulator.profile_loading import DEFAULT_PROFILE, load_profile
 from sglang_emulator.virtual import VirtualEngine
-from sglang_stacks.hostops.loadgen import client, contract, streaming
-from sglang_stacks.hostops.loadgen.document import Document
-from sglang_stacks.hostops.loadgen.streaming import RequestRecord
+from sglang_loadgen import client, contract, streaming
+from sglang_loadgen.document import Document
+from sglang_loadgen.streaming import RequestRecord
 from sglang_world.scheduling import scheduling_rules
 
 RELEASE = "0.5.8"

@@ -36,8 +36,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglang_emulator.launcher import free_port
-from sglang_stacks.hostops.loadgen import client, contract
-from sglang_stacks.hostops.loadgen.settings import Endpoint
+from sglang_loadgen import client, contract
+from sglang_loadgen.settings import Endpoint
 
 _CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
 _CHAT_EVENT = (

@@ -41,9 +41,9 @@ from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.pool_limits import pool_limits
 from sglang_emulator.profile_loading import load_profile
 from sglang_emulator.virtual import VirtualEngine
+from sglang_loadgen import client, contract
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.stackfile import load_stack_spec
-from sglang_stacks.hostops.loadgen import client, contract
 from sglang_world.scheduling import scheduling_rules
 
 ROOT = Path(__file__).resolve().parent.parent

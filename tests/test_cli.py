@@ -296,7 +296,7 @@ def test_history_with_nothing_recorded_says_how_to_get_results(tmp_path, capsys)
 
 
 def test_commands_load_no_plotting_statistics_pulumi_or_http_library_until_they_need_one():
-    modules = "sglang_stacks.cli, sglang_stacks.results.plot, sglang_stacks.hostops.loadgen.contract"
+    modules = "sglang_stacks.cli, sglang_stacks.results.plot, sglang_loadgen.contract"
     check = (
         f"import sys, {modules}\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'scipy', 'pulumi', 'httpx'}))"

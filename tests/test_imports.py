@@ -17,7 +17,7 @@ PACKAGE = "sglang_stacks"
 # Programs shipped to hosts and run there on their own: they never import the package. Beside
 # the programs of hostops/programs are modules of the package: each program's contract
 # (``*_contract``), their base (``contract``) and their runner.
-HOST_PROGRAMS = ("sglang_stacks.hostops.programs.", "sglang_stacks.hostops.loadgen.")
+HOST_PROGRAMS = ("sglang_stacks.hostops.programs.",)
 
 
 def _is_host_program(module: str) -> bool:
@@ -181,9 +181,17 @@ def oversized_modules(root: Path, limit: int = MODULE_LINES_MAX) -> list[str]:
     ]
 
 
-SITTING_PACKAGES = (PACKAGE, "sglang_emulator", "sglang_world", "sglang_flags", "components", "toolchain")
-"""What the size rule holds: the package, the emulator, the world model, the flag tables, the
-Pulumi program's components and the toolchain (the benchmark scripts are one run each, read
+SITTING_PACKAGES = (
+    PACKAGE,
+    "sglang_emulator",
+    "sglang_world",
+    "sglang_flags",
+    "sglang_loadgen",
+    "components",
+    "toolchain",
+)
+"""What the size rule holds: the package, the emulator, the world model, the flag tables, the load
+generator, the Pulumi program's components and the toolchain (the benchmark scripts are one run each, read
 top to bottom)."""
 
 

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import yaml
 
+from sglang_loadgen.prompts import SHAREGPT_SAMPLE, read_sharegpt
 from sglang_stacks.components._wiring import launch_flags
 from sglang_stacks.config import preflight
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.spec import StackSpec, load_spec
 from sglang_stacks.errors import BenchmarkError, PreflightError, SpecError
-from sglang_stacks.hostops.loadgen.prompts import SHAREGPT_SAMPLE, read_sharegpt
 from sglang_stacks.hostops.serving import ServingNote
 from sglang_stacks.kube.claim import ServerObject
 from sglang_stacks.kube.dataset import DATASET_FILE, LIMIT_BYTES, sharegpt_sample

@@ -22,15 +22,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+import sglang_loadgen as loadgen
+from sglang_loadgen import client, contract, health, streaming
+from sglang_loadgen.document import SCHEMA, Document
+from sglang_loadgen.progress import Progress
+from sglang_loadgen.prompts import PromptSource
+from sglang_loadgen.settings import WorkloadSettings
+from sglang_loadgen.shapes import arrival_gaps_s
+from sglang_loadgen.streaming import RequestRecord
 from sglang_stacks.config.spec import BenchmarkSpec
-from sglang_stacks.hostops import loadgen
-from sglang_stacks.hostops.loadgen import client, contract, health, streaming
-from sglang_stacks.hostops.loadgen.document import SCHEMA, Document
-from sglang_stacks.hostops.loadgen.progress import Progress
-from sglang_stacks.hostops.loadgen.prompts import PromptSource
-from sglang_stacks.hostops.loadgen.settings import WorkloadSettings
-from sglang_stacks.hostops.loadgen.shapes import arrival_gaps_s
-from sglang_stacks.hostops.loadgen.streaming import RequestRecord
 from sglang_stacks.results import stats, summary
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from sglang_emulator.launcher import RunningEmulator, start_emulator
-from sglang_stacks.hostops.loadgen import client, contract
+from sglang_loadgen import client, contract
 from sglang_stacks.hostops.logs import describe_progress
 
 FLAGS = ["--model", "/shared/kimi-k2.5-int4", "--tp", "8", "--trust-remote-code", "--enable-metrics"]

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from scipy import stats as scipy_stats
 
+from sglang_loadgen import client, contract
+from sglang_loadgen.document import SCHEMA, Document, Level, Record, Repetition
+from sglang_loadgen.streaming import RequestRecord
 from sglang_stacks.errors import BenchmarkError
-from sglang_stacks.hostops.loadgen import client, contract
-from sglang_stacks.hostops.loadgen.document import SCHEMA, Document, Level, Record, Repetition
-from sglang_stacks.hostops.loadgen.streaming import RequestRecord
 from sglang_stacks.results import stats, summary
 
 

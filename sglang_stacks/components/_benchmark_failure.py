@@ -15,7 +15,7 @@ from sglang_stacks.hostops import process
 from sglang_stacks.hostops.server_failure import FailureContext, ServerState, serving_failure
 
 if TYPE_CHECKING:
-    from sglang_stacks.hostops.loadgen.document import Document, Level
+    from sglang_loadgen.document import Document, Level
 
 
 def measured_document(inputs: BenchmarkInputs) -> Document:

@@ -21,7 +21,7 @@ from sglang_stacks.hostops.programs.logs_contract import FollowProgress
 from sglang_stacks.hostops.programs.runner import call
 
 if TYPE_CHECKING:
-    from sglang_stacks.hostops.loadgen.document import Document
+    from sglang_loadgen.document import Document
 
 # The results' document reader and the load generator's bundle are imported in the function that
 # runs it: a program run or a refresh needs neither.
@@ -40,8 +40,8 @@ def progress_path(state_dir: str, stack: str) -> str:
 def run_on_host(inputs: BenchmarkInputs) -> Document:
     """Ships the load generator to the host over the session, runs it there, returns its document:
     also when every measured request of a level failed (it stops there; the level says how)."""
-    from sglang_stacks.hostops import loadgen
-    from sglang_stacks.hostops.loadgen.contract import Workload
+    import sglang_loadgen as loadgen
+    from sglang_loadgen.contract import Workload
     from sglang_stacks.results.summary import read_document
 
     conn = inputs.connection

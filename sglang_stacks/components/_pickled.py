@@ -24,7 +24,7 @@ __all__ = ["LEGACY_PACKAGE", "provider_paths"]
 LEGACY_PACKAGE = "components"
 """The top-level package of the layout before ``sglang_stacks``, kept for its provider names."""
 
-_NOT_PROGRAM_MODULES = ("sglang_stacks.hostops.programs", "sglang_stacks.hostops.loadgen")
+_NOT_PROGRAM_MODULES = ("sglang_stacks.hostops.programs", "sglang_loadgen")
 """Programs that run on hosts (shipped as files, not imported here)."""
 
 

@@ -11,8 +11,8 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, TypeAdapter, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from sglang_loadgen.settings import WorkloadSettings, workload_problem
 from sglang_stacks.config.docstrings import FileSection
-from sglang_stacks.hostops.loadgen.settings import WorkloadSettings, workload_problem
 
 
 class SloSpec(FileSection):

@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sglang_loadgen.progress import LINE_PREFIX
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.loadgen.progress import LINE_PREFIX
 from sglang_stacks.hostops.programs.logs_contract import FollowLogs, ShowLogs
 from sglang_stacks.hostops.programs.runner import call
 

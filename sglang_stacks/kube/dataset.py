@@ -29,8 +29,8 @@ def sharegpt_sample(path: str, seed: int) -> bytes:
     """The conversations a run with ``seed`` draws from the ShareGPT file ``path``, as gzipped JSON
     whose seeded shuffle gives them in the order the run uses; BenchmarkError naming the key when the
     file cannot be read or the sample does not fit a ConfigMap."""
-    from sglang_stacks.hostops.loadgen.contract import LoadgenError
-    from sglang_stacks.hostops.loadgen.prompts import SHAREGPT_SAMPLE, read_sharegpt
+    from sglang_loadgen.contract import LoadgenError
+    from sglang_loadgen.prompts import SHAREGPT_SAMPLE, read_sharegpt
 
     shown = str(Path(path).expanduser())
     try:

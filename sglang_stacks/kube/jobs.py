@@ -44,7 +44,7 @@ class BenchmarkFiles:
 def benchmark_files(name: str, stack: str, spec: StackSpec, opts: pulumi.ResourceOptions) -> BenchmarkFiles:
     """The load generator's source files (one key each, mounted as ``loadgen/``) and, with
     ``benchmark.dataset_path``, the ShareGPT sample the runs draw from (`kube.dataset`)."""
-    from sglang_stacks.hostops import loadgen
+    import sglang_loadgen as loadgen
 
     labels = benchmark_labels(stack)
     meta = k8s.meta.v1.ObjectMetaArgs(labels=labels)
@@ -152,8 +152,8 @@ def measure(
 ) -> KubeBenchmark:
     """The Job that runs the stack's benchmark against ``measured`` once ``after`` is done, and its
     result (``<name>-job`` and ``<name>``)."""
-    from sglang_stacks.hostops import loadgen
-    from sglang_stacks.hostops.loadgen.contract import Workload
+    import sglang_loadgen as loadgen
+    from sglang_loadgen.contract import Workload
 
     cluster = spec.host.cluster
     assert cluster is not None  # a kubernetes host has a cluster section

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sglang_stacks.hostops.loadgen.progress import LINE_PREFIX
+from sglang_loadgen.progress import LINE_PREFIX
 from sglang_stacks.hostops.logs import describe_progress
 from sglang_stacks.kube.client import ClusterAccess, api_error_text
 from sglang_stacks.kube.pods import pod_log

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_loadgen.document import Document
 from sglang_stacks.config.benchmark_spec import SloSpec
 from sglang_stacks.config.spec import GateSpec
-from sglang_stacks.hostops.loadgen.document import Document
 from sglang_stacks.results import gate as regression_gate
 from sglang_stacks.results import history, summary
 from sglang_stacks.results.stats import BenchmarkResult, Slo

@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from sglang_loadgen.contract import Workload
+from sglang_loadgen.document import SCHEMA, Document, Level
 from sglang_stacks.errors import BenchmarkError
-from sglang_stacks.hostops.loadgen.contract import Workload
-from sglang_stacks.hostops.loadgen.document import SCHEMA, Document, Level
 from sglang_stacks.results.stats import (
     BenchmarkResult,
     Goodput,

@@ -30,8 +30,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import sglang_loadgen as loadgen
 from sglang_stacks.config.fleet import ROUTER_RELEASE
-from sglang_stacks.hostops import loadgen
 from sglang_stacks.hostops.environment import EMULATOR_PACKAGES, LOADGEN_PINS, emulator_digest
 from toolchain.local_cluster.errors import ClusterError
 from toolchain.local_cluster.programs import ROOT, Programs

@@ -8,9 +8,9 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
+from sglang_loadgen.contract import LoadgenExit
 from sglang_stacks.errors import BenchmarkError, StacksError
 from sglang_stacks.hostops.connection import Connection
-from sglang_stacks.hostops.loadgen.contract import LoadgenExit
 from sglang_stacks.hostops.programs.bound_contract import BoundExit
 from sglang_stacks.hostops.programs.contract import ON_HOST, Program, ProgramExit, Request
 from sglang_stacks.hostops.transport import CommandResult
