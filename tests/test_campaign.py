@@ -21,6 +21,7 @@ import pytest
 
 from sglang_stacks.results import history
 from tests._pulumi import Workspace, emulator_stack, free_port
+from tests.test_deployment import emulator_pids, resources, server_pid
 
 pytestmark = pytest.mark.integration
 
@@ -96,6 +97,24 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
     yield found
     for stack in ("eagle3-gated", "eagle3-bs128", "baseline"):
         workspace.run("destroy", "--yes", "-s", stack, check=False)
+
+
+def test_eagle3_took_the_host_over_and_a_refresh_of_baseline_sees_who_holds_it(campaign: Campaign) -> None:
+    """The suite's one drill of the EAGLE-3 change taking the host over (the rollback is the
+    rollout's, below; the README walk runs the same steps as a user types them)."""
+    eagle3_pid = server_pid(campaign.workspace, "eagle3-bs128")
+    assert emulator_pids(campaign.port) == [eagle3_pid]  # baseline's server was stopped first
+    assert campaign.claim_owner() == "eagle3-bs128"
+    outputs = campaign.workspace.outputs("eagle3-bs128")
+    assert 45 < outputs["tok_s"] < 65
+    assert outputs["benchmark"]["accept_length"] > 1
+    assert (campaign.tmp / "eagle3" / "output_100k_sglang" / "4" / "config.json").exists()
+
+    campaign.workspace.run("refresh", "--yes", "-s", "baseline")
+
+    seen = resources(campaign.workspace, "baseline")
+    assert "baseline-server" not in seen
+    assert seen["baseline-claim"]["owner"] == "eagle3-bs128"
 
 
 def test_compare_reports_eagle3_about_40_percent_slower(campaign: Campaign) -> None:
@@ -276,4 +295,9 @@ def test_a_gate_with_room_lets_the_rollout_through(campaign: Campaign) -> None:
         f"rollout: eagle3-gated is up at {outputs['tok_s']:.1f} tok/s, past its gate against baseline."
     )
     assert "pulumi up -s baseline" not in rolled.stdout
+    assert campaign.claim_owner() == "eagle3-gated"
+    # Destroying a stack that lost the host stops nothing of the one that holds it.
+    serving = server_pid(campaign.workspace, "eagle3-gated")
+    campaign.workspace.run("destroy", "--yes", "-s", "eagle3-bs128")
+    assert emulator_pids(campaign.port) == [serving]
     assert campaign.claim_owner() == "eagle3-gated"

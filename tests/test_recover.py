@@ -7,6 +7,7 @@ tests/faults/test_kills.py.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import subprocess
@@ -16,7 +17,7 @@ import httpx
 import pytest
 
 from sglang_stacks.components.router import RouterInputs, leftover_router, start_router, stop_router
-from sglang_stacks.drive import recover
+from sglang_stacks.drive import automation, recover
 from sglang_stacks.errors import StacksError
 from sglang_stacks.exits import ExitCode
 from tests._pulumi import Workspace, emulator_stack, free_port
@@ -115,7 +116,9 @@ def test_what_the_tool_cannot_settle_is_left_in_place_with_its_command(project: 
     ]
 
 
-def test_the_lock_of_a_killed_update_is_let_go_first_and_a_live_ones_never(project: Workspace) -> None:
+def test_the_lock_of_a_killed_update_is_let_go_first_and_a_live_ones_never(
+    project: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project.leave_pending("tuned", ("creating", BENCHMARK, "tuned-benchmark"))
     # An update of another machine holds it: it may run, so nothing is touched.
     live = project.leave_lock("tuned", os.getpid(), hostname="another-machine")
@@ -123,6 +126,18 @@ def test_the_lock_of_a_killed_update_is_let_go_first_and_a_live_ones_never(proje
     with pytest.raises(StacksError, match=r"an update that may still run \(pid \d+ on another-machine\)"):
         recover.recover("tuned", project_dir=project.path, out=io.StringIO())
 
+    assert live.exists() and pending(project) == ["creating tuned-benchmark"]
+    live.unlink()
+    # Nor is one of this machine whose update still runs (this process took it), after the time a
+    # killed holder has to end (shortened here).
+    live = project.leave_lock("tuned", os.getpid())
+    waiting_1_s = functools.partial(automation.cancel_dead_lock, wait_s=1)
+    with (
+        monkeypatch.context() as patched,
+        pytest.raises(StacksError, match=rf"an update that may still run \(pid {os.getpid()} on this"),
+    ):
+        patched.setattr(recover, "cancel_dead_lock", waiting_1_s)
+        recover.recover("tuned", project_dir=project.path, out=io.StringIO())
     assert live.exists() and pending(project) == ["creating tuned-benchmark"]
     live.unlink()
     ended = subprocess.Popen(["true"])
@@ -137,6 +152,7 @@ def test_the_lock_of_a_killed_update_is_let_go_first_and_a_live_ones_never(proje
         f"recover: cancelled the lock of a killed update (pid {ended.pid}, no longer running).\n"
     )
     assert not dead.exists() and pending(project) == []
+    assert automation.cancel_dead_lock(automation.select_stack(project.path, "tuned")) is None  # no lock
 
 
 def test_a_preview_warns_of_the_pending_operations_pulumi_keeps(workspace: Workspace, tmp_path: Path) -> None:

@@ -9,15 +9,13 @@ The rollout that hands the host back after a regression measured anew is in test
 from __future__ import annotations
 
 import io
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from sglang_stacks.drive import automation
 from sglang_stacks.drive.rollout import rollout
-from sglang_stacks.errors import SpecError, StacksError, failure_from_output
+from sglang_stacks.errors import SpecError, failure_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir
 from sglang_stacks.results import history
@@ -148,26 +146,3 @@ def test_a_tightened_gate_judges_the_result_before_and_a_failed_hand_back_says_s
         )
     finally:
         project.run("destroy", "--yes", "-s", "candidate", check=False)
-
-
-def test_the_lock_of_a_killed_update_is_cancelled_and_a_live_ones_never(project: Workspace) -> None:
-    project.init_stack("locked")
-    target = automation.select_stack(project.path, "locked")
-    live = project.leave_lock("locked", os.getpid())  # this process took it, and still runs
-
-    with pytest.raises(
-        StacksError, match=rf"locked by an update that may still run \(pid {os.getpid()} on this"
-    ):
-        automation.cancel_dead_lock(target, wait_s=1)
-
-    assert live.exists()
-    live.unlink()
-    ended = subprocess.Popen(["true"])
-    ended.wait()
-    dead = project.leave_lock("locked", ended.pid)
-
-    said = automation.cancel_dead_lock(target)
-
-    assert said == f"cancelled the lock of a killed update (pid {ended.pid}, no longer running)"
-    assert not dead.exists()
-    assert automation.cancel_dead_lock(target) is None  # no lock: nothing to do
