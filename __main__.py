@@ -6,12 +6,12 @@ from typing import Any
 
 import pulumi
 
-from sglang_stacks.components._provider_errors import without_the_monitors_echo
-from sglang_stacks.components._resource import Args
 from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment, connection_args
 from sglang_stacks.config.passphrase import refuse_secrets_under_the_demo_passphrase
 from sglang_stacks.config.spec import SECRET_KEYS, SECTION_KEYS, load_spec
 from sglang_stacks.errors import StacksError
+from sglang_stacks.resources.provider_errors import without_the_monitors_echo
+from sglang_stacks.resources.resource import Args
 
 without_the_monitors_echo()
 config = pulumi.Config()

@@ -242,7 +242,7 @@ _EXTRA_FIELDS = ("last_output", "measurements", "scheduler_message")
 def _classes(base: type[StacksError] = StacksError) -> dict[str, type[StacksError]]:
     found = {base.__name__: base}
     for sub in base.__subclasses__():
-        if sub.__module__ != "builtins":  # not a provider's name for it in words (_provider_errors)
+        if sub.__module__ != "builtins":  # not a provider's name for it in words
             found.update(_classes(sub))
     return found
 

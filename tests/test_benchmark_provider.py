@@ -7,9 +7,9 @@ from typing import Any
 
 from pulumi.output import Unknown
 
-from sglang_stacks.components._benchmark_model import BenchmarkInputs, BenchmarkOutputs
 from sglang_stacks.components.benchmark import BenchmarkProvider
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
+from sglang_stacks.resources.benchmark_shape import BenchmarkInputs, BenchmarkOutputs
 
 # The workload as the version before the package stored it: its keys, numbers as floats.
 OLD_WORKLOAD = {

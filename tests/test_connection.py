@@ -9,11 +9,11 @@ import pulumi
 import pytest
 
 from sglang_stacks.cli import main
-from sglang_stacks.components._wiring import connection_args
 from sglang_stacks.config.spec import load_spec
 from sglang_stacks.drive import automation
 from sglang_stacks.hostops import logs
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.resources.wiring import connection_args
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDummyKeyForTests"
 SSH_HOST = {

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sglang_stacks.components._engine_status import EngineStatus, engine_address
+from sglang_stacks.resources.engine_status import EngineStatus, engine_address
 from tests._pulumi import Workspace, emulator_stack, free_port
 
 pytestmark = pytest.mark.integration

@@ -79,7 +79,7 @@ def test_every_error_is_read_back_from_pulumis_output_as_its_type_with_its_field
 def test_a_failure_reads_back_as_its_own_class_after_a_provider_in_the_process_showed_one() -> None:
     """A provider names a failure in words (``host failure``) under a subclass of the same name; an
     error read back later in that process is still the hierarchy's class (CI found this by order)."""
-    from sglang_stacks.components._provider_errors import sentences_only
+    from sglang_stacks.resources.provider_errors import sentences_only
 
     shown = HostError("ssh: connect to host refused.", last_output="refused", stack="s")
     with pytest.raises(HostError), sentences_only():

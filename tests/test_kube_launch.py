@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from sglang_loadgen.prompts import SHAREGPT_SAMPLE, read_sharegpt
-from sglang_stacks.components._wiring import launch_flags
 from sglang_stacks.config import preflight
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.spec import StackSpec, load_spec
@@ -31,6 +30,7 @@ from sglang_stacks.kube.dataset import DATASET_FILE, LIMIT_BYTES, sharegpt_sampl
 from sglang_stacks.kube.facts import NodeFacts, check_replicas_fit, cluster_spec, node_facts
 from sglang_stacks.kube.fleet_preview import rollout_order
 from sglang_stacks.kube.launch import server_launch
+from sglang_stacks.resources.wiring import launch_flags
 from tests._pulumi import ROOT
 from tests.cluster_files import cluster_file
 from tests.conftest import CLUSTER_SCOPE, _scope

@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from sglang_stacks.cli import main
-from sglang_stacks.components._wiring import launch_flags
 from sglang_stacks.config import preflight
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec, load_spec
 from sglang_stacks.errors import SpecError
+from sglang_stacks.resources.wiring import launch_flags
 
 SSH_FACTS = {
     "kind": "ssh",

@@ -20,7 +20,6 @@ from pulumi.runtime import rpc
 from sglang_loadgen import client, contract
 from sglang_loadgen.document import SCHEMA, Document
 from sglang_loadgen.streaming import RequestRecord
-from sglang_stacks.components._benchmark_model import BenchmarkOutputs
 from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment
 from sglang_stacks.components.server import ServerInputs, ServerOutputs
 from sglang_stacks.config import render
@@ -28,6 +27,7 @@ from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.hostops import serving
 from sglang_stacks.hostops.facts import FoundFacts
+from sglang_stacks.resources.benchmark_shape import BenchmarkOutputs
 from sglang_stacks.results import compare, measurement
 from sglang_stacks.results.outputs import DeploymentOutputs
 

@@ -26,10 +26,10 @@ from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.campaign.plan import PlanRow
 from sglang_stacks.config.stackfile import stack_path
 from sglang_stacks.drive import automation, recover
-from sglang_stacks.drive.state import resources_of
 from sglang_stacks.errors import Cause, SpecError, StacksError, failure_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
+from sglang_stacks.resources.state import resources_of
 from sglang_stacks.results.outputs import DeploymentOutputs
 
 __all__ = ["TrialFailure", "TrialRunner", "classify"]

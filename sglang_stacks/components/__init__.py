@@ -14,9 +14,6 @@ from typing import TYPE_CHECKING
 from sglang_stacks._face import lazy_face
 
 if TYPE_CHECKING:
-    from sglang_stacks.components._resource import Args as Args
-    from sglang_stacks.components._resource import args_for as args_for
-    from sglang_stacks.components._wiring import connection_args as connection_args
     from sglang_stacks.components.benchmark import Benchmark as Benchmark
     from sglang_stacks.components.benchmark import BenchmarkArgs as BenchmarkArgs
     from sglang_stacks.components.canary import CanaryArgs as CanaryArgs

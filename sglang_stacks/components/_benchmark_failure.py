@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sglang_stacks.components._benchmark_model import BenchmarkInputs
 from sglang_stacks.components._benchmark_run import run_on_host
 from sglang_stacks.errors import BenchmarkError, ServingError, StacksError
 from sglang_stacks.hostops import process
 from sglang_stacks.hostops.server_failure import FailureContext, ServerState, serving_failure
+from sglang_stacks.resources.benchmark_shape import BenchmarkInputs
 
 if TYPE_CHECKING:
     from sglang_loadgen.document import Document, Level

@@ -11,14 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sglang_stacks.components._benchmark_model import BenchmarkInputs
-from sglang_stacks.components._engine_status import EngineStatus
 from sglang_stacks.errors import BenchmarkError, HostError, StacksError
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.logs import describe_progress
 from sglang_stacks.hostops.programs.loadgen_run_contract import RunLoadgen
 from sglang_stacks.hostops.programs.logs_contract import FollowProgress
 from sglang_stacks.hostops.programs.runner import call
+from sglang_stacks.resources.benchmark_shape import BenchmarkInputs
+from sglang_stacks.resources.engine_status import EngineStatus
 
 if TYPE_CHECKING:
     from sglang_loadgen.document import Document

@@ -10,11 +10,11 @@ from typing import Any
 
 import pulumi
 
-from sglang_stacks.components._wiring import launch_flags, served_now
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import serving
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.resources.wiring import launch_flags, served_now
 
 
 def _host_line(index: int, fields: Mapping[str, Any], spec: StackSpec, stack: str) -> str:

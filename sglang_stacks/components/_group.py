@@ -3,9 +3,9 @@ whole, so a node whose peer is gone is gone too."""
 
 from __future__ import annotations
 
-from sglang_stacks.components._provider import Props
 from sglang_stacks.hostops import claim, process
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.resources.provider import Props
 
 __all__ = ["GroupMember", "member_runs"]
 

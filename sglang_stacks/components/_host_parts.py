@@ -15,7 +15,6 @@ from typing import Any
 
 import pulumi
 
-from sglang_stacks.components._wiring import emulator_env, launch_flags, nvidia_smi_command
 from sglang_stacks.components.draft_model import DraftModel, draft_model_args
 from sglang_stacks.components.environment import PythonEnvironment, environment_args
 from sglang_stacks.components.host import FACT_KEYS, ClaimArgs, GpuClaim, HostProbe, ProbeArgs
@@ -23,6 +22,8 @@ from sglang_stacks.components.server import ServerArgs, SGLangServer
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.memory_advice import memory_advice
 from sglang_stacks.config.spec import StackSpec
+from sglang_stacks.resources.benchmark_shape import MeasuredServer
+from sglang_stacks.resources.wiring import emulator_env, launch_flags, nvidia_smi_command
 
 DEFAULT_PORT = 30000
 """SGLang's port when the stack sets none."""
@@ -177,4 +178,19 @@ def _draft(parent: pulumi.Resource, spec: StackSpec, plan: HostPlan) -> DraftMod
             sha256_manifest=declared.sha256_manifest,
         ),
         pulumi.ResourceOptions(parent=parent),
+    )
+
+
+def measured_server(server: SGLangServer, port: int) -> pulumi.Output[MeasuredServer]:
+    """The `MeasuredServer` of a benchmark of ``server``, which serves on ``port``."""
+    return pulumi.Output.all(
+        server.output(lambda o: o.pid),
+        server.output(lambda o: o.start_ticks),
+        server.output(lambda o: o.log_path),
+        server.input(lambda i: i.env),
+        server.input(lambda i: i.memory),
+    ).apply(
+        lambda found: MeasuredServer(
+            pid=found[0], start_ticks=found[1], port=port, log_path=found[2], env=found[3], memory=found[4]
+        )
     )

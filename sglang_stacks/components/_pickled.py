@@ -17,7 +17,7 @@ import pkgutil
 from collections.abc import Iterator
 from types import ModuleType
 
-from sglang_stacks.components._provider import TypedProvider
+from sglang_stacks.resources.provider import TypedProvider
 
 __all__ = ["LEGACY_PACKAGE", "provider_paths"]
 

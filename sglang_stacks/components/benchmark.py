@@ -3,7 +3,7 @@ server instance and workload, records the numbers in the results history and mak
 
 It runs again when the server is replaced (a new `server_instance`) or the workload changes, and
 not otherwise: an `up` with nothing changed spends no GPU time. Its inputs and outputs are
-`_benchmark_model`'s, the load generator's run on the host `_benchmark_run`'s, and whose failure a
+`resources.benchmark_shape`'s, the load generator's run on the host `_benchmark_run`'s, and whose failure a
 failed benchmark is (the server's, or its own) `_benchmark_failure`'s.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 import pulumi
 
 from sglang_stacks.components._benchmark_failure import measured_document
-from sglang_stacks.components._benchmark_model import BenchmarkInputs, BenchmarkOutputs
-from sglang_stacks.components._engine_status import own_urn
-from sglang_stacks.components._provider import TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.hostops import claim
+from sglang_stacks.resources.benchmark_shape import BenchmarkInputs, BenchmarkOutputs
+from sglang_stacks.resources.engine_status import own_urn
+from sglang_stacks.resources.provider import TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 from sglang_stacks.results import stats
 
 # The results' measurement (the history, the gate) is imported in the functions that use it: a

@@ -25,14 +25,14 @@ from typing import Annotated, Any
 
 import pulumi
 
-from sglang_stacks.components._benchmark_model import BenchmarkInputs
 from sglang_stacks.components._benchmark_run import run_on_host
 from sglang_stacks.components._canary_reference import Reference, out_of_router, pick_reference
-from sglang_stacks.components._provider import LABEL, REPLACES, HostInputs, Props, TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
 from sglang_stacks.errors import BenchmarkError, CanaryRegressionError
+from sglang_stacks.resources.benchmark_shape import BenchmarkInputs
+from sglang_stacks.resources.provider import LABEL, REPLACES, HostInputs, Props, TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 from sglang_stacks.results import stats, summary
 from sglang_stacks.results.stats import Noise
 from sglang_stacks.results.verdict import CanaryVerdict, judge_canary, unjudged_canary

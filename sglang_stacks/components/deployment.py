@@ -14,17 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pulumi
 
-from sglang_stacks.components._benchmark_model import measured_server
-from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, build_host_parts
-from sglang_stacks.components._resource import Args, args_for, register
-from sglang_stacks.components._wiring import (
-    connection_args,
-    flags_digest,
-    host_connection,
-    launch_flags,
-    served_now,
-    warn_pending,
-)
+from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, build_host_parts, measured_server
 from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.config import preflight
 from sglang_stacks.config.flags import ServerFlags
@@ -33,6 +23,15 @@ from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.hostops import serving
 from sglang_stacks.hostops.connection import Connection
+from sglang_stacks.resources.resource import Args, args_for, register
+from sglang_stacks.resources.wiring import (
+    connection_args,
+    flags_digest,
+    host_connection,
+    launch_flags,
+    served_now,
+    warn_pending,
+)
 from sglang_stacks.results.outputs import DeploymentOutputs
 
 if TYPE_CHECKING:

@@ -15,11 +15,11 @@ from typing import Annotated, Any, Literal, get_args
 
 import pulumi
 
-from sglang_stacks.components._provider import REPLACES, UPDATES, HostInputs, Props, TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.errors import SpecError
 from sglang_stacks.hostops import artifacts
 from sglang_stacks.hostops.artifacts import TreeDigest, local_tree_digest
+from sglang_stacks.resources.provider import REPLACES, UPDATES, HostInputs, Props, TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 
 __all__ = [
     "DraftModel",

@@ -12,11 +12,11 @@ from typing import Annotated, Any, Literal, get_args
 import pulumi
 
 from sglang_flags import known_releases, nearest_releases
-from sglang_stacks.components._provider import REPLACES, UPDATES, HostInputs, Props, TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.errors import SpecError
 from sglang_stacks.hostops import environment as hostenv
 from sglang_stacks.hostops.environment import EMULATOR_PACKAGES, LOADGEN_PINS, emulator_digest
+from sglang_stacks.resources.provider import REPLACES, UPDATES, HostInputs, Props, TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 
 __all__ = [
     "EMULATOR_PACKAGES",

@@ -18,17 +18,7 @@ from dataclasses import dataclass
 import pulumi
 
 from sglang_stacks.components import _fleet_preview
-from sglang_stacks.components._benchmark_model import measured_server
-from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan
-from sglang_stacks.components._resource import Args, args_for, register
-from sglang_stacks.components._wiring import (
-    connection_args,
-    digest,
-    flags_digest,
-    host_connection,
-    launch_flags,
-    warn_pending,
-)
+from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, measured_server
 from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.components.canary import CanaryArgs, CanaryGate
 from sglang_stacks.components.multinode import build_replica_parts
@@ -39,6 +29,15 @@ from sglang_stacks.config.flags import launch_values
 from sglang_stacks.config.fleet import FleetHostSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
+from sglang_stacks.resources.resource import Args, args_for, register
+from sglang_stacks.resources.wiring import (
+    connection_args,
+    digest,
+    flags_digest,
+    host_connection,
+    launch_flags,
+    warn_pending,
+)
 from sglang_stacks.results.outputs import FleetOutputs, ReplicaOutputs
 
 

@@ -8,12 +8,12 @@ from typing import Annotated
 
 import pulumi
 
-from sglang_stacks.components._provider import LABEL, UPDATES, HostInputs, Props, TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.errors import FlagError, HostError
 from sglang_stacks.hostops import claim, probe
 from sglang_stacks.hostops.facts import FACT_KEYS, DeclaredFacts, FoundFacts
 from sglang_stacks.hostops.process import stop_recorded
+from sglang_stacks.resources.provider import LABEL, UPDATES, HostInputs, Props, TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 
 __all__ = [
     "FACT_KEYS",

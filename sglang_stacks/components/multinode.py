@@ -20,11 +20,11 @@ import pulumi
 
 from sglang_stacks.components._group import GroupMember
 from sglang_stacks.components._host_parts import HostParts, HostPlan, NodeRole, build_host_parts
-from sglang_stacks.components._provider import REPLACES, HostInputs, Props, TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.config.multinode import node_place
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.hostops.init_address import check_init_address
+from sglang_stacks.resources.provider import REPLACES, HostInputs, Props, TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 
 __all__ = ["InitAddressCheck", "build_replica_parts"]
 

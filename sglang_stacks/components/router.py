@@ -16,11 +16,11 @@ from typing import Annotated
 
 import pulumi
 
-from sglang_stacks.components._provider import LABEL, REPLACES, HostInputs, Props, TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.hostops import router_workers
 from sglang_stacks.hostops.programs import router_contract
 from sglang_stacks.hostops.programs.runner import call
+from sglang_stacks.resources.provider import LABEL, REPLACES, HostInputs, Props, TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 
 
 class RouterInputs(HostInputs):

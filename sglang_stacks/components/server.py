@@ -17,16 +17,6 @@ import pulumi
 from pydantic import Field
 
 from sglang_stacks.components._group import GroupMember, member_runs
-from sglang_stacks.components._provider import (
-    LABEL,
-    REPLACES,
-    REPLACES_IF_KNOWN,
-    SECRET,
-    HostInputs,
-    Props,
-    TypedProvider,
-)
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.components.host import check_installed_release
 from sglang_stacks.config.flags import LaunchFlags
 from sglang_stacks.config.memory_advice import MemoryAdvice
@@ -36,6 +26,16 @@ from sglang_stacks.hostops.cancel import Cancelled
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.gpu_room import check_gpu_room, server_gpus
 from sglang_stacks.hostops.server_failure import FailureContext
+from sglang_stacks.resources.provider import (
+    LABEL,
+    REPLACES,
+    REPLACES_IF_KNOWN,
+    SECRET,
+    HostInputs,
+    Props,
+    TypedProvider,
+)
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 
 
 class ServerInputs(HostInputs):

@@ -1,8 +1,8 @@
 """What drives stacks through Pulumi's Automation API: ``automation`` (the adapter: select or write
 a stack, run a raw command, copy a secret, read outputs and config), ``rollout`` (one stack's
 rollout and the gate's hand-back: ``rollout.rollout``), ``fleet_rollback`` (a fleet's rollout, a
-regressed canary rolled back), ``recover`` (the pending operations an interrupted update left:
-``recover.recover``) and ``state`` (Pulumi's exported state, read into models)."""
+regressed canary rolled back), and ``recover`` (the pending operations an interrupted update left:
+``recover.recover``). A stack's state read into models is ``resources.state``."""
 
 from __future__ import annotations
 

@@ -33,10 +33,10 @@ from pydantic import ValidationError
 from sglang_stacks.drive import leftovers
 from sglang_stacks.drive.automation import cancel_dead_lock, pulumi_command, select_stack
 from sglang_stacks.drive.leftovers import Leftover
-from sglang_stacks.drive.state import ExportedState, Operation
 from sglang_stacks.errors import ClaimError, HostError, RouterError, SpecError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir
+from sglang_stacks.resources.state import ExportedState, Operation
 
 __all__ = ["Pending", "pending_operations", "recover"]
 

@@ -17,12 +17,13 @@ from pulumi import automation as auto
 
 from sglang_stacks.config.spec import GateSpec
 from sglang_stacks.config.stackfile import load_stack_spec
-from sglang_stacks.drive import recover, state
+from sglang_stacks.drive import recover
 from sglang_stacks.drive.automation import for_people, outputs_of, select_stack
 from sglang_stacks.drive.fleet_rollback import FleetRollout
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir, stacks_dir
+from sglang_stacks.resources import state
 from sglang_stacks.results import gate, history
 from sglang_stacks.results.outputs import DeploymentOutputs
 from sglang_stacks.results.stats import BenchmarkResult

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Annotated
 import pulumi
 
 from sglang_loadgen.progress import LINE_PREFIX
-from sglang_stacks.components._benchmark_model import BenchmarkOutputs
-from sglang_stacks.components._provider import LABEL, REPLACES, Props, TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
 from sglang_stacks.errors import BenchmarkError, HostError
 from sglang_stacks.kube import pods
 from sglang_stacks.kube.client import ClusterAccess, api_error_text
+from sglang_stacks.resources.benchmark_shape import BenchmarkOutputs
+from sglang_stacks.resources.provider import LABEL, REPLACES, Props, TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 
 if TYPE_CHECKING:
     from sglang_loadgen.document import Document

@@ -19,12 +19,12 @@ from typing import Annotated, Any
 import pulumi
 from pydantic import ValidationError
 
-from sglang_stacks.components._provider import LABEL, Props, TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.errors import ClaimError, HostError
 from sglang_stacks.hostops.serving import ServingNote
 from sglang_stacks.kube.client import ClusterAccess, api_error_text
 from sglang_stacks.kube.workloads import MANAGED_BY, SERVING_ANNOTATION, STACK_LABEL
+from sglang_stacks.resources.provider import LABEL, Props, TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 
 __all__ = ["KubeClaim", "KubeClaimArgs", "ServerObject", "server_objects", "serving_now"]
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from sglang_stacks.components._resource import Args, register
-from sglang_stacks.components._wiring import flags_digest, launch_flags
 from sglang_stacks.components.deployment import DEFAULT_PORT, DeploymentExports
 from sglang_stacks.config import preflight
 from sglang_stacks.config.findings import Finding
@@ -28,6 +26,8 @@ from sglang_stacks.kube.client import ClusterAccess
 from sglang_stacks.kube.footing import lay_footing
 from sglang_stacks.kube.launch import ServerLaunch, server_launch
 from sglang_stacks.kube.server import KubeServer, KubeServerArgs
+from sglang_stacks.resources.resource import Args, register
+from sglang_stacks.resources.wiring import flags_digest, launch_flags
 from sglang_stacks.results.outputs import DeploymentOutputs
 
 __all__ = ["Checked", "KubeDeployment", "KubeDeploymentArgs", "cluster_preflight", "object_name"]

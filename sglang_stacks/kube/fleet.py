@@ -24,8 +24,6 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from sglang_stacks.components._resource import Args, register
-from sglang_stacks.components._wiring import digest, flags_digest, host_connection, launch_flags
 from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.components.canary import CanaryArgs, CanaryGate
 from sglang_stacks.components.deployment import DEFAULT_PORT
@@ -40,6 +38,8 @@ from sglang_stacks.kube.footing import lay_footing
 from sglang_stacks.kube.launch import ServerLaunch, server_launch
 from sglang_stacks.kube.router import fleet_router
 from sglang_stacks.kube.server import KubeServer, KubeServerArgs
+from sglang_stacks.resources.resource import Args, register
+from sglang_stacks.resources.wiring import digest, flags_digest, host_connection, launch_flags
 from sglang_stacks.results.outputs import FleetOutputs, ReplicaOutputs
 
 __all__ = ["KubeFleet", "KubeFleetArgs"]

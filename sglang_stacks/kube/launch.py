@@ -13,7 +13,6 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from sglang_stacks.components._wiring import digest, emulator_env
 from sglang_stacks.components.environment import LAUNCHER_MODULES
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.render import render_argv, render_command
@@ -22,6 +21,7 @@ from sglang_stacks.errors import SpecError
 from sglang_stacks.hostops.serving import ServingNote
 from sglang_stacks.kube.facts import gpus_per_pod
 from sglang_stacks.kube.workloads import HUB_TOKEN_VARIABLE, INSTANCE_LABEL, ServerPod, server_labels
+from sglang_stacks.resources.wiring import digest, emulator_env
 
 __all__ = ["LEADER_SELECTOR", "ServerLaunch", "server_launch"]
 

@@ -18,14 +18,14 @@ from typing import Annotated
 import pulumi
 import pulumi_kubernetes as k8s
 
-from sglang_stacks.components._provider import LABEL, REPLACES, Props, TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
-from sglang_stacks.components._wiring import digest
 from sglang_stacks.config.fleet import RouterSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.kube import pods
 from sglang_stacks.kube.client import ClusterAccess
 from sglang_stacks.kube.workloads import INSTANCE_LABEL, MANAGED_BY, SKIP_AWAIT, STACK_LABEL
+from sglang_stacks.resources.provider import LABEL, REPLACES, Props, TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
+from sglang_stacks.resources.wiring import digest
 
 __all__ = ["KubeRouter", "KubeRouterArgs", "RouterPod", "fleet_router", "router_deployment", "router_service"]
 

@@ -14,11 +14,11 @@ from typing import Annotated
 
 import pulumi
 
-from sglang_stacks.components._provider import LABEL, REPLACES, Props, TypedProvider
-from sglang_stacks.components._resource import Args, TypedResource, args_for
 from sglang_stacks.config.flags import LaunchFlags
 from sglang_stacks.kube import pods
 from sglang_stacks.kube.client import ClusterAccess
+from sglang_stacks.resources.provider import LABEL, REPLACES, Props, TypedProvider
+from sglang_stacks.resources.resource import Args, TypedResource, args_for
 
 __all__ = ["KubeServer", "KubeServerArgs", "KubeServerInputs", "KubeServerOutputs"]
 

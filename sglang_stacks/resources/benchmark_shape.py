@@ -4,18 +4,14 @@ what the history records beside the numbers) and `BenchmarkOutputs` (each load l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
-import pulumi
 from pydantic import Field
 
-from sglang_stacks.components._provider import LABEL, REPLACES, REPLACES_IF_KNOWN, HostInputs, Props
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
 from sglang_stacks.config.memory_advice import MemoryAdvice
+from sglang_stacks.resources.provider import LABEL, REPLACES, REPLACES_IF_KNOWN, HostInputs, Props
 from sglang_stacks.results import stats
-
-if TYPE_CHECKING:
-    from sglang_stacks.components.server import SGLangServer
 
 
 class MeasuredServer(Props):
@@ -30,21 +26,6 @@ class MeasuredServer(Props):
     """Its environment variables (NCCL's settings): the fix of its failure names values against them."""
     memory: MemoryAdvice | None = None
     """The memory plan of its SGLang release: an out-of-memory fix names a fraction from it."""
-
-
-def measured_server(server: SGLangServer, port: int) -> pulumi.Output[MeasuredServer]:
-    """The `MeasuredServer` of a benchmark of ``server``, which serves on ``port``."""
-    return pulumi.Output.all(
-        server.output(lambda o: o.pid),
-        server.output(lambda o: o.start_ticks),
-        server.output(lambda o: o.log_path),
-        server.input(lambda i: i.env),
-        server.input(lambda i: i.memory),
-    ).apply(
-        lambda found: MeasuredServer(
-            pid=found[0], start_ticks=found[1], port=port, log_path=found[2], env=found[3], memory=found[4]
-        )
-    )
 
 
 class BenchmarkInputs(HostInputs):
@@ -79,7 +60,7 @@ class BenchmarkInputs(HostInputs):
     server: Annotated[MeasuredServer | None, LABEL] = None
     """The one server measured (none behind a router): a failed benchmark asks it how it is."""
     own_urn: Annotated[str, LABEL] = ""
-    """This benchmark's URN, for its progress on its row of ``pulumi up`` (`_engine_status`)."""
+    """This benchmark's URN, for its progress on its row of ``pulumi up`` (`engine_status`)."""
 
 
 class BenchmarkOutputs(Props):

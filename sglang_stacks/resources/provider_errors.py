@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from sglang_stacks.components._engine_status import engine_address
 from sglang_stacks.errors import StacksError
 from sglang_stacks.hostops import cancel, lifetime
+from sglang_stacks.resources.engine_status import engine_address
 
 __all__ = ["MONITOR_GONE", "sentences_only", "without_the_monitors_echo"]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
@@ -25,7 +26,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 from pydantic import BaseModel, TypeAdapter
 
-from sglang_stacks.components._provider import SECRET, Props, TypedProvider, field_adapter
+from sglang_stacks.resources.provider import SECRET, Props, TypedProvider, field_adapter
 
 __all__ = ["Args", "TypedResource", "args_for", "register"]
 
@@ -134,6 +135,8 @@ def args_for(model: Callable[P, ModelT]) -> Callable[P, Args[ModelT]]:
 
     build.__signature__ = inspect.signature(model_class)  # type: ignore[attr-defined]
     build.__doc__ = f"`Args` of {model_class.__name__}: its fields, each a value or an Output of one."
+    # It belongs to the module that makes it (``BenchmarkArgs`` is the benchmark's), as a class would.
+    build.__module__ = sys._getframe(1).f_globals.get("__name__", build.__module__)
     return build
 
 

@@ -20,12 +20,12 @@ from pulumi.output import Unknown
 from pulumi.runtime import rpc
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from sglang_stacks.components._engine_status import engine_address
-from sglang_stacks.components._provider_errors import sentences_only as _sentences_only
 from sglang_stacks.hostops import backend_lock
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.transport import gathering
 from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
+from sglang_stacks.resources.engine_status import engine_address
+from sglang_stacks.resources.provider_errors import sentences_only as _sentences_only
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class HostInputs(Props):
 
     connection: CONNECTION_FIELD
     """How to reach the host (a secret: it may hold the SSH key); the constructors take the fields of
-    a `Connection` as a secret Output (`_wiring.host_connection`)."""
+    a `Connection` as a secret Output (`wiring.host_connection`)."""
 
 
 InputsT = TypeVar("InputsT", bound=Props)

@@ -106,7 +106,7 @@ def warn_pending(stack: str, parent: pulumi.Resource) -> None:
     """Warns in `pulumi up` and `preview` when the stack's state holds operations that interrupted
     updates left, which Pulumi keeps without a word. Read from a local backend's state file, before
     the program registers anything that could be pending itself."""
-    from sglang_stacks.drive.state import local_pending, pending_warning  # no Automation API
+    from sglang_stacks.resources.state import local_pending, pending_warning  # no Automation API
 
     found = local_pending(pulumi.get_project(), stack)
     if found:
