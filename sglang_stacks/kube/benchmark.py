@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Annotated
 import pulumi
 
 from sglang_loadgen.progress import LINE_PREFIX
-from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec
 from sglang_stacks.errors import BenchmarkError, HostError
 from sglang_stacks.kube import pods
 from sglang_stacks.kube.client import ClusterAccess, api_error_text
-from sglang_stacks.resources.benchmark_shape import BenchmarkOutputs
-from sglang_stacks.resources.provider import LABEL, REPLACES, Props, TypedProvider
+from sglang_stacks.resources.benchmark_shape import BenchmarkOutputs, MeasurementInputs
+from sglang_stacks.resources.provider import LABEL, REPLACES, TypedProvider
 from sglang_stacks.resources.resource import Args, TypedResource, args_for
 
 if TYPE_CHECKING:
@@ -32,24 +31,12 @@ _POLL_S = 1.0
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
-class KubeBenchmarkInputs(Props):
+class KubeBenchmarkInputs(MeasurementInputs):
     """The Job measured and what the history records beside its numbers."""
 
     access: Annotated[ClusterAccess, LABEL]
-    stack: Annotated[str, LABEL]
     job: Annotated[str, REPLACES]
     """The benchmark Job's name: a new Job (a new server launch, another workload) is a new measurement."""
-    server_instance: Annotated[str, REPLACES]
-    """The server launch measured."""
-    workload: Annotated[BenchmarkSpec, REPLACES]
-    """The stack's benchmark section."""
-    launch_command: Annotated[str, LABEL]
-    sglang_version: Annotated[str, LABEL]
-    flags_digest: Annotated[str, LABEL]
-    gate: GateSpec | None = None
-    """The regression gate, judged on the kept result when only it changes (no GPU time)."""
-    gpu_hour_price: float | None = None
-    gpu_count: int = 1
 
 
 def _job_state(access: ClusterAccess, job: str) -> str:

@@ -28,15 +28,12 @@ class MeasuredServer(Props):
     """The memory plan of its SGLang release: an out-of-memory fix names a fraction from it."""
 
 
-class BenchmarkInputs(HostInputs):
-    """What a benchmark measures; a change of a ``REPLACES`` field means a new measurement."""
+class MeasurementInputs(Props):
+    """What every benchmark (a host's, a cluster's Job's) measures and records beside its numbers; a
+    change of a ``REPLACES`` field means a new measurement."""
 
     stack: Annotated[str, LABEL]
-    """The stack measured (it must hold the host's claim)."""
-    python: Annotated[str, REPLACES_IF_KNOWN]
-    """The host's Python that runs the load generator."""
-    url: Annotated[str, REPLACES]
-    """The server's base URL as seen from the host."""
+    """The stack measured."""
     server_instance: Annotated[str, REPLACES]
     """The server launch measured: a new server means new numbers."""
     workload: Annotated[BenchmarkSpec, REPLACES]
@@ -53,6 +50,15 @@ class BenchmarkInputs(HostInputs):
     """What one GPU costs per hour; a change re-prices the kept result."""
     gpu_count: int = 1
     """GPUs of the host, for the cost per million tokens."""
+
+
+class BenchmarkInputs(HostInputs, MeasurementInputs):
+    """What a host's benchmark measures (the stack measured must hold the host's claim)."""
+
+    python: Annotated[str, REPLACES_IF_KNOWN]
+    """The host's Python that runs the load generator."""
+    url: Annotated[str, REPLACES]
+    """The server's base URL as seen from the host."""
     state_dir: Annotated[str, LABEL]
     """The host's folder of sglang-stacks state (claim, progress file)."""
     update_id: Annotated[str, LABEL]
