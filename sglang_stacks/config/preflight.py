@@ -18,6 +18,7 @@ from sglang_stacks.config.render import flag_problems, resolve_flag
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.config.speculative import speculative
 from sglang_stacks.errors import FlagError, PreflightError
+from sglang_world.pool_code import pool_approximation
 
 __all__ = ["Finding", "raise_on_errors", "run_preflight"]
 
@@ -82,6 +83,15 @@ def _gpus(spec: StackSpec, release: str) -> Iterable[Finding]:
 def _memory(spec: StackSpec, release: str) -> Iterable[Finding]:
     plan = plan_memory(spec, release)
     key = "server.mem_fraction_static"
+    approximated = pool_approximation(release)
+    if approximated and plan.max_total_num_tokens is not None:
+        yield warning(
+            "kv-pool-approximated",
+            "environment.sglang_release",
+            approximated,
+            "Before relying on the plan's token count, read the pool SGLang reports at start "
+            "(`KV Cache is allocated. #tokens` in `sglang-stacks logs <stack>`).",
+        )
     if plan.verdict == "does_not_fit":
         if plan.failure_phase == "launch":
             return  # the release refuses the flags themselves; the speculative rules say which
