@@ -21,6 +21,7 @@ from sglang_stacks.config.stackfile import read_stack_file
 from sglang_stacks.errors import FlagError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir, stacks_dir
+from sglang_world.pool_code import pool_approximation
 
 __all__ = ["configure_render", "configure_schema", "run_render", "run_schema"]
 
@@ -93,6 +94,11 @@ def run_render(args: argparse.Namespace) -> int:
     return ExitCode.CONFIG_ERRORS if errors else ExitCode.OK
 
 
+def _kv_basis(release: str) -> str:
+    """What the plan's KV pool is, when it is not the release's own code."""
+    return "; its KV pool approximated: kv-pool-approximated below" if pool_approximation(release) else ""
+
+
 def _render_text(
     stack: str,
     release: str,
@@ -106,7 +112,7 @@ def _render_text(
     lines += ["", f"GPU facts ({facts.source}):", f"  {facts.line()}"]
     lines += [
         "",
-        f"Memory plan (per GPU, by SGLang {release}'s own memory rules):",
+        f"Memory plan (per GPU, by SGLang {release}'s own memory rules{_kv_basis(release)}):",
         *(f"  {line}" for line in plan),
         "",
     ]
