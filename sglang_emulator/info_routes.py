@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 from sglang_emulator.metrics import render_metrics
 
 if TYPE_CHECKING:
-    from sglang_emulator.server import _Handler
+    from sglang_emulator.generate_route import GenerateRoute
 
 
-def model_info(handler: _Handler) -> None:
+def model_info(handler: GenerateRoute) -> None:
     context = handler.server.context
     handler._json(
         200,
@@ -29,11 +29,11 @@ def model_info(handler: _Handler) -> None:
     )
 
 
-def server_info(handler: _Handler) -> None:
+def server_info(handler: GenerateRoute) -> None:
     handler._json(200, handler.server.context.server_info())
 
 
-def get_load(handler: _Handler) -> None:
+def get_load(handler: GenerateRoute) -> None:
     # SGLang's /get_load: one entry per data-parallel rank (the emulator has one).
     context = handler.server.context
     stats = context.engine.stats
@@ -50,7 +50,7 @@ def get_load(handler: _Handler) -> None:
     )
 
 
-def flush_cache(handler: _Handler) -> None:
+def flush_cache(handler: GenerateRoute) -> None:
     handler._body()
     if not handler.server.context.engine.flush_cache():
         message = "Cache not flushed: requests are running or waiting. Retry when the server is idle.\n"
@@ -63,7 +63,7 @@ def flush_cache(handler: _Handler) -> None:
     handler._send(200, message.encode(), "text/plain")
 
 
-def metrics(handler: _Handler) -> None:
+def metrics(handler: GenerateRoute) -> None:
     context = handler.server.context
     if not context.config.enable_metrics:
         handler._json(404, {"detail": "Not Found"})
@@ -124,7 +124,7 @@ def metrics(handler: _Handler) -> None:
     handler._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
 
-def models(handler: _Handler) -> None:
+def models(handler: GenerateRoute) -> None:
     context = handler.server.context
     model = {
         "id": context.config.served_model_name,

@@ -12,23 +12,27 @@ from sglang_emulator.http_common import BadRequest, sse
 from sglang_emulator.tokenizer import encode, render_chat
 
 if TYPE_CHECKING:
-    from sglang_emulator.server import _Handler
+    from sglang_emulator.generate_route import GenerateRoute
 
 _DEFAULT_OPENAI_MAX_TOKENS = 16
 _DEFAULT_CHAT_MAX_TOKENS = 1024
 
 
-def _openai_request(handler: _Handler, body: dict[str, Any], prompt_text: str, default_max: int) -> Request:
+def _openai_request(
+    handler: GenerateRoute, body: dict[str, Any], prompt_text: str, default_max: int
+) -> Request:
     ids = encode(prompt_text, handler.server.context.profile.model.vocab_size)
     return _openai_ids_request(handler, body, ids, default_max)
 
 
-def _openai_ids_request(handler: _Handler, body: dict[str, Any], ids: list[int], default_max: int) -> Request:
+def _openai_ids_request(
+    handler: GenerateRoute, body: dict[str, Any], ids: list[int], default_max: int
+) -> Request:
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max
     return handler._new_request(ids, max_tokens, None)
 
 
-def _usage(handler: _Handler, request: Request) -> dict[str, Any]:
+def _usage(handler: GenerateRoute, request: Request) -> dict[str, Any]:
     prompt = len(request.prompt_ids)
     return {
         "prompt_tokens": prompt,
@@ -38,7 +42,7 @@ def _usage(handler: _Handler, request: Request) -> dict[str, Any]:
     }
 
 
-def completions(handler: _Handler) -> None:
+def completions(handler: GenerateRoute) -> None:
     body = handler._body()
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -58,7 +62,7 @@ def completions(handler: _Handler) -> None:
     _openai_reply(handler, body, request, chat=False)
 
 
-def chat_completions(handler: _Handler) -> None:
+def chat_completions(handler: GenerateRoute) -> None:
     body = handler._body()
     messages = body.get("messages")
     if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages) or not messages:
@@ -69,7 +73,7 @@ def chat_completions(handler: _Handler) -> None:
     _openai_reply(handler, body, request, chat=True)
 
 
-def _openai_reply(handler: _Handler, body: dict[str, Any], request: Request, chat: bool) -> None:
+def _openai_reply(handler: GenerateRoute, body: dict[str, Any], request: Request, chat: bool) -> None:
     context = handler.server.context
     ident = ("chatcmpl-" if chat else "cmpl-") + request.rid
     created = int(time.time())
@@ -112,7 +116,13 @@ def _openai_reply(handler: _Handler, body: dict[str, Any], request: Request, cha
 
 
 def _openai_events(
-    handler: _Handler, request: Request, chat: bool, ident: str, created: int, model: str, include_usage: bool
+    handler: GenerateRoute,
+    request: Request,
+    chat: bool,
+    ident: str,
+    created: int,
+    model: str,
+    include_usage: bool,
 ) -> Iterator[bytes]:
     kind = "chat.completion.chunk" if chat else "text_completion"
 

@@ -19,6 +19,7 @@ __all__ = [
     "DraftFacts",
     "Launch",
     "ModelFacts",
+    "Workload",
 ]
 
 DEFAULT_DRIVER_RESERVED_MIB = 616
@@ -121,3 +122,12 @@ class DeviceFacts:
     """CUDA context, cuBLAS and NCCL, gone before SGLang measures free memory."""
     others_mib: float = 0.0
     """What other processes hold on the GPU."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the server will be asked: prompts of ``input_len`` tokens, ``output_len`` new tokens."""
+
+    input_len: int
+    output_len: int
+    concurrency: int = 1

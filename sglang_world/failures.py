@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from sglang_world.budget import Budget
-    from sglang_world.facts import Launch
-    from sglang_world.memory import Workload
+    from sglang_world.facts import Launch, Workload
     from sglang_world.settings import ServerSettings
 
 __all__ = ["GRAPH_CAPTURE_HINTS", "Failure", "Phase", "first_failure", "input_too_long", "out_of_memory"]

@@ -15,7 +15,7 @@ from typing import Literal
 
 from sglang_flags import load_table
 from sglang_world.budget import Budget, budget
-from sglang_world.facts import DeviceFacts, Launch, ModelFacts
+from sglang_world.facts import DeviceFacts, Launch, ModelFacts, Workload
 from sglang_world.failures import Failure, first_failure
 from sglang_world.launch import MEMORY_ENVIRONMENT
 from sglang_world.releases import rules_for
@@ -32,15 +32,6 @@ __all__ = [
 ]
 
 Verdict = Literal["fits", "does_not_fit", "unknown"]
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What the server will be asked: prompts of ``input_len`` tokens, ``output_len`` new tokens."""
-
-    input_len: int
-    output_len: int
-    concurrency: int = 1
 
 
 @dataclass(frozen=True)

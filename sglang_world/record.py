@@ -19,32 +19,16 @@ import sys
 import sysconfig
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from sglang_flags import known_releases, release_key
 from sglang_flags.release_child import run_release_child
 from sglang_flags.wheels import WheelError, default_cache, unpacked_helpers, unpacked_release
-from sglang_world.recorded_store import RECORDED, store_recordings
+from sglang_world.recorded_store import RECORDED, Recording, store_recordings
 
 __all__ = ["Recording", "main", "record_release"]
 
 _CHILD_TIMEOUT_S = 3600
-
-
-@dataclass(frozen=True)
-class Recording:
-    """One release's rows, or why it has none."""
-
-    release: str
-    rows: list[dict[str, Any]] | None
-    """One per grid point: what the release resolved, or the error it raised."""
-    refused: list[str] = field(default_factory=list)
-    stand_in_modules: list[str] = field(default_factory=list)
-    stand_in_questions_at: list[str] = field(default_factory=list)
-    """Where the release asked a stand-in something while resolving (``file:line``)."""
-    seconds: float = 0.0
 
 
 def _short(text: str, folders: list[str]) -> str:

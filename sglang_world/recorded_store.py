@@ -11,21 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sglang_flags import release_key
 from sglang_world.grid import GRID
-
-if TYPE_CHECKING:
-    from sglang_world.record import Recording
 
 __all__ = [
     "RECORDED",
     "ROW_FIELDS",
     "RecordedRow",
+    "Recording",
     "grid_digest",
     "read_index",
     "recorded_releases",
@@ -51,6 +49,20 @@ _ABOUT = (
     "sglang_world.grid.GRID (releases with identical results share a file), each file's sha256, and "
     "releases that could not be recorded. Written by python -m sglang_world.record; do not edit by hand."
 )
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One release's rows, or why it has none."""
+
+    release: str
+    rows: list[dict[str, Any]] | None
+    """One per grid point: what the release resolved, or the error it raised."""
+    refused: list[str] = field(default_factory=list)
+    stand_in_modules: list[str] = field(default_factory=list)
+    stand_in_questions_at: list[str] = field(default_factory=list)
+    """Where the release asked a stand-in something while resolving (``file:line``)."""
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
