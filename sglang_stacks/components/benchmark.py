@@ -15,6 +15,7 @@ from typing import Any
 import pulumi
 
 from sglang_stacks.components._benchmark_failure import measured_document
+from sglang_stacks.components._refresh import HOST_READS
 from sglang_stacks.hostops import claim
 from sglang_stacks.resources.benchmark_shape import BenchmarkInputs, BenchmarkOutputs
 from sglang_stacks.resources.engine_status import own_urn
@@ -76,6 +77,8 @@ def upgrade_result(level: Mapping[str, Any]) -> dict[str, Any]:
 
 class BenchmarkProvider(TypedProvider[BenchmarkInputs, BenchmarkOutputs]):
     """Measures once per server instance and workload; re-reads the kept result for the rest."""
+
+    gathers_with = HOST_READS
 
     inputs = BenchmarkInputs
     outputs = BenchmarkOutputs

@@ -27,6 +27,7 @@ import pulumi
 
 from sglang_stacks.components._benchmark_run import run_on_host
 from sglang_stacks.components._canary_reference import Reference, out_of_router, pick_reference
+from sglang_stacks.components._refresh import FLEET_READS
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.fleet import RolloutSpec
 from sglang_stacks.errors import BenchmarkError, CanaryRegressionError
@@ -160,6 +161,8 @@ def upgrade_outputs(props: Mapping[str, Any]) -> dict[str, Any]:
 
 class CanaryProvider(TypedProvider[CanaryInputs, CanaryOutputs]):
     """Judges each canary launch once."""
+
+    gathers_with = FLEET_READS
 
     inputs = CanaryInputs
     outputs = CanaryOutputs

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 
 import pulumi
 
+from sglang_stacks.components._refresh import HOST_READS
 from sglang_stacks.errors import SpecError
 from sglang_stacks.hostops import artifacts
 from sglang_stacks.hostops.artifacts import TreeDigest, local_tree_digest
@@ -135,6 +136,8 @@ def _converge(inputs: DraftModelInputs) -> DraftModelOutputs:
 class DraftModelProvider(TypedProvider[DraftModelInputs, DraftModelOutputs]):
     """Uploads or finds the folder on create and update, hashes it again on refresh; delete
     leaves the files."""
+
+    gathers_with = HOST_READS
 
     inputs = DraftModelInputs
     outputs = DraftModelOutputs

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, get_args
 import pulumi
 
 from sglang_flags import known_releases, nearest_releases
+from sglang_stacks.components._refresh import HOST_READS
 from sglang_stacks.errors import SpecError
 from sglang_stacks.hostops import environment as hostenv
 from sglang_stacks.hostops.environment import EMULATOR_PACKAGES, LOADGEN_PINS, emulator_digest
@@ -162,6 +163,8 @@ class PythonEnvironmentProvider(TypedProvider[EnvironmentInputs, EnvironmentOutp
     """Installs on create and update (only when the venv's marker says so, proving that SGLang
     imports); refresh reads SGLang's version and requirements from the environment's metadata (the
     emulator answers ``--version``) and drops a vanished or broken one; delete leaves the venv."""
+
+    gathers_with = HOST_READS
 
     inputs = EnvironmentInputs
     outputs = EnvironmentOutputs

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import pulumi
 
+from sglang_stacks.components._refresh import HOST_READS
 from sglang_stacks.errors import FlagError, HostError
 from sglang_stacks.hostops import claim, probe
 from sglang_stacks.hostops.facts import FACT_KEYS, DeclaredFacts, FoundFacts
@@ -62,6 +63,8 @@ def check_host(inputs: ProbeInputs) -> ProbeOutputs:
 
 class ProbeProvider(TypedProvider[ProbeInputs, ProbeOutputs]):
     """Probes the host on create, on every changed input and on every refresh."""
+
+    gathers_with = HOST_READS
 
     inputs = ProbeInputs
     outputs = ProbeOutputs
@@ -152,6 +155,8 @@ def take_claim(inputs: ClaimInputs) -> ClaimOutputs:
 
 class ClaimProvider(TypedProvider[ClaimInputs, ClaimOutputs]):
     """Takes the claim on create and update, reads it on refresh, releases it on delete."""
+
+    gathers_with = HOST_READS
 
     inputs = ClaimInputs
     outputs = ClaimOutputs

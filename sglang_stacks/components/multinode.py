@@ -20,6 +20,7 @@ import pulumi
 
 from sglang_stacks.components._group import GroupMember
 from sglang_stacks.components._host_parts import HostParts, HostPlan, NodeRole, build_host_parts
+from sglang_stacks.components._refresh import HOST_READS
 from sglang_stacks.config.multinode import node_place
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.hostops.init_address import check_init_address
@@ -49,6 +50,8 @@ class InitAddressOutputs(Props):
 
 class InitAddressProvider(TypedProvider[InitAddressInputs, InitAddressOutputs]):
     """Checks the init address from the host, through the host's own connection."""
+
+    gathers_with = HOST_READS
 
     inputs = InitAddressInputs
     outputs = InitAddressOutputs

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import pulumi
 
+from sglang_stacks.components._refresh import FLEET_READS
 from sglang_stacks.hostops import router_workers
 from sglang_stacks.hostops.programs import router_contract
 from sglang_stacks.hostops.programs.runner import call
@@ -82,6 +83,8 @@ def stop_router(inputs: RouterInputs, pid: int, start_ticks: int) -> None:
 
 class RouterProvider(TypedProvider[RouterInputs, RouterOutputs]):
     """Starts, notices and stops the router process."""
+
+    gathers_with = FLEET_READS
 
     inputs = RouterInputs
     outputs = RouterOutputs
@@ -152,6 +155,8 @@ def drain_worker(inputs: WorkerInputs, worker_id: str) -> None:
 
 class RouterWorkerProvider(TypedProvider[WorkerInputs, WorkerOutputs]):
     """Adds a replica to the router, notices it gone, drains it."""
+
+    gathers_with = FLEET_READS
 
     inputs = WorkerInputs
     outputs = WorkerOutputs

@@ -17,6 +17,7 @@ import pulumi
 from pydantic import Field
 
 from sglang_stacks.components._group import GroupMember, member_runs
+from sglang_stacks.components._refresh import HOST_READS
 from sglang_stacks.components.host import check_installed_release
 from sglang_stacks.config.flags import LaunchFlags
 from sglang_stacks.config.memory_advice import MemoryAdvice
@@ -235,6 +236,8 @@ def upgrade_flags(props: Mapping[str, Any]) -> dict[str, Any]:
 
 class ServerProvider(TypedProvider[ServerInputs, ServerOutputs]):
     """Launches, supervises, notices and stops the server process."""
+
+    gathers_with = HOST_READS
 
     inputs = ServerInputs
     outputs = ServerOutputs

@@ -166,6 +166,11 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
     outputs: ClassVar[type[BaseModel]]
     stables: ClassVar[tuple[str, ...]] = ()
     """Outputs an update in place never changes: a preview keeps them known for dependents."""
+    gathers_with: ClassVar[tuple[str, ...]] = ()
+    """The modules of the other providers a refresh of this one's stack reads over the same
+    session to a host, imported at its first read so that their reads reach `gathering` within
+    milliseconds of it (a refresh reads every resource: each module is needed anyway). Empty for
+    a provider that reaches no host over a session (a cluster's)."""
 
     # -- hooks for subclasses ------------------------------------------------------------------
     def resource_id(self, inputs: InputsT, outputs: OutputsT) -> str:
@@ -237,7 +242,9 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
             return dynamic.UpdateResult(self._state(new_inputs, outputs))
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
-        _import_providers(type(self).__module__)
+        # The other providers a refresh of this stack reads, imported now: see `gathers_with`.
+        for module in self.gathers_with:
+            importlib.import_module(module)
         with _sentences_only(), gathering():
             props = self.upgrade(props)
             inputs = self._inputs(props)
@@ -250,21 +257,3 @@ class TypedProvider(dynamic.ResourceProvider, Generic[InputsT, OutputsT]):
         with _sentences_only():
             props = self.upgrade(props)
             self.delete_typed(self._inputs(props), self._outputs(props))
-
-
-_HOST_PROVIDERS = ("host", "environment", "draft_model", "server", "benchmark")
-"""The modules of the providers every host of a stack has (`_host_parts`, the benchmark)."""
-_FLEET_PROVIDERS = ("router", "canary")
-"""The modules of the providers only a fleet has, imported when a fleet's resource is read."""
-
-
-def _import_providers(own_module: str) -> None:
-    """Imports the provider modules of the stack being read, so that the other reads of a refresh
-    (each waiting to unpickle its provider) reach `gathering` within milliseconds of this one and
-    share its session to the host. A refresh reads every resource: each module is needed anyway."""
-    package, _, own = own_module.rpartition(".")
-    if package != __name__.rpartition(".")[0]:
-        return  # a provider of another room (a cluster's) reaches no host over a session: nothing to share
-    fleet = _FLEET_PROVIDERS if own in _FLEET_PROVIDERS else ()
-    for name in (*_HOST_PROVIDERS, *fleet):
-        importlib.import_module(f"{package}.{name}")
