@@ -39,9 +39,10 @@ alive() {
 log_tail() { tail -n "${TAIL_LINES:-25}" "$LOG" 2>/dev/null || true; }
 
 launch() {
-    # A session that drops (a killed update) must not stop this between the launch and the
-    # claim's note of it: the note is how the next update finds the server.
-    trap '' HUP PIPE
+    # A session that drops (a killed update) or a cancelled update (TERM from the wire's watch)
+    # must not stop this between the launch and the claim's note of it: the note is how the next
+    # update finds the server. Only the watch's KILL, seconds later, could; the note takes less.
+    trap '' HUP PIPE TERM
     if "$PYTHON" -c "$PORT_PROBE" listening "$PORT"; then
         exit 10
     fi
@@ -49,7 +50,7 @@ launch() {
     # The redirections release the SSH session at once; COMMAND is shell-quoted by the caller.
     # The server inherits the exported secrets, not this program's own variables, and the signals
     # this program ignores are the server's to handle again.
-    eval "( trap - HUP PIPE; exec setsid nohup env -u MODE -u PORT_PROBE -u PYTHON -u PORT" \
+    eval "( trap - HUP PIPE TERM; exec setsid nohup env -u MODE -u PORT_PROBE -u PYTHON -u PORT" \
         "-u COMMAND -u CLAIM_PROGRAM -u CLAIM_STACK -u STATE_DIR -u SYSTEM_PYTHON $COMMAND )" \
         '>"$LOG" 2>&1 </dev/null &'
     local pid=$! ticks noted=""
