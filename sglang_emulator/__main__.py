@@ -29,6 +29,7 @@ from sglang_emulator.launch import (
     world_release,
 )
 from sglang_emulator.memory import MemoryPlan, plan_memory, served_config
+from sglang_emulator.pd_worker import start_bootstrap
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.pool_limits import pool_limits
 from sglang_emulator.profile import Profile, ProfileError
@@ -192,6 +193,11 @@ def main(argv: list[str]) -> int:
     boot.start_http()
     server = _bind(context, state)
     if server is None:
+        return 1
+    bind_error = start_bootstrap(context)
+    if bind_error is not None:
+        _say(bind_error)
+        state.remove()
         return 1
     engine.start()
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_emulator.disaggregation import KvHandoff
 from sglang_emulator.engine import Engine
 from sglang_emulator.faults import Faults
 from sglang_emulator.launch import LaunchConfig
@@ -37,6 +38,8 @@ class ServerContext:
     """The server's log, where SGLang's HTTP server reports a failed health check."""
     health_check_timeout_s: float = 20.0
     """How long a health check waits for the scheduler's answer (``SGLANG_HEALTH_CHECK_TIMEOUT``)."""
+    handoff: KvHandoff = field(default_factory=KvHandoff)
+    """A prefill worker's rooms whose KV waits for its decode worker."""
     ready: threading.Event = field(default_factory=threading.Event)
     started_s: float = field(default_factory=time.time)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -53,6 +56,11 @@ class ServerContext:
         with self._lock:
             self._generation_requests += 1
             return self._generation_requests
+
+    def kv_bytes(self, tokens: int) -> int:
+        """The KV cache of ``tokens`` tokens over every tensor-parallel rank: what a prefill worker
+        sends a decode worker for a prompt of that length."""
+        return (self.plan.budget.kv_cell_bytes or 0) * self.config.tp_size * tokens
 
     def server_info(self) -> dict[str, Any]:
         stats = self.engine.stats

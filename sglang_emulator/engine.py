@@ -204,7 +204,9 @@ class Engine(TokenEmitter):
         if self._before_prefill is not None:
             self._before_prefill(batch.new_tokens)
         first_tokens = any(request is not self.scheduler.chunked for request, _ in batch.extends)
-        step_s = self._model.prefill_ms(batch.new_tokens) / 1000
+        # A decode worker's requests arrive with their KV: admitting them computes nothing.
+        computed = batch.new_tokens - sum(tokens for request, tokens in batch.extends if request.prefilled)
+        step_s = self._model.prefill_ms(computed) / 1000 if computed else 0.0
         deadline = self._sleep_until(deadline + step_s, precise=first_tokens)
         self._hold_while_stalled()
         with self._wake:

@@ -10,6 +10,7 @@ from typing import Any
 from sglang_emulator.engine import Chunk, Request
 from sglang_emulator.http_common import BadRequest, InputRefused, sse
 from sglang_emulator.http_plumbing import HandlerPlumbing
+from sglang_emulator.pd_worker import pair_request
 from sglang_emulator.tokenizer import encode
 
 __all__ = ["GenerateRoute"]
@@ -33,7 +34,9 @@ class GenerateRoute(HandlerPlumbing):
             return False
         return True
 
-    def _new_request(self, prompt_ids: list[int], max_new_tokens: Any, rid: str | None) -> Request:
+    def _new_request(
+        self, prompt_ids: list[int], max_new_tokens: Any, rid: str | None, body: dict[str, Any] | None = None
+    ) -> Request:
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise BadRequest(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}.")
         context_len = self.server.context.config.context_length
@@ -52,6 +55,9 @@ class GenerateRoute(HandlerPlumbing):
             max_new_tokens=max_new_tokens,
             created_s=self.received_s,
         )
+        mode = self.server.context.config.disaggregation_mode
+        if mode != "null":
+            pair_request(self.server.context, request, body or {}, mode)
         self.server.context.engine.submit(request)
         return request
 
@@ -123,7 +129,7 @@ class GenerateRoute(HandlerPlumbing):
         if not self._fault_gate():
             return
         try:
-            request = self._new_request(prompt, max_new, body.get("rid"))
+            request = self._new_request(prompt, max_new, body.get("rid"), body)
         except InputRefused as refused:
             if not body.get("stream"):
                 raise

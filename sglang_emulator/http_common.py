@@ -15,6 +15,11 @@ class InputRefused(BadRequest):
     request streams, which SGLang answers with one aborted chunk."""
 
 
+class InternalError(Exception):
+    """A request the scheduler aborted for a fault of the server's (a disaggregated worker's KV that
+    never came): 500 and this message."""
+
+
 def sse(payload: Any) -> bytes:
     """One server-sent event carrying ``payload`` as compact JSON."""
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"

@@ -95,6 +95,10 @@ class LaunchConfig:
     """``HOST:PORT`` where rank 0 hosts the group's rendezvous (``--dist-init-addr``)."""
     dist_timeout_s: float | None = None
     """``--dist-timeout``: how long the group may take to form."""
+    disaggregation_mode: str = "null"
+    """``--disaggregation-mode``: ``prefill`` or ``decode`` for a worker of a disaggregated fleet."""
+    bootstrap_port: int = 8998
+    """``--disaggregation-bootstrap-port``: where a prefill worker's bootstrap server listens."""
     launch: Launch = field(default_factory=Launch)
     """The flags that decide memory, as ``sglang_world`` reads them."""
     settings: ServerSettings | None = None
@@ -178,6 +182,8 @@ def resolve_launch(
         node_rank=int(raw.get("node_rank") or 0),
         dist_init_addr=raw.get("dist_init_addr"),
         dist_timeout_s=None if raw.get("dist_timeout") is None else float(raw["dist_timeout"]),
+        disaggregation_mode=str(raw.get("disaggregation_mode") or "null"),
+        bootstrap_port=int(raw.get("disaggregation_bootstrap_port") or 8998),
         launch=launch,
         settings=settings,
     )

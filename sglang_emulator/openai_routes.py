@@ -29,7 +29,7 @@ def _openai_ids_request(
     handler: GenerateRoute, body: dict[str, Any], ids: list[int], default_max: int
 ) -> Request:
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or default_max
-    return handler._new_request(ids, max_tokens, None)
+    return handler._new_request(ids, max_tokens, None, body)
 
 
 def _usage(handler: GenerateRoute, request: Request) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import queue
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sglang_emulator.metrics import Histogram
@@ -51,6 +52,11 @@ class Request:
     """Prompt plus output when it was last admitted: what its prefill computes."""
     filled: int = 0
     """Of ``fill_len``, the tokens prefilled so far (a chunked prompt fills over several batches)."""
+    prefilled: bool = False
+    """Its KV came from a prefill worker (a decode worker of a disaggregated fleet): admitting it
+    takes pool tokens but computes nothing."""
+    on_finished: Callable[[Request], None] | None = None
+    """Told when the request has its last token (a prefill worker hands its KV over then)."""
 
     @property
     def completion_tokens(self) -> int:

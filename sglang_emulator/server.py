@@ -9,7 +9,7 @@ from collections.abc import Callable
 from sglang_emulator import info_routes, openai_routes
 from sglang_emulator.context import ServerContext
 from sglang_emulator.generate_route import GenerateRoute
-from sglang_emulator.http_common import BadRequest
+from sglang_emulator.http_common import BadRequest, InternalError
 from sglang_emulator.http_plumbing import EmulatorHttpServer
 
 __all__ = ["ServerContext", "make_http_server"]
@@ -77,6 +77,8 @@ class _Handler(GenerateRoute):
                 handler()
         except BadRequest as exc:
             self._error(400, str(exc))
+        except InternalError as exc:
+            self._error(500, str(exc))
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 

@@ -66,6 +66,8 @@ class TokenEmitter:
         self.stats.generation_tokens_total += count
         self._interval_tokens += count
         self._deliver(request, Chunk(ids, text, finished))
+        if finished and request.on_finished is not None:
+            request.on_finished(request)
         if finished and self._on_done is not None:
             self._on_done(request)
 

@@ -16,7 +16,7 @@ from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.memory_text import explain
 from sglang_stacks.config.preflight import Finding, run_preflight
 from sglang_stacks.config.render import render_argv, render_command
-from sglang_stacks.config.spec import load_spec, spec_json_schema
+from sglang_stacks.config.spec import StackSpec, load_spec, spec_json_schema
 from sglang_stacks.config.stackfile import read_stack_file
 from sglang_stacks.errors import FlagError
 from sglang_stacks.exits import ExitCode
@@ -38,31 +38,57 @@ def configure_render(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="a fleet's host (or replica, on a cluster) to render, by index (default 0; multi-node: rank 0)",
     )
+    parser.add_argument(
+        "--role",
+        choices=("prefill", "decode"),
+        help="a disaggregated fleet's role to render: its first host of that role (instead of --host)",
+    )
     parser.add_argument("--stacks-dir", type=Path, help=argparse.SUPPRESS)
+
+
+def _role_host(spec: StackSpec, role: str | None, host: int) -> int | str:
+    """The host index ``--role`` picks (its first host of that role), ``host`` without one, or a
+    sentence saying why the stack has no such host."""
+    if role is None:
+        return host
+    hosts = spec.fleet.hosts if spec.fleet is not None else []
+    found = next((i for i, h in enumerate(hosts) if h.role == role), None)
+    if found is None:
+        return f"--role {role}: the stack has no fleet host with role: {role} (fleet.disaggregation)."
+    return found
 
 
 def run_render(args: argparse.Namespace) -> int:
     stack_file = read_stack_file(args.stack, args.stacks_dir or stacks_dir(find_project_dir()))
     spec = load_spec(stack_file.sections, args.stack)
+    picked = _role_host(spec, args.role, args.host)
+    if isinstance(picked, str):
+        print(picked, file=sys.stderr)
+        return ExitCode.CONFIG_ERRORS
+    args.host = picked
     if spec.fleet is not None:
         count = len(spec.fleet.hosts) or spec.fleet.replica_count
         if not 0 <= args.host < count:
-            where = "hosts" if spec.fleet.hosts else "replicas"
+            listed = "hosts" if spec.fleet.hosts else "replicas"
             print(
-                f"--host {args.host}: stack {args.stack!r} has {where} 0..{count - 1} in fleet.{where}; pick "
-                "one of them.",
+                f"--host {args.host}: stack {args.stack!r} has {listed} 0..{count - 1} in fleet.{listed};"
+                " pick one of them.",
                 file=sys.stderr,
             )
             return ExitCode.CONFIG_ERRORS
     release = args.release or spec.environment.sglang_release
     argv: list[str] | None
     command: str | None
+    where: str | None = None
+    role = spec.fleet.hosts[args.host].role if spec.fleet is not None and spec.fleet.hosts else None
     if spec.host.kind == "kubernetes":
         # The GPU facts are the cluster's nodes', read as a deployment reads them.
         spec, facts, argv, command = cluster_render(args.stack, spec, args.host, release)
     else:
         if spec.fleet is not None:
-            # Each host of a fleet launches its own command (its port; a multi-node server's rank).
+            # Each host of a fleet launches its own command (its port, a multi-node server's rank,
+            # a disaggregated fleet's role).
+            where = f"host {args.host}" + (f", a {role} worker" if role else "")
             spec = spec.for_host(args.host)
         facts = declared_facts(spec)
         try:
@@ -79,6 +105,7 @@ def run_render(args: argparse.Namespace) -> int:
             "stack": args.stack,
             "release": release,
             "pinned_release": spec.environment.sglang_release,
+            "role": role,
             "argv": argv,
             "env": env,
             "command": command,
@@ -90,7 +117,7 @@ def run_render(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
     else:
-        print(_render_text(args.stack, release, command, facts, explain(plan), findings))
+        print(_render_text(args.stack, release, command, facts, explain(plan), findings, where))
     return ExitCode.CONFIG_ERRORS if errors else ExitCode.OK
 
 
@@ -106,8 +133,10 @@ def _render_text(
     facts: RenderedFacts,
     plan: list[str],
     findings: list[Finding],
+    where: str | None,
 ) -> str:
-    lines = [f"Stack {stack}, SGLang {release}", "", "Launch command:"]
+    heading = f"Stack {stack}, SGLang {release}" + (f" ({where})" if where else "")
+    lines = [heading, "", "Launch command:"]
     lines.append(f"  {command}" if command else "  (not renderable for this release: see the errors below)")
     lines += ["", f"GPU facts ({facts.source}):", f"  {facts.line()}"]
     lines += [

@@ -70,7 +70,12 @@ def _register(worker: WorkerInputs) -> None:
     """Puts the worker back in the router without waiting: what a process about to end can do."""
     import httpx
 
-    registration = router_workers.registration(worker.worker_url, worker.config_digest)
+    registration = router_workers.Registration(
+        url=worker.worker_url,
+        config_digest=worker.config_digest,
+        worker_type=worker.worker_type,
+        bootstrap_port=worker.bootstrap_port,
+    ).body()
     # When the router does not answer, the next refresh finds the registration missing and the next
     # `up` restores it.
     with contextlib.suppress(httpx.HTTPError):

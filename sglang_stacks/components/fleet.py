@@ -25,6 +25,7 @@ from sglang_stacks.components.multinode import build_replica_parts
 from sglang_stacks.components.router import RouterArgs, RouterWorker, SGLangRouter, WorkerArgs
 from sglang_stacks.components.server import SGLangServer
 from sglang_stacks.config import preflight
+from sglang_stacks.config.disaggregation import Role
 from sglang_stacks.config.flags import launch_values
 from sglang_stacks.config.fleet import FleetHostSpec
 from sglang_stacks.config.spec import StackSpec
@@ -75,18 +76,22 @@ class Replica:
 
     index: int
     server: SGLangServer
-    benchmark: Benchmark
+    benchmark: Benchmark | None
+    """Its own benchmark; none for a prefill or decode worker, which serves only in a pair."""
     worker: RouterWorker
     url: str
+    role: Role | None = None
 
     def outputs(self) -> pulumi.Output[ReplicaOutputs]:
         """What the fleet's outputs say about this replica."""
-        return pulumi.Output.all(
-            self.server.output(lambda o: o.launch_command),
-            self.benchmark.output(lambda o: o.levels).apply(lambda levels: levels[0].tok_s_mean),
-        ).apply(
+        tok_s = (
+            self.benchmark.output(lambda o: o.levels).apply(lambda levels: levels[0].tok_s_mean)
+            if self.benchmark is not None
+            else None
+        )
+        return pulumi.Output.all(self.server.output(lambda o: o.launch_command), tok_s).apply(
             lambda found: ReplicaOutputs(
-                host=self.index, url=self.url, launch_command=found[0], tok_s=found[1]
+                host=self.index, url=self.url, launch_command=found[0], tok_s=found[1], role=self.role
             )
         )
 
@@ -129,6 +134,7 @@ class Fleet(pulumi.ComponentResource):
                 policy=fleet.router.policy,
                 health_check_interval_s=fleet.router.health_check_interval_s,
                 log_path=f"{fleet.router.state_dir.rstrip('/')}/{args.stack}-router.log",
+                pd_disaggregation=fleet.disaggregation is not None,
             ),
             pulumi.ResourceOptions(parent=self),
         )
@@ -204,6 +210,13 @@ class Fleet(pulumi.ComponentResource):
         )
         server, environment = parts.server, parts.environment
         instance = server.output(lambda o: o.instance)
+        url = f"http://{entry.worker_address}:{parts.port}"
+        fleet = args.spec.fleet
+        if entry.role is not None:
+            # A prefill or decode worker answers only its half of a request: it is measured through
+            # the router, in pairs, with the fleet's benchmark.
+            worker = self._worker(name, url, instance, router, [server, router], entry.role, host)
+            return Replica(index, server, None, worker, url, entry.role), environment
         benchmark = Benchmark(
             f"{name}-benchmark",
             BenchmarkArgs(
@@ -222,8 +235,6 @@ class Fleet(pulumi.ComponentResource):
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[server]),
         )
-        url = f"http://{entry.worker_address}:{parts.port}"
-        fleet = args.spec.fleet
         waits: list[pulumi.Resource] = [benchmark, router]
         batches = fleet.batches()
         if index == 0 and fleet.rollout.canary and len(batches) > 1:
@@ -231,7 +242,23 @@ class Fleet(pulumi.ComponentResource):
             reference = fleet.hosts[fleet.replica_hosts(batches[1][0])[0]]
             self._gate = self._canary(url, instance, benchmark, reference, router)
             waits.append(self._gate)
-        worker = RouterWorker(
+        worker = self._worker(name, url, instance, router, waits, None, host)
+        return Replica(index, server, benchmark, worker, url), environment
+
+    def _worker(
+        self,
+        name: str,
+        url: str,
+        instance: pulumi.Output[str],
+        router: SGLangRouter,
+        waits: list[pulumi.Resource],
+        role: Role | None,
+        host: int,
+    ) -> RouterWorker:
+        """Host ``host``'s server in the router (as a ``role`` worker in PD mode), after ``waits``."""
+        fleet = self._args.spec.fleet
+        assert fleet is not None
+        return RouterWorker(
             f"{name}-worker",
             WorkerArgs(
                 connection=host_connection(None),
@@ -240,10 +267,11 @@ class Fleet(pulumi.ComponentResource):
                 server_instance=instance,
                 config_digest=self._config_digest,
                 drain_timeout_s=fleet.router.drain_timeout_s,
+                worker_type=role or "regular",
+                bootstrap_port=fleet.bootstrap_ports().get(host),
             ),
             pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
-        return Replica(index, server, benchmark, worker, url), environment
 
     def _plan(
         self, host: int, after: list[pulumi.Resource], environment_before: pulumi.Resource | None

@@ -12,7 +12,7 @@ stops and comes back only once its successor is ready.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import pulumi
 
@@ -37,6 +37,8 @@ class RouterInputs(HostInputs):
     policy: Annotated[str, REPLACES]
     health_check_interval_s: Annotated[int, REPLACES]
     log_path: Annotated[str, REPLACES]
+    pd_disaggregation: Annotated[bool, REPLACES] = False
+    """PD mode: the router pairs a prefill worker with a decode worker for every request."""
     start_timeout_s: Annotated[float, LABEL] = 60.0
 
 
@@ -63,6 +65,7 @@ def start_router(inputs: RouterInputs) -> RouterOutputs:
             health_interval_s=inputs.health_check_interval_s,
             log=inputs.log_path,
             timeout_s=int(inputs.start_timeout_s),
+            pd_disaggregation=inputs.pd_disaggregation,
         ),
     )
     url = f"http://{inputs.host}:{inputs.port}"
@@ -129,6 +132,11 @@ class WorkerInputs(HostInputs):
     server_instance: Annotated[str, REPLACES]
     """The server launch registered: a relaunched replica is drained and added anew."""
     config_digest: Annotated[str, LABEL] = ""
+    worker_type: Annotated[Literal["regular", "prefill", "decode"], REPLACES] = "regular"
+    """What the router sends it: ``regular`` (whole requests), or in PD mode ``prefill`` or
+    ``decode``."""
+    bootstrap_port: Annotated[int | None, REPLACES] = None
+    """A prefill worker's bootstrap port, which the router passes on to the decode worker."""
     """The configuration the replica serves, as a label in the router: the canary gate reads it."""
     ready_timeout_s: Annotated[float, LABEL] = 60.0
     drain_timeout_s: Annotated[float, LABEL] = 120.0
@@ -143,7 +151,14 @@ class WorkerOutputs(Props):
 def add_worker(inputs: WorkerInputs) -> WorkerOutputs:
     """Registers the replica and waits until the router lists it healthy."""
     worker_id = router_workers.add(
-        inputs.router_url, inputs.worker_url, inputs.config_digest, inputs.ready_timeout_s
+        inputs.router_url,
+        router_workers.Registration(
+            url=inputs.worker_url,
+            config_digest=inputs.config_digest,
+            worker_type=inputs.worker_type,
+            bootstrap_port=inputs.bootstrap_port,
+        ),
+        inputs.ready_timeout_s,
     )
     return WorkerOutputs(worker_id=worker_id)
 

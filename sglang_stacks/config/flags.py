@@ -28,6 +28,7 @@ __all__ = [
     "FlagValue",
     "LaunchFlags",
     "ServerFlags",
+    "TransferBackend",
     "field_name",
     "flags_from_values",
     "launch_values",
@@ -86,6 +87,10 @@ AttentionBackend = Literal[
     "intel_xpu",
 ]
 """Every attention backend of the shipped releases; each release accepts its own subset."""
+
+TransferBackend = Literal["mooncake", "nixl", "ascend", "fake", "mori", "mooncake_tcp"]
+"""Every KV transfer backend of prefill/decode disaggregation in the shipped releases; each release
+accepts its own subset."""
 
 
 def _whole_numbers_as_int(value: FlagValue) -> FlagValue:
@@ -186,6 +191,14 @@ class ServerFlags(BaseModel):
     """Branching factor of the draft tree at each step."""
     speculative_num_draft_tokens: int | None = Field(default=None, ge=1, le=1024)
     """Draft tokens verified per pass."""
+
+    # Prefill/decode disaggregation: set per host from fleet.disaggregation, not in a stack file
+    disaggregation_mode: Literal["prefill", "decode"] | None = None
+    """The worker's role in a disaggregated fleet; set per host from its ``role``."""
+    disaggregation_transfer_backend: TransferBackend | None = None
+    """How decode workers pull the KV; set from ``fleet.disaggregation.transfer_backend``."""
+    disaggregation_bootstrap_port: int | None = Field(default=None, ge=1, le=65535)
+    """A prefill worker's bootstrap server port; set from ``fleet.disaggregation``."""
 
     extra_flags: dict[str, ExtraFlagValue] = Field(default_factory=dict)
     """Any other flag, keyed by its dest (``schedule_policy``) or long option (``--schedule-policy``),

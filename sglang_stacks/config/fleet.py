@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from sglang_stacks.config.disaggregation import DisaggregationSpec, Role
 from sglang_stacks.config.docstrings import FileSection
 from sglang_stacks.config.sections import HostSpec
 
@@ -30,6 +31,14 @@ class FleetHostSpec(HostSpec):
     node_address: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.:_-]+$")
     """Multi-node: the address the other nodes of its server reach this host at (on the network
     NCCL uses); default the address the router uses. Rank 0's is the init address."""
+
+    role: Role | None = None
+    """In a disaggregated fleet (``fleet.disaggregation``), what this host's worker does: ``prefill``
+    or ``decode``."""
+
+    bootstrap_port: int | None = Field(default=None, ge=1, le=65535)
+    """A prefill host's bootstrap server port; default ``fleet.disaggregation.bootstrap_port``.
+    Prefill hosts that share a machine need one each."""
 
     @property
     def worker_address(self) -> str:
@@ -121,6 +130,9 @@ class FleetSpec(FileSection):
     socket_ifname: str | None = Field(default=None, pattern=r"^\^?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
     """Multi-node: the network interface NCCL and Gloo use between nodes (``NCCL_SOCKET_IFNAME``
     and ``GLOO_SOCKET_IFNAME`` on every node), like ``eth0`` or ``ib0``."""
+    disaggregation: DisaggregationSpec | None = None
+    """Prefill/decode disaggregation: each host serves as a prefill or a decode worker (its
+    ``role``), and the router pairs them (its PD mode)."""
     router: RouterSpec = Field(default_factory=RouterSpec)
     """SGLang's router in front of the replicas."""
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
@@ -163,6 +175,15 @@ class FleetSpec(FileSection):
                 f"{self.hosts[first].state_dir}, so their GPU claims would collide; give each its own "
                 "state_dir"
             )
+        ports = self.bootstrap_ports()
+        clash = _first_clash([(self.hosts[i].worker_address, port) for i, port in ports.items()])
+        if clash:
+            first, second = (list(ports)[i] for i in clash)
+            raise ValueError(
+                f"hosts[{first}] and hosts[{second}] are prefill workers on "
+                f"{self.hosts[first].worker_address} with the same bootstrap port {ports[first]};"
+                " give each its own bootstrap_port"
+            )
         batches = self.batches()
         if self.rollout.canary and len(batches) > 1 and self.replica_count - len(batches[0]) < 2:
             raise ValueError(
@@ -172,6 +193,13 @@ class FleetSpec(FileSection):
                 "rollout.batch_size, or set rollout.canary: false"
             )
         return self
+
+    def bootstrap_ports(self) -> dict[int, int]:
+        """Each prefill host's bootstrap port by host index (none without disaggregation)."""
+        if self.disaggregation is None:
+            return {}
+        default = self.disaggregation.bootstrap_port
+        return {i: h.bootstrap_port or default for i, h in enumerate(self.hosts) if h.role == "prefill"}
 
     @property
     def replica_count(self) -> int:

@@ -8,17 +8,19 @@ The router process itself is ``programs/router.sh`` (its contract: ``router_cont
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from sglang_stacks.errors import RouterError
 
 __all__ = [
     "CONFIG_LABEL",
     "POLL_S",
+    "Registration",
     "add",
     "drain",
     "listed",
-    "registration",
     "wait_idle",
     "worker_configs",
     "workers",
@@ -54,18 +56,38 @@ def worker_configs(router_url: str) -> dict[str, str]:
     }
 
 
-def registration(worker_url: str, config_digest: str) -> dict[str, Any]:
-    """The body of ``POST /workers`` for a replica serving ``config_digest`` ("" for none)."""
-    labels = {CONFIG_LABEL: config_digest} if config_digest else {}
-    return {"url": worker_url, "labels": labels}
+class Registration(BaseModel):
+    """A worker as ``POST /workers`` registers it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str
+    """The worker's URL as the router reaches it."""
+    config_digest: str = ""
+    """The configuration it serves ("" for none), kept as the worker's `CONFIG_LABEL` label."""
+    worker_type: Literal["regular", "prefill", "decode"] = "regular"
+    """Whole requests, or in a router in PD mode one half of each."""
+    bootstrap_port: int | None = None
+    """A prefill worker's bootstrap port, passed on to the decode worker of each request."""
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body of ``POST /workers``."""
+        labels = {CONFIG_LABEL: self.config_digest} if self.config_digest else {}
+        body: dict[str, Any] = {"url": self.url, "labels": labels}
+        if self.worker_type != "regular":
+            body["worker_type"] = self.worker_type
+        if self.bootstrap_port is not None:
+            body["bootstrap_port"] = self.bootstrap_port
+        return body
 
 
-def add(router_url: str, worker_url: str, config_digest: str, ready_timeout_s: float) -> str:
-    """Registers the replica and waits until the router lists it healthy; its worker id."""
+def add(router_url: str, registration: Registration, ready_timeout_s: float) -> str:
+    """Registers the worker and waits until the router lists it healthy; its worker id."""
     import httpx
 
+    worker_url = registration.url
     try:
-        answer = httpx.post(f"{router_url}/workers", json=registration(worker_url, config_digest), timeout=30)
+        answer = httpx.post(f"{router_url}/workers", json=registration.body(), timeout=30)
         if answer.status_code >= 400:
             raise RouterError(
                 f"The router at {router_url} refused worker {worker_url} "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, model_validator
 
@@ -108,8 +108,11 @@ class ReplicaOutputs(_Outputs):
     """Where the router reaches it."""
     launch_command: str
     """The exact command its server runs."""
-    tok_s: float
-    """Its own benchmark's output tokens per second, measured before it joined the router."""
+    tok_s: float | None = None
+    """Its own benchmark's output tokens per second, measured before it joined the router; none
+    for a worker of a disaggregated fleet, which serves only in a pair (see the fleet's)."""
+    role: Literal["prefill", "decode"] | None = None
+    """Its role in a disaggregated fleet; none in an aggregated one."""
 
 
 class FleetOutputs(_Outputs):

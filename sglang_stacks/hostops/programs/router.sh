@@ -2,7 +2,7 @@
 # (router_contract.py beside this file declares each mode's parameters, answer and exit codes):
 #   start  check that PYTHON has sglang-router RELEASE (exits 10 printing the release it has
 #          otherwise), start it detached on HOST:PORT (its metrics on METRICS_PORT) with POLICY and
-#          HEALTH_INTERVAL_S, logging to LOG, and wait up to TIMEOUT_S for its /liveness: prints
+#          HEALTH_INTERVAL_S (in PD mode when PD_DISAGGREGATION is 1), logging to LOG, and wait up to TIMEOUT_S for its /liveness: prints
 #          "ready PID START_TICKS", or exits 12 printing "exited"/"timeout" then ---log--- and the
 #          log's last lines; exits 11 when PORT already answers
 #   alive  prints running while PID runs (and is the process started at START_TICKS), else gone
@@ -35,9 +35,11 @@ start() {
     if [ "$found" != "$RELEASE" ]; then echo "$found"; exit 10; fi
     if answers; then exit 11; fi
     mkdir -p "$(dirname "$LOG")"
+    local mode=()
+    if [ "${PD_DISAGGREGATION:-}" = 1 ]; then mode=(--pd-disaggregation); fi
     setsid nohup "$PYTHON" -m sglang_router.launch_router --host "$HOST" --port "$PORT" \
         --policy "$POLICY" --health-check-interval-secs "$HEALTH_INTERVAL_S" --log-level warn \
-        --prometheus-host "$HOST" --prometheus-port "$METRICS_PORT" \
+        --prometheus-host "$HOST" --prometheus-port "$METRICS_PORT" "${mode[@]}" \
         >"$LOG" 2>&1 </dev/null &
     pid=$!
     ticks=$(stat_field "$pid" 20)

@@ -78,6 +78,8 @@ class Start(Request[RouterProcess]):
     policy: str
     health_interval_s: int
     log: Annotated[str, ON_HOST]
+    pd_disaggregation: bool = False
+    """Start in PD mode: workers are added as prefill (with their bootstrap port) or decode."""
     timeout_s: int
     """Whole seconds to wait for its liveness."""
 

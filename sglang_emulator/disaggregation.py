@@ -1,0 +1,182 @@
+"""Prefill/decode disaggregation as SGLang runs it, at the interfaces the tool and the router touch.
+
+A prefill worker (``--disaggregation-mode prefill``) runs a bootstrap server on
+``--disaggregation-bootstrap-port``; each request it prefills carries a bootstrap room, and its KV
+waits there for the decode worker of the same room. A decode worker pulls that KV before it decodes.
+SGLang moves the KV with its transfer backend (RDMA for mooncake); the emulator moves a description
+of it over HTTP from the bootstrap server and takes the time the real transfer would: the KV's bytes
+over the host network's bandwidth (the profile's ``host.network``), plus one hop of latency.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = [
+    "BootstrapServer",
+    "KvHandoff",
+    "PrefilledKv",
+    "TransferFailed",
+    "bootstrap_fields",
+    "pull_kv",
+    "transfer_s",
+]
+
+
+class TransferFailed(Exception):
+    """The decode worker could not get a request's KV: in its ``stage`` (``handshake`` with the
+    bootstrap server, or ``transfer`` of the KV), for SGLang's ``reason``."""
+
+    def __init__(self, stage: str, reason: str) -> None:
+        super().__init__(reason)
+        self.stage = stage
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class PrefilledKv:
+    """What a prefill worker hands over for one bootstrap room."""
+
+    room: int
+    prompt_tokens: int
+    first_token_id: int
+    kv_bytes: int
+    """The KV cache of the prompt over every rank of the prefill worker."""
+
+
+@dataclass
+class KvHandoff:
+    """The prefill worker's rooms whose KV is ready, until a decode worker takes each."""
+
+    _ready: dict[int, PrefilledKv] = field(default_factory=dict)
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def publish(self, kv: PrefilledKv) -> None:
+        with self._changed:
+            self._ready[kv.room] = kv
+            self._changed.notify_all()
+
+    def take(self, room: int, timeout_s: float) -> PrefilledKv | None:
+        """Room ``room``'s KV once it is ready, or None after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while room not in self._ready:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._changed.wait(left)
+            return self._ready.pop(room)
+
+
+def bootstrap_fields(body: dict[str, Any], mode: str) -> tuple[str, int, int] | None:
+    """The request's ``bootstrap_host``, ``bootstrap_port`` and ``bootstrap_room``; None when it has
+    none. A worker in PD mode serves only requests the router paired."""
+    host, port, room = (body.get(k) for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room"))
+    if host is None and room is None:
+        return None
+    if not isinstance(host, str) or not isinstance(port, int) or not isinstance(room, int):
+        raise ValueError(
+            f"A {mode} worker needs bootstrap_host (a string), bootstrap_port and bootstrap_room (integers); "
+            f"got {host!r}, {port!r}, {room!r}."
+        )
+    return host, port, room
+
+
+def transfer_s(kv_bytes: int, bandwidth_gbit_s: float, latency_us: float) -> float:
+    """How long the KV takes over one host's link: its bits over the bandwidth, plus one hop."""
+    return kv_bytes * 8 / (bandwidth_gbit_s * 1e9) + latency_us / 1e6
+
+
+class BootstrapServer(ThreadingHTTPServer):
+    """A prefill worker's bootstrap server: where decode workers learn the prefill worker's
+    parallel layout (``GET /route``) and take each room's KV (``GET /kv?room=``, the emulator's
+    stand-in for the transfer engine)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], layout: dict[str, Any], handoff: KvHandoff) -> None:
+        super().__init__(address, _BootstrapHandler)
+        self.layout = layout
+        self.handoff = handoff
+
+    def serve_in_background(self) -> None:
+        threading.Thread(target=self.serve_forever, name="bootstrap", daemon=True).start()
+
+
+class _BootstrapHandler(BaseHTTPRequestHandler):
+    server: BootstrapServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        query = parse_qs(parts.query)
+        if parts.path == "/health":
+            self._json(200, {"status": "ok"})
+        elif parts.path == "/route":
+            self._json(200, self.server.layout)
+        elif parts.path == "/kv":
+            try:
+                room = int(query["room"][0])
+                timeout_s = float(query.get("timeout_s", ["30"])[0])
+            except (KeyError, ValueError):
+                self._json(400, {"error": "give room (an integer) and timeout_s"})
+                return
+            kv = self.server.handoff.take(room, timeout_s)
+            if kv is None:
+                self._json(404, {"error": f"no KV for bootstrap room {room} within {timeout_s:g} s"})
+                return
+            self._json(
+                200,
+                {
+                    "room": kv.room,
+                    "prompt_tokens": kv.prompt_tokens,
+                    "first_token_id": kv.first_token_id,
+                    "kv_bytes": kv.kv_bytes,
+                },
+            )
+        else:
+            self._json(404, {"error": "Not Found"})
+
+    def _json(self, status: int, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def pull_kv(host: str, port: int, room: int, timeout_s: float) -> PrefilledKv:
+    """Room ``room``'s KV from the prefill worker's bootstrap server at ``host:port``, once its
+    prefill is done; TransferFailed when the server cannot be reached or the KV does not come within
+    ``timeout_s`` (SGLang's ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``)."""
+    url = f"http://{host}:{port}/kv?room={room}&timeout_s={timeout_s:g}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s + 5) as answer:
+            found = json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            raise TransferFailed(
+                "transfer", f"Request {room} timed out after {timeout_s:.1f}s in KVPoll.WaitingForInput"
+            ) from None
+        raise TransferFailed("transfer", f"KV transfer of request {room} failed: HTTP {error.code}") from None
+    except (OSError, ValueError):
+        raise TransferFailed(
+            "handshake", f"Could not fetch prefill parallel info from bootstrap_addr: {host}:{port}"
+        ) from None
+    return PrefilledKv(
+        room=int(found["room"]),
+        prompt_tokens=int(found["prompt_tokens"]),
+        first_token_id=int(found["first_token_id"]),
+        kv_bytes=int(found["kv_bytes"]),
+    )

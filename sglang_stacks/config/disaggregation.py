@@ -1,0 +1,147 @@
+"""Prefill/decode disaggregation (SGLang's PD mode): a fleet's hosts in two roles behind the router
+in PD mode. A prefill worker computes each prompt and serves its KV from its bootstrap port; a
+decode worker pulls that KV over the network and decodes. The stack declares the roles once
+(``fleet.disaggregation``) and tags each host with its role; this module derives each role's
+launch flags and says what a stack may not declare itself.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from sglang_stacks.config.docstrings import FileSection
+from sglang_stacks.config.flags import ServerFlags, TransferBackend
+
+__all__ = [
+    "DEFAULT_BOOTSTRAP_PORT",
+    "ROLE_FLAGS",
+    "DisaggregationSpec",
+    "Role",
+    "RoleSpec",
+    "role_problems",
+]
+
+Role = Literal["prefill", "decode"]
+"""A worker's role in a disaggregated fleet (SGLang's ``--disaggregation-mode``)."""
+
+DEFAULT_BOOTSTRAP_PORT = 8998
+"""SGLang's default ``--disaggregation-bootstrap-port`` in every shipped release."""
+
+ROLE_FLAGS = ("disaggregation_mode", "disaggregation_transfer_backend", "disaggregation_bootstrap_port")
+"""The launch flags sglang-stacks sets per role; a stack declares them in ``fleet.disaggregation``."""
+
+# What a role's server section may not change: where the server is and what it serves are the
+# fleet's, and the role flags are set from the roles themselves.
+_FLEET_OWNED = (
+    "model_path",
+    "speculative_draft_model_path",
+    "host",
+    "port",
+    "nnodes",
+    "node_rank",
+    "dist_init_addr",
+)
+
+
+class RoleSpec(FileSection):
+    """One role's workers: the launch flags where they differ from ``sglang-stacks:server``."""
+
+    server: ServerFlags = Field(default_factory=ServerFlags)
+    """Flags this role's workers launch with instead of the stack's ``server`` section's, such as
+    ``tp_size``, ``dp_size`` through ``extra_flags``, ``ep_size``, ``mem_fraction_static`` or
+    ``max_running_requests``; a flag left out is the stack's."""
+
+
+class DisaggregationSpec(FileSection):
+    """``fleet.disaggregation``: the fleet's hosts serve as prefill or decode workers (each host's
+    ``role``), paired by SGLang's router in PD mode."""
+
+    transfer_backend: TransferBackend = "mooncake"
+    """How a decode worker pulls a prompt's KV from the prefill worker
+    (``--disaggregation-transfer-backend``); the release's table decides which it accepts."""
+    bootstrap_port: int = Field(default=DEFAULT_BOOTSTRAP_PORT, ge=1, le=65535)
+    """The port of each prefill worker's bootstrap server (``--disaggregation-bootstrap-port``),
+    where decode workers learn where its KV is; a host's own ``bootstrap_port`` wins (prefill
+    hosts sharing a machine need one each)."""
+    prefill: RoleSpec = Field(default_factory=RoleSpec)
+    """The prefill workers' flags."""
+    decode: RoleSpec = Field(default_factory=RoleSpec)
+    """The decode workers' flags."""
+
+    def role(self, role: Role) -> RoleSpec:
+        """The spec of ``role``."""
+        return self.prefill if role == "prefill" else self.decode
+
+    def flags(self, server: ServerFlags, role: Role, bootstrap_port: int | None) -> ServerFlags:
+        """``server`` as a ``role`` worker launches it: the role's own flags over the stack's, then
+        the role flags (a prefill worker's bootstrap port ``bootstrap_port``, else the default)."""
+        own = self.role(role).server
+        update: dict[str, object] = {
+            name: getattr(own, name) for name in own.model_fields_set if name != "extra_flags"
+        }
+        update["extra_flags"] = {**server.extra_flags, **own.extra_flags}
+        update["disaggregation_mode"] = role
+        update["disaggregation_transfer_backend"] = self.transfer_backend
+        if role == "prefill":
+            update["disaggregation_bootstrap_port"] = bootstrap_port or self.bootstrap_port
+        return server.model_copy(update=update)
+
+
+def role_problems(
+    disaggregation: DisaggregationSpec | None,
+    roles: list[Role | None],
+    nodes_per_replica: int,
+    canary: bool,
+    server: ServerFlags,
+) -> list[str]:
+    """What is wrong with a fleet's roles, each a sentence naming the key and the fix. ``roles``
+    holds each host's ``role``; ``server`` is the stack's server section."""
+    declared = sorted(name for name in ROLE_FLAGS if getattr(server, name) is not None)
+    if declared:
+        return [
+            f"server.{declared[0]} is set in the stack file, but the role flags ({', '.join(ROLE_FLAGS)})"
+            " are set per host by sglang-stacks; remove it and declare fleet.disaggregation with a role"
+            " on each host of fleet.hosts"
+        ]
+    if disaggregation is None:
+        tagged = [index for index, role in enumerate(roles) if role is not None]
+        if tagged:
+            return [
+                f"fleet.hosts[{tagged[0]}].role is set but the fleet has no fleet.disaggregation section;"
+                " add one (`disaggregation: {transfer_backend: mooncake}`) or remove the hosts' roles"
+            ]
+        return []
+    found = []
+    untagged = [index for index, role in enumerate(roles) if role is None]
+    if untagged:
+        found.append(
+            f"fleet.hosts[{untagged[0]}] has no role, but a disaggregated fleet runs every host as a prefill"
+            " or a decode worker; set its role: prefill or role: decode"
+        )
+    for role in ("prefill", "decode"):
+        if roles and not untagged and role not in roles:
+            found.append(
+                f"no host of fleet.hosts has role: {role}; a disaggregated fleet needs at least one prefill "
+                "and one decode worker"
+            )
+        own = disaggregation.role(role).server
+        fixed = sorted(name for name in (*_FLEET_OWNED, *ROLE_FLAGS) if name in own.model_fields_set)
+        if fixed:
+            found.append(
+                f"fleet.disaggregation.{role}.server.{fixed[0]} is the fleet's to set, not a role's;"
+                " remove it (the model, ports and role flags are the same for every worker or set per host)"
+            )
+    if nodes_per_replica > 1:
+        found.append(
+            "fleet.nodes_per_replica above 1 with fleet.disaggregation: multi-node prefill or decode workers "
+            "are not supported yet; set nodes_per_replica: 1"
+        )
+    if canary:
+        found.append(
+            "fleet.rollout.canary with fleet.disaggregation: the canary gate measures one worker alone, and"
+            " a prefill or decode worker serves only in a pair; set rollout.canary: false (the fleet is "
+            "benchmarked through the router)"
+        )
+    return found
