@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from sglang_emulator.disaggregation import KvHandoff
 from sglang_emulator.engine import Engine, Request
 from sglang_emulator.fault_events import FaultEvents, crash
 from sglang_emulator.faults import FaultError, load_faults
@@ -178,6 +179,8 @@ def main(argv: list[str]) -> int:
         before_prefill=_prefill_guard(plan, state),
     )
     events = FaultEvents(faults, state, engine, log)
+    handoff = KvHandoff()
+    engine.handoff_inflight = lambda: handoff.inflight
     context = ServerContext(
         config,
         profile,
@@ -189,6 +192,7 @@ def main(argv: list[str]) -> int:
         events.finished,
         log,
         health_check_timeout_s,
+        handoff,
     )
     boot.start_http()
     server = _bind(context, state)

@@ -57,12 +57,33 @@ class KvHandoff:
     """The prefill worker's rooms whose KV is ready, until a decode worker takes each."""
 
     _ready: dict[int, PrefilledKv] = field(default_factory=dict)
+    _taken: set[int] = field(default_factory=set)
     _changed: threading.Condition = field(default_factory=threading.Condition)
 
     def publish(self, kv: PrefilledKv) -> None:
         with self._changed:
             self._ready[kv.room] = kv
             self._changed.notify_all()
+
+    @property
+    def inflight(self) -> int:
+        """Rooms prefilled whose KV no decode worker has taken yet (SGLang's ``#inflight-req``)."""
+        with self._changed:
+            return len(self._ready)
+
+    def wait_taken(self, room: int, timeout_s: float) -> bool:
+        """Whether a decode worker took room ``room``'s KV within ``timeout_s``; a room not taken
+        by then is dropped, as SGLang's sender gives up on it."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while room not in self._taken:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._ready.pop(room, None)
+                    return False
+                self._changed.wait(left)
+            self._taken.discard(room)
+            return True
 
     def take(self, room: int, timeout_s: float) -> PrefilledKv | None:
         """Room ``room``'s KV once it is ready, or None after ``timeout_s``."""
@@ -73,6 +94,8 @@ class KvHandoff:
                 if left <= 0:
                     return None
                 self._changed.wait(left)
+            self._taken.add(room)
+            self._changed.notify_all()
             return self._ready.pop(room)
 
 

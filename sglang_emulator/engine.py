@@ -59,6 +59,8 @@ class Engine(TokenEmitter):
         self._seed = seed
         self._log = log
         self._on_done = on_request_done
+        self.handoff_inflight: Callable[[], int] = lambda: 0
+        """A prefill worker's rooms waiting for their decode worker (set by its server)."""
         self._waiting: list[Request] = []
         self._running: list[Request] = []
         self._inflight: set[int] = set()
@@ -190,17 +192,28 @@ class Engine(TokenEmitter):
         return sleep_until(deadline, precise)
 
     def _prefill(self, batch: PrefillBatch, deadline: float) -> float:
-        # SGLang logs the batch as it forms it, before its tokens are computed.
-        self._log.info(
-            "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
-            "#running-req: %d, #queue-req: %d, ",
-            len(batch.extends),
-            batch.new_tokens,
-            batch.cached_tokens,
-            batch.token_usage,
-            batch.running,
-            self.stats.queued,
-        )
+        # SGLang logs the batch as it forms it, before its tokens are computed; a decode worker's
+        # requests come with their KV and form no prefill batch.
+        mode = self._model.config.disaggregation_mode
+        if mode != "decode":
+            role = ""
+            if mode == "prefill":
+                rate = batch.new_tokens / max(self._model.prefill_ms(batch.new_tokens) / 1000, 1e-9)
+                role = (
+                    f"#prealloc-req: 0, #inflight-req: {self.handoff_inflight()}, "
+                    f"input throughput (token/s): {rate:.2f}, "
+                )
+            self._log.info(
+                "Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
+                "#running-req: %d, #queue-req: %d, %s",
+                len(batch.extends),
+                batch.new_tokens,
+                batch.cached_tokens,
+                batch.token_usage,
+                batch.running,
+                self.stats.queued,
+                role,
+            )
         if self._before_prefill is not None:
             self._before_prefill(batch.new_tokens)
         first_tokens = any(request is not self.scheduler.chunked for request, _ in batch.extends)

@@ -10,7 +10,7 @@ from typing import Any
 from sglang_emulator.engine import Chunk, Request
 from sglang_emulator.http_common import BadRequest, InputRefused, sse
 from sglang_emulator.http_plumbing import HandlerPlumbing
-from sglang_emulator.pd_worker import pair_request
+from sglang_emulator.pd_worker import await_handoff, pair_request
 from sglang_emulator.tokenizer import encode
 
 __all__ = ["GenerateRoute"]
@@ -79,6 +79,8 @@ class GenerateRoute(HandlerPlumbing):
         try:
             while True:
                 chunk = request.chunks.get()
+                if chunk.finished:
+                    await_handoff(self.server.context, request)
                 yield chunk
                 if chunk.finished:
                     return
@@ -89,7 +91,7 @@ class GenerateRoute(HandlerPlumbing):
     def _meta(self, request: Request, finished: bool) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "id": request.rid,
-            "finish_reason": {"type": "length", "length": request.max_new_tokens} if finished else None,
+            "finish_reason": {"type": "length", "length": self._finish_length(request)} if finished else None,
             "prompt_tokens": len(request.prompt_ids),
             "weight_version": "default",
             "completion_tokens": request.completion_tokens,
@@ -100,6 +102,11 @@ class GenerateRoute(HandlerPlumbing):
         if finished and request.finished_s is not None:
             meta["e2e_latency"] = request.finished_s - request.created_s
         return meta
+
+    def _finish_length(self, request: Request) -> int:
+        # A prefill worker's request ends as SGLang's FINISH_LENGTH(length=0): its one token is the
+        # decode worker's first.
+        return 0 if request.handoff_room is not None else request.max_new_tokens
 
     def _finished(self) -> None:
         self.server.context.on_generation_finished()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -22,7 +23,13 @@ from sglang_emulator.disaggregation import (
 from sglang_emulator.http_common import BadRequest, InternalError
 from sglang_emulator.requests import Request
 
-__all__ = ["WAITING_TIMEOUT_S", "pair_request", "start_bootstrap"]
+__all__ = ["BOOTSTRAP_TIMEOUT_S", "WAITING_TIMEOUT_S", "await_handoff", "pair_request", "start_bootstrap"]
+
+_COUNTING = threading.Lock()
+
+BOOTSTRAP_TIMEOUT_S = 300.0
+"""SGLang's ``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` default: how long a prefill worker waits for
+the decode worker of a request it prefilled."""
 
 WAITING_TIMEOUT_S = 300.0
 """SGLang's ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT`` default: how long a decode worker waits for a
@@ -47,6 +54,7 @@ def pair_request(context: ServerContext, request: Request, body: dict[str, Any],
     if mode == "prefill":
         # A prefill worker answers with the first token; the decode worker makes the rest.
         request.max_new_tokens = min(request.max_new_tokens, 1)
+        request.handoff_room = room
         request.on_finished = lambda done: context.handoff.publish(
             PrefilledKv(
                 room=room,
@@ -57,8 +65,13 @@ def pair_request(context: ServerContext, request: Request, body: dict[str, Any],
         )
         return
     waiting_s = float(os.environ.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT") or WAITING_TIMEOUT_S)
+    stats = context.engine.stats
+    with _COUNTING:
+        stats.transferring += 1
     try:
         kv = pull_kv(host, port, room, waiting_s)
+        network = context.profile.host.network
+        time.sleep(transfer_s(kv.kv_bytes, network.bandwidth_gbit_s, network.latency_us))
     except TransferFailed as failed:
         stage = "handshake" if failed.stage == "handshake" else "transfer"
         message = (
@@ -68,9 +81,28 @@ def pair_request(context: ServerContext, request: Request, body: dict[str, Any],
         )
         context.log.error(message)
         raise InternalError(message) from None
-    network = context.profile.host.network
-    time.sleep(transfer_s(kv.kv_bytes, network.bandwidth_gbit_s, network.latency_us))
+    finally:
+        with _COUNTING:
+            stats.transferring -= 1
     request.prefilled = True
+
+
+def await_handoff(context: ServerContext, request: Request) -> None:
+    """On a prefill worker, returns once a decode worker took the request's KV, as SGLang answers a
+    prefilled request only after its transfer; InternalError after SGLang's bootstrap timeout."""
+    room = request.handoff_room
+    if room is None:
+        return
+    timeout_s = float(os.environ.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT") or BOOTSTRAP_TIMEOUT_S)
+    if context.handoff.wait_taken(room, timeout_s):
+        return
+    message = (
+        f"Prefill bootstrap failed for request rank=0 req.rid='{request.rid}' req.bootstrap_room={room} "
+        f"with exception KVTransferError(bootstrap_room={room}): Request {room} timed out after "
+        f"{timeout_s:.1f}s in KVPoll.Bootstrapping"
+    )
+    context.log.error(message)
+    raise InternalError(message)
 
 
 def start_bootstrap(context: ServerContext) -> str | None:

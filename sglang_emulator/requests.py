@@ -55,6 +55,9 @@ class Request:
     prefilled: bool = False
     """Its KV came from a prefill worker (a decode worker of a disaggregated fleet): admitting it
     takes pool tokens but computes nothing."""
+    handoff_room: int | None = None
+    """On a prefill worker, the bootstrap room its KV goes to: it is answered once a decode worker
+    took the KV."""
     on_finished: Callable[[Request], None] | None = None
     """Told when the request has its last token (a prefill worker hands its KV over then)."""
 
@@ -78,6 +81,8 @@ class EngineStats:
     retracted_requests_total: int = 0
     retracted_input_tokens_total: int = 0
     retracted_output_tokens_total: int = 0
+    transferring: int = 0
+    """A decode worker's requests pulling their KV (SGLang's ``#transfer-req``)."""
     last_gen_throughput: float = 0.0
     ttft: Histogram = field(default_factory=Histogram)
     e2e: Histogram = field(default_factory=Histogram)

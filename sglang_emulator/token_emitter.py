@@ -83,6 +83,11 @@ class TokenEmitter:
         accept = ""
         if self._model.config.speculative is not None:
             accept = f"accept len: {self.stats.avg_spec_accept_length:.2f}, "
+        if self._model.config.disaggregation_mode == "decode":
+            accept += (
+                f"pre-allocated usage: 0.00, #prealloc-req: 0, #transfer-req: {self.stats.transferring}, "
+                "#retracted-req: 0, "
+            )
         self._log.info(
             "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, %scuda graph: %s, "
             "gen throughput (token/s): %.2f, #queue-req: %d, ",

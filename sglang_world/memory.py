@@ -18,6 +18,7 @@ from sglang_world.budget import Budget, budget
 from sglang_world.facts import DeviceFacts, Launch, ModelFacts, Workload
 from sglang_world.failures import Failure, first_failure
 from sglang_world.launch import MEMORY_ENVIRONMENT
+from sglang_world.pool_code import pd_planned
 from sglang_world.releases import rules_for
 from sglang_world.settings import ModelKind, ServerSettings, resolve_with_rules
 
@@ -83,8 +84,14 @@ def unjudged_reason(release: str, launch: Launch) -> str | None:
     """Why the project cannot judge ``launch`` on ``release``, or None when it can."""
     if rules_for(release) is None:
         return f"the project does not know SGLang {release}'s memory rules"
-    if launch.enable_piecewise_cuda_graph or launch.disaggregation_mode != "null":
-        return "piecewise CUDA graphs and prefill/decode disaggregation are not in the project's model"
+    if launch.enable_piecewise_cuda_graph:
+        return "piecewise CUDA graphs are not in the project's model"
+    if launch.disaggregation_mode != "null" and not pd_planned(release):
+        return (
+            f"SGLang {release} sizes a {launch.disaggregation_mode} worker in code the project's model does"
+            " not follow (it resolves the worker's role before or inside its memory settings; read from its"
+            " wheel by python -m sglang_world.pool_code)"
+        )
     if launch.pp_size > 1:
         return "pipeline parallelism is not in the grid the project's rules are checked on"
     set_here = [name for name, value in launch.environment if name in MEMORY_ENVIRONMENT and _on(value)]
@@ -98,7 +105,12 @@ def _resolve(release: str, launch: Launch, gpu_mib: float, kind: ModelKind) -> S
     rules = rules_for(release)
     if rules is None:
         return None
-    return resolve_with_rules(release, rules, launch, gpu_mib, kind, _max_prefill_default(release))
+    settings = resolve_with_rules(release, rules, launch, gpu_mib, kind, _max_prefill_default(release))
+    if launch.disaggregation_mode == "prefill" and pd_planned(release):
+        # ServerArgs._handle_pd_disaggregation, after the memory settings: "Cuda graph is disabled for
+        # prefill server when piecewise cuda graph is not enabled".
+        settings = dataclasses.replace(settings, cuda_graph_disabled=True, cuda_graph_bs=())
+    return settings
 
 
 def resolve_settings(release: str, launch: Launch, gpu_mib: float, kind: ModelKind) -> ServerSettings | None:

@@ -1,4 +1,5 @@
-"""Which code of each release sizes its KV pool, read from its wheel, and what that means for the plan.
+"""Which code of each release sizes its KV pool, and where it handles prefill/decode disaggregation,
+read from its wheel, and what that means for the plan.
 
     python -m sglang_world.pool_code --all        # every release with a flag table (wheels cached)
     python -m sglang_world.pool_code 0.5.24       # add one release
@@ -10,6 +11,12 @@ it with a configurator class (``MemoryPoolConfigurator``, then ``KVCacheConfigur
 draft's weights are loaded) is planned with 0.5.8's arithmetic as an approximation, and preflight
 says so. Which one a release has is read from its wheel into
 ``pool_code.json``; nothing here retypes a release's numbers.
+
+A worker of a disaggregated fleet is planned only on a release whose ``ServerArgs`` resolves the
+memory settings (``_handle_gpu_memory_settings``) before it handles its role
+(``_handle_pd_disaggregation``), which then turns a prefill worker's CUDA graphs off ("Cuda graph is
+disabled for prefill server"): there a worker's plan is the aggregated one, a prefill worker's
+without graphs. Whether a release does so is read from its ``server_args.py`` into the same file.
 """
 
 from __future__ import annotations
@@ -25,7 +32,16 @@ from typing import Literal
 from sglang_flags import known_releases, release_key
 from sglang_flags.wheels import WheelError, default_cache, unpacked_release
 
-__all__ = ["PLANNED_WITH", "PoolCode", "main", "pool_approximation", "pool_code", "pool_code_in"]
+__all__ = [
+    "PLANNED_WITH",
+    "PoolCode",
+    "main",
+    "pd_after_memory_in",
+    "pd_planned",
+    "pool_approximation",
+    "pool_code",
+    "pool_code_in",
+]
 
 PoolCode = Literal["profile_max_num_token", "MemoryPoolConfigurator", "KVCacheConfigurator"]
 PLANNED_WITH: PoolCode = "profile_max_num_token"
@@ -50,10 +66,38 @@ def pool_code_in(release_dir: Path) -> PoolCode | None:
     return None
 
 
+_MEMORY_CALL = re.compile(r"self\._handle_gpu_memory_settings\(")
+_PD_CALL = re.compile(r"self\._handle_pd_disaggregation\(\)")
+_PREFILL_GRAPHS_OFF = "Cuda graph is disabled for prefill server"
+
+
+def pd_after_memory_in(release_dir: Path) -> bool:
+    """Whether an unpacked release's ``ServerArgs`` resolves the memory settings before it handles a
+    worker's role, then turns a prefill worker's CUDA graphs off (see the module's docstring)."""
+    path = release_dir / "sglang" / "srt" / "server_args.py"
+    text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+    memory, role = _MEMORY_CALL.search(text), _PD_CALL.search(text)
+    return bool(memory and role and memory.start() < role.start() and _PREFILL_GRAPHS_OFF in text)
+
+
+def _document() -> dict[str, dict[str, object]]:
+    found: dict[str, dict[str, object]] = json.loads(RECORDED.read_text(encoding="utf-8"))
+    return found
+
+
 @cache
 def _recorded() -> dict[str, PoolCode]:
-    found: dict[str, PoolCode] = json.loads(RECORDED.read_text(encoding="utf-8"))["releases"]
-    return found
+    return dict(_document()["releases"])  # type: ignore[arg-type]
+
+
+@cache
+def _pd_recorded() -> dict[str, object]:
+    return dict(_document().get("pd_after_memory_settings", {}))
+
+
+def pd_planned(release: str) -> bool:
+    """Whether the plan follows how ``release`` sizes a prefill or decode worker (read from its wheel)."""
+    return bool(_pd_recorded().get(release))
 
 
 def pool_code(release: str) -> PoolCode | None:
@@ -91,21 +135,27 @@ def main(argv: list[str] | None = None) -> int:
     if not releases:
         parser.error("name releases to read, or --all")
     found = dict(_recorded()) if RECORDED.exists() else {}
+    roles: dict[str, object] = (
+        dict(_document().get("pd_after_memory_settings", {})) if RECORDED.exists() else {}
+    )
     for release in releases:
         try:
-            code = pool_code_in(unpacked_release(release, args.cache or default_cache()))
+            tree = unpacked_release(release, args.cache or default_cache())
+            code = pool_code_in(tree)
         except WheelError as error:
             print(f"error: SGLang {release}: {error}", file=sys.stderr)
             return 2
         if code is None:
             print(f"error: SGLang {release}: no KV pool code found in its wheel", file=sys.stderr)
             return 2
-        print(f"SGLang {release}: {code}", file=sys.stderr)
+        roles[release] = pd_after_memory_in(tree)
+        print(f"SGLang {release}: {code}; a PD worker planned: {roles[release]}", file=sys.stderr)
         found[release] = code
     document = {
         "about": "The code that sizes each release's KV pool, read from its wheel by python -m "
         "sglang_world.pool_code; do not edit by hand.",
         "releases": dict(sorted(found.items(), key=lambda item: release_key(item[0]))),
+        "pd_after_memory_settings": dict(sorted(roles.items(), key=lambda item: release_key(item[0]))),
     }
     RECORDED.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return 0

@@ -182,13 +182,15 @@ class Workspace:
 
 def shipped_stack_config(stack: str, folder: Path) -> str:
     """The ``config:`` of the shipped fleet stack ``stack`` (a demo of stacks/), with only what ties
-    it to one machine moved to this test's own: free ports for the servers, the router and the
-    rendezvous, and state folders under ``folder``."""
+    it to one machine moved to this test's own: free ports for the servers, the router, the
+    rendezvous and the prefill workers' bootstrap servers, and state folders under ``folder``."""
     document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
     config: dict[str, Any] = document["config"]
     fleet = config["sglang-stacks:fleet"]
     for index, host in enumerate(fleet["hosts"]):
         host.update(server_port=free_port(), state_dir=f"{folder}/host{index}")
+        if "bootstrap_port" in host:
+            host["bootstrap_port"] = free_port()
     fleet["router"].update(port=free_port(), metrics_port=free_port(), state_dir=f"{folder}/router")
     if "dist_init_port" in fleet:
         fleet["dist_init_port"] = free_port()

@@ -1,0 +1,154 @@
+"""The shipped disaggregated demo (stacks/Pulumi.demo-pd.yaml: one prefill and two decode emulator
+workers on this machine, paired by SGLang's real router in PD mode) with the real Pulumi CLI:
+deployed once for the module and benchmarked through the router; a change to the decode role rolls
+the decode workers one at a time while clients send requests, and the prefill worker keeps serving;
+destroy leaves nothing listening.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests._pulumi import Workspace, shipped_stack_config
+from tests._router import Load
+
+pytestmark = pytest.mark.integration
+
+STACK = "demo-pd"
+
+
+class Demo:
+    """The deployed demo and how to change it."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+        self.path = workspace.path / "stacks" / f"Pulumi.{STACK}.yaml"
+
+    def fleet(self) -> dict[str, Any]:
+        found: dict[str, Any] = yaml.safe_load(self.path.read_text())["config"]["sglang-stacks:fleet"]
+        return found
+
+    @property
+    def router(self) -> str:
+        return f"http://127.0.0.1:{self.fleet()['router']['port']}"
+
+    def urls(self, role: str) -> list[str]:
+        hosts = self.fleet()["hosts"]
+        return sorted(f"http://127.0.0.1:{h['server_port']}" for h in hosts if h["role"] == role)
+
+    def workers(self) -> dict[str, list[dict[str, Any]]]:
+        """The router's workers by type."""
+        listed = httpx.get(f"{self.router}/workers", timeout=10).json()["workers"]
+        found: dict[str, list[dict[str, Any]]] = {}
+        for worker in listed:
+            found.setdefault(worker["worker_type"], []).append(worker)
+        return found
+
+    def server_pids(self) -> dict[int, int]:
+        exported = self.workspace.json("stack", "export", "-s", STACK)
+        pids = {}
+        for resource in exported["deployment"]["resources"]:
+            name = resource["urn"].rsplit("::", 1)[1]
+            if name.endswith("-server"):
+                pids[int(name.split("-host")[1].split("-")[0])] = resource["outputs"]["pid"]
+        return pids
+
+    def set_decode(self, **flags: Any) -> None:
+        """Sets these flags of the decode role in the stack file, the rest of it as it is."""
+        document = yaml.safe_load(self.path.read_text())
+        role = document["config"]["sglang-stacks:fleet"]["disaggregation"]["decode"]["server"]
+        role.update(flags)
+        self.path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    folder = tmp_path_factory.mktemp("demo-pd")
+    workspace = Workspace.create(folder)
+    workspace.extra_env["SGLANG_STACKS_HISTORY"] = str(folder / "history.sqlite")
+    workspace.init_stack(STACK, shipped_stack_config(STACK, folder))
+    try:
+        workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
+        yield Demo(workspace)
+    finally:
+        workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, check=False, timeout_s=600)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_the_demo_serves_through_the_router_in_pd_mode_with_a_prefill_and_two_decode_workers(
+    demo: Demo,
+) -> None:
+    workers = demo.workers()
+    assert sorted(w["url"] for w in workers["prefill"]) == demo.urls("prefill")
+    assert sorted(w["url"] for w in workers["decode"]) == demo.urls("decode")
+    assert "regular" not in workers
+    bootstrap = demo.fleet()["hosts"][0]["bootstrap_port"]
+    assert [w["bootstrap_port"] for w in workers["prefill"]] == [bootstrap]
+    assert all(w["is_healthy"] for listed in workers.values() for w in listed)
+
+    # A request through the router is prefilled by one worker and decoded by another.
+    body = {"text": "hello " * 300, "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}}
+    answer = httpx.post(f"{demo.router}/generate", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["meta_info"]["completion_tokens"] == 8
+
+    outputs = demo.workspace.outputs(STACK)
+    assert outputs["tok_s"] > 0 and outputs["benchmark_levels"][0]["concurrency"] == 8
+    replicas = outputs["replicas"]
+    assert [r["role"] for r in replicas] == ["prefill", "decode", "decode"]
+    # A worker serves only in a pair: measured through the router, not alone.
+    assert all(r["tok_s"] is None for r in replicas)
+    assert "--disaggregation-mode prefill --disaggregation-transfer-backend mooncake " in replicas[0][
+        "launch_command"
+    ]
+    assert f"--disaggregation-bootstrap-port {bootstrap}" in replicas[0]["launch_command"]
+    assert all("--disaggregation-mode decode" in r["launch_command"] for r in replicas[1:])
+    assert all("--max-running-requests 256" in r["launch_command"] for r in replicas[1:])
+
+
+def test_a_change_to_the_decode_role_rolls_only_the_decode_workers_with_no_failed_request(
+    demo: Demo,
+) -> None:
+    before = demo.server_pids()
+    demo.set_decode(max_running_requests=128)
+    previewed = demo.workspace.run("preview", "--diff", "-s", STACK)
+    preview = previewed.stdout + previewed.stderr
+    assert preview.count("~ --max-running-requests 256 => 128") == 2, preview
+    assert "host 0 (" in preview and "unchanged (serves demo-pd with the same launch flags)" in preview
+
+    with Load(demo.router) as load:
+        time.sleep(1)
+        demo.workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
+        time.sleep(1)
+
+    assert load.failed == [], load.none_failed()
+    assert load.ok > 10
+    after = demo.server_pids()
+    assert after[0] == before[0]  # the prefill worker kept serving
+    assert after[1] != before[1] and after[2] != before[2]
+    served = [
+        httpx.get(f"{url}/get_server_info", timeout=10).json()["max_running_requests"]
+        for url in demo.urls("decode")
+    ]
+    assert served == [128, 128]
+    assert sorted(w["url"] for w in demo.workers()["decode"]) == demo.urls("decode")
+
+
+def test_destroy_stops_every_worker_the_bootstrap_server_and_the_router(demo: Demo) -> None:
+    fleet = demo.fleet()
+    ports = [h["server_port"] for h in fleet["hosts"]] + [fleet["hosts"][0]["bootstrap_port"]]
+    ports.append(fleet["router"]["port"])
+    assert all(_listening(port) for port in ports)
+    demo.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, timeout_s=600)
+    assert not any(_listening(port) for port in ports)
