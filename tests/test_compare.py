@@ -284,3 +284,56 @@ def test_no_other_results_module_depends_on_compare_or_plot() -> None:
             elif isinstance(node, ast.Import):
                 imported |= {alias.name for alias in node.names}
         assert not imported & {"sglang_stacks.results.compare", "sglang_stacks.results.plot"}, module.name
+
+
+def _fleet_outputs(stack: str, runs: Sequence[float]) -> dict[str, Any]:
+    """A fleet's outputs as `pulumi stack output --json` prints them, from the shipped stack's spec."""
+    from sglang_stacks.config.stackfile import load_stack_spec
+    from sglang_stacks.resources.wiring import launch_flags
+    from sglang_stacks.results.outputs import FleetOutputs
+    from tests._stacks import STACKS_DIR
+
+    spec = load_stack_spec(stack, STACKS_DIR)
+    assert spec.fleet is not None
+    flags = launch_flags(spec)
+    roles = spec.fleet.disaggregation.role_flags(flags) if spec.fleet.disaggregation else None
+    measured = result(runs)
+    written = FleetOutputs(
+        tok_s=measured.tok_s_mean,
+        router_url="http://127.0.0.1:30100",
+        benchmark_levels=[measured],
+        replicas=[],
+        launch_flags=flags,
+        role_flags=roles,
+        sglang_version=spec.environment.sglang_release,
+    )
+    dumped: dict[str, Any] = json.loads(written.model_dump_json())
+    return dumped
+
+
+def test_a_disaggregated_fleet_is_compared_with_an_aggregated_one_flag_by_flag_per_role() -> None:
+    comparison = compare.compare(
+        {
+            "demo-fleet": _fleet_outputs("demo-fleet", BASELINE_RUNS),
+            "demo-pd": _fleet_outputs("demo-pd", [80.1, 80.6, 80.3, 80.4, 80.2]),
+        }
+    )
+    rows = {row.flag: row.values for row in comparison.flags}
+    # What both roles share sits beside the aggregated fleet's flag; the rest is per role.
+    assert "--tensor-parallel-size" not in rows  # tp 8 everywhere
+    assert rows["prefill --disaggregation-mode"] == {"demo-fleet": None, "demo-pd": "prefill"}
+    assert rows["decode --disaggregation-mode"] == {"demo-fleet": None, "demo-pd": "decode"}
+    assert rows["prefill --chunked-prefill-size"] == {"demo-fleet": None, "demo-pd": 16384}
+    assert rows["decode --max-running-requests"] == {"demo-fleet": None, "demo-pd": 256}
+    assert rows["--disaggregation-transfer-backend"] == {"demo-fleet": None, "demo-pd": "mooncake"}
+    (verdict,) = comparison.verdicts
+    assert verdict.significant and verdict.change_pct < -5
+    assert comparison.notes == ()  # the same workload
+
+
+def test_a_fleet_deployed_before_its_release_was_recorded_is_refused_with_the_fix() -> None:
+    old = _fleet_outputs("demo-fleet", BASELINE_RUNS)
+    del old["sglang_version"]
+    with pytest.raises(SpecError) as caught:
+        compare.compare({"demo-fleet": old, "baseline": outputs([], result(BASELINE_RUNS))})
+    assert "Run `pulumi up -s demo-fleet`" in str(caught.value)

@@ -18,42 +18,27 @@ from dataclasses import dataclass
 import pulumi
 
 from sglang_stacks.components import _fleet_preview
+from sglang_stacks.components._fleet_parts import Replica
 from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, measured_server
 from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.components.canary import CanaryArgs, CanaryGate
 from sglang_stacks.components.multinode import build_replica_parts
 from sglang_stacks.components.router import RouterArgs, RouterWorker, SGLangRouter, WorkerArgs
-from sglang_stacks.components.server import SGLangServer
 from sglang_stacks.config import preflight
 from sglang_stacks.config.disaggregation import Role
-from sglang_stacks.config.flags import launch_values
 from sglang_stacks.config.fleet import FleetHostSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
 from sglang_stacks.resources.resource import Args, args_for, register
 from sglang_stacks.resources.wiring import (
+    config_digest,
     connection_args,
-    digest,
     flags_digest,
     host_connection,
     launch_flags,
     warn_pending,
 )
-from sglang_stacks.results.outputs import FleetOutputs, ReplicaOutputs
-
-
-def config_digest(spec: StackSpec) -> str:
-    """A digest of what every replica's server is launched from (flags, release, pins, variables,
-    emulator settings, draft model): equal digests, the same configuration. The router lists it
-    for each worker, so the canary gate knows which configuration a replica serves."""
-    return digest(
-        {
-            "flags": launch_values(launch_flags(spec)),
-            "environment": spec.environment.model_dump(mode="json"),
-            "draft_model": spec.draft_model.model_dump(mode="json") if spec.draft_model else None,
-        }
-    )
-
+from sglang_stacks.results.outputs import FleetOutputs
 
 FleetExports = args_for(FleetOutputs)
 """A fleet's outputs as it registers them: the fields of `FleetOutputs`, each an Output."""
@@ -68,32 +53,6 @@ class FleetArgs:
     ssh_private_key: pulumi.Output[str] | None = None
     """The key of the SSH hosts, a Pulumi secret; none when every host is an emulator host."""
     hub_token: pulumi.Output[str] | None = None
-
-
-@dataclass
-class Replica:
-    """One host's resources."""
-
-    index: int
-    server: SGLangServer
-    benchmark: Benchmark | None
-    """Its own benchmark; none for a prefill or decode worker, which serves only in a pair."""
-    worker: RouterWorker
-    url: str
-    role: Role | None = None
-
-    def outputs(self) -> pulumi.Output[ReplicaOutputs]:
-        """What the fleet's outputs say about this replica."""
-        tok_s = (
-            self.benchmark.output(lambda o: o.levels).apply(lambda levels: levels[0].tok_s_mean)
-            if self.benchmark is not None
-            else None
-        )
-        return pulumi.Output.all(self.server.output(lambda o: o.launch_command), tok_s).apply(
-            lambda found: ReplicaOutputs(
-                host=self.index, url=self.url, launch_command=found[0], tok_s=found[1], role=self.role
-            )
-        )
 
 
 class Fleet(pulumi.ComponentResource):
@@ -169,6 +128,8 @@ class Fleet(pulumi.ComponentResource):
             replicas=pulumi.Output.all(*[replica.outputs() for replica in replicas]),
             canary=gate.output(lambda o: o.verdict) if gate else None,
             launch_flags=flags,
+            role_flags=fleet.disaggregation.role_flags(flags) if fleet.disaggregation else None,
+            sglang_version=spec.environment.sglang_release,
         )
         register(self, self.outputs)
 

@@ -88,6 +88,11 @@ class DisaggregationSpec(FileSection):
             update["disaggregation_bootstrap_port"] = bootstrap_port or self.bootstrap_port
         return server.model_copy(update=update)
 
+    def role_flags(self, server: ServerFlags) -> dict[Role, ServerFlags]:
+        """Each role's flags from the shared ``server`` flags (a prefill worker's default bootstrap
+        port): what sets the roles apart, as `compare` shows it."""
+        return {"prefill": self.flags(server, "prefill", None), "decode": self.flags(server, "decode", None)}
+
 
 def role_problems(
     disaggregation: DisaggregationSpec | None,
@@ -133,6 +138,7 @@ def role_problems(
                 f"fleet.disaggregation.{role}.server.{fixed[0]} is the fleet's to set, not a role's;"
                 " remove it (the model, ports and role flags are the same for every worker or set per host)"
             )
+    found += _mismatched_kv(disaggregation, server)
     if nodes_per_replica > 1:
         found.append(
             "fleet.nodes_per_replica above 1 with fleet.disaggregation: multi-node prefill or decode workers "
@@ -144,4 +150,26 @@ def role_problems(
             " a prefill or decode worker serves only in a pair; set rollout.canary: false (the fleet is "
             "benchmarked through the router)"
         )
+    return found
+
+
+# What both roles must agree on, as the decode worker checks against the prefill worker's layout
+# (CommonKVReceiver, disaggregation/common/conn.py): "Both servers must use the same --page-size
+# value", and from 0.5.23 the same --kv-cache-dtype.
+_SHARED_KV_FLAGS = ("page_size", "kv_cache_dtype")
+
+
+def _mismatched_kv(disaggregation: DisaggregationSpec, server: ServerFlags) -> list[str]:
+    found = []
+    prefill = disaggregation.flags(server, "prefill", None).extra_flags
+    decode = disaggregation.flags(server, "decode", None).extra_flags
+    for name in _SHARED_KV_FLAGS:
+        if prefill.get(name) != decode.get(name):
+            flag = "--" + name.replace("_", "-")
+            found.append(
+                f"fleet.disaggregation's roles launch with different {name} (prefill {prefill.get(name)},"
+                f" decode {decode.get(name)}): SGLang's decode worker refuses the prefill worker's KV"
+                f' ("Both servers must use the same {flag} value"); set {name} in sglang-stacks:server,'
+                " not per role"
+            )
     return found

@@ -87,6 +87,7 @@ def add(router_url: str, registration: Registration, ready_timeout_s: float) -> 
 
     worker_url = registration.url
     try:
+        _refuse_the_wrong_role(registration)
         answer = httpx.post(f"{router_url}/workers", json=registration.body(), timeout=30)
         if answer.status_code >= 400:
             raise RouterError(
@@ -108,6 +109,24 @@ def add(router_url: str, registration: Registration, ready_timeout_s: float) -> 
         f"The router did not list {worker_url} healthy within {ready_timeout_s:g} s. Check that the "
         "router's machine reaches the replica's address and port."
     )
+
+
+def _refuse_the_wrong_role(registration: Registration) -> None:
+    """RouterError when a prefill or decode registration names a server launched in another role:
+    the router pairs workers by what they are registered as and never asks them."""
+    import httpx
+
+    if registration.worker_type == "regular":
+        return
+    info = httpx.get(f"{registration.url}/server_info", timeout=10).json()
+    mode = str(info.get("disaggregation_mode") or "null")
+    if mode != registration.worker_type:
+        served = "an aggregated server" if mode == "null" else f"a {mode} worker"
+        raise RouterError(
+            f"The server at {registration.url} runs as {served} (--disaggregation-mode {mode}), but the"
+            f" fleet registers it as a {registration.worker_type} worker; relaunch it with the fleet's flags "
+            "(`pulumi up` replaces it) or fix the host's role in fleet.hosts."
+        )
 
 
 def drain(router_url: str, worker_url: str, drain_timeout_s: float) -> None:

@@ -27,7 +27,7 @@ import pulumi_kubernetes as k8s
 from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
 from sglang_stacks.components.canary import CanaryArgs, CanaryGate
 from sglang_stacks.components.deployment import DEFAULT_PORT
-from sglang_stacks.components.fleet import FleetExports, config_digest
+from sglang_stacks.components.fleet import FleetExports
 from sglang_stacks.components.router import RouterWorker, WorkerArgs
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
@@ -39,7 +39,7 @@ from sglang_stacks.kube.launch import ServerLaunch, server_launch
 from sglang_stacks.kube.router import fleet_router
 from sglang_stacks.kube.server import KubeServer, KubeServerArgs
 from sglang_stacks.resources.resource import Args, register
-from sglang_stacks.resources.wiring import digest, flags_digest, host_connection, launch_flags
+from sglang_stacks.resources.wiring import config_digest, digest, flags_digest, host_connection, launch_flags
 from sglang_stacks.results.outputs import FleetOutputs, ReplicaOutputs
 
 __all__ = ["KubeFleet", "KubeFleetArgs"]

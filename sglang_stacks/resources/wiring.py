@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pulumi_command.remote import ConnectionArgs
 
 __all__ = [
+    "config_digest",
     "connection_args",
     "digest",
     "emulator_env",
@@ -149,3 +150,18 @@ def digest(value: Mapping[str, Any]) -> str:
 def flags_digest(flags: ServerFlags) -> str:
     """A short digest of the launch flags: equal digests, equal flags."""
     return digest(launch_values(flags))
+
+
+def config_digest(spec: StackSpec) -> str:
+    """A digest of what every replica's server is launched from (flags, a disaggregated fleet's
+    roles, release, pins, variables, emulator settings, draft model): equal digests, the same
+    configuration. The router lists it for each worker, so the canary gate knows which
+    configuration a replica serves."""
+    launched: dict[str, Any] = {
+        "flags": launch_values(launch_flags(spec)),
+        "environment": spec.environment.model_dump(mode="json"),
+        "draft_model": spec.draft_model.model_dump(mode="json") if spec.draft_model else None,
+    }
+    if spec.fleet is not None and spec.fleet.disaggregation is not None:
+        launched["roles"] = spec.fleet.disaggregation.model_dump(mode="json")
+    return digest(launched)

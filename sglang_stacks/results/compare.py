@@ -11,13 +11,13 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from sglang_stacks.config.flags import FlagValue
-from sglang_stacks.config.render import show_value, shown_flags
+from sglang_stacks.config.render import show_value
 from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.exits import ExitCode
-from sglang_stacks.results.outputs import DeploymentOutputs
+from sglang_stacks.results.compared import Compared, read_compared
 from sglang_stacks.results.stats import BenchmarkResult, Noise
 from sglang_stacks.results.verdict import StackVerdict, change_pct, judge
 
@@ -129,31 +129,13 @@ def _workload_notes(results: Mapping[str, BenchmarkResult]) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _validated(outputs_by_stack: Mapping[str, Mapping[str, Any]]) -> dict[str, DeploymentOutputs]:
+def _validated(outputs_by_stack: Mapping[str, Mapping[str, Any]]) -> dict[str, Compared]:
     if len(outputs_by_stack) < 2:
         raise SpecError(
             f"compare needs at least two stacks, got {len(outputs_by_stack)} "
             f"({', '.join(outputs_by_stack) or 'none'}); name the reference stack first, then the others."
         )
-    parsed = {}
-    for stack, outputs in outputs_by_stack.items():
-        if not outputs:
-            raise SpecError(
-                f"Stack {stack!r} has no outputs: it was never deployed, or it was destroyed. Run "
-                f"`pulumi up -s {stack}` so it is deployed and benchmarked, then compare again."
-            )
-        try:
-            parsed[stack] = DeploymentOutputs.model_validate(outputs)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            key = ".".join(str(part) for part in first["loc"])
-            what = f"output {key!r} is not usable" if key else "outputs are not usable"
-            reason = str(first["msg"]).removeprefix("Value error, ")
-            raise SpecError(
-                f"Stack {stack!r} {what}: {reason}. Run `pulumi up -s {stack}` so the stack is deployed "
-                "and benchmarked, then compare again."
-            ) from exc
-    return parsed
+    return {stack: read_compared(stack, outputs) for stack, outputs in outputs_by_stack.items()}
 
 
 def compare(
@@ -173,7 +155,7 @@ def compare(
         raise SpecError(f"tolerance_pct is {tolerance_pct}, but it must be 0 or more; pass e.g. 5 for 5 %.")
     parsed = _validated(outputs_by_stack)
     stacks = tuple(parsed)
-    shown = {stack: shown_flags(o.launch_flags, o.sglang_version) for stack, o in parsed.items()}
+    shown = {stack: o.flags for stack, o in parsed.items()}
     names: dict[str, None] = {}
     for flags in shown.values():
         names.update(dict.fromkeys(flags))

@@ -134,3 +134,8 @@ class FleetOutputs(_Outputs):
     decision; none without a canary."""
     launch_flags: LaunchFlags
     """The launch flags every replica shares, by canonical name."""
+    role_flags: dict[Literal["prefill", "decode"], LaunchFlags] | None = None
+    """A disaggregated fleet's launch flags per role (the shared ones with the role's own and the
+    role flags); none for an aggregated fleet, and in states written before roles existed."""
+    sglang_version: str | None = None
+    """The SGLang release the replicas run; none in states written before it was recorded."""

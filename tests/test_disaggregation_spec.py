@@ -1,0 +1,158 @@
+"""A disaggregated fleet in the stack spec (``fleet.disaggregation``, each host's ``role``): the flags
+each role launches with, accepted by the real parsers of 0.5.8 and 0.5.23; ``render --role``; the
+errors that name the key and the fix; and each role's memory plan where the release's own code is
+followed (read from its wheel), said unjudged where it is not."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglang_flags import parser
+from sglang_stacks import cli
+from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.render import render_argv
+from sglang_stacks.config.spec import load_spec
+from sglang_stacks.config.stackfile import load_stack_spec, read_stack_file
+from sglang_stacks.errors import SpecError
+from sglang_stacks.exits import ExitCode
+from sglang_world import pool_code
+from tests._stacks import STACKS_DIR
+
+DEMO = read_stack_file("demo-pd", STACKS_DIR).sections
+
+
+def demo(**fleet: Any) -> dict[str, Any]:
+    """The shipped demo's sections, its fleet section updated with ``fleet``."""
+    sections = copy.deepcopy(dict(DEMO))
+    sections["fleet"] = {**sections["fleet"], **fleet}
+    return sections
+
+
+def test_each_role_launches_with_its_own_flags_and_the_role_flags() -> None:
+    spec = load_stack_spec("demo-pd", STACKS_DIR)
+    prefill, decode = spec.for_host(0).launch_flags(), spec.for_host(1).launch_flags()
+
+    assert (prefill.disaggregation_mode, prefill.disaggregation_bootstrap_port) == ("prefill", 8998)
+    assert (prefill.chunked_prefill_size, prefill.mem_fraction_static) == (16384, 0.85)
+    assert prefill.max_running_requests is None
+    assert (decode.disaggregation_mode, decode.disaggregation_bootstrap_port) == ("decode", None)
+    assert (decode.max_running_requests, decode.chunked_prefill_size) == (256, None)
+    assert {f.disaggregation_transfer_backend for f in (prefill, decode)} == {"mooncake"}
+    # What both roles share comes from the stack's server section.
+    assert (prefill.tp_size, decode.tp_size, decode.cuda_graph_max_bs) == (8, 8, 128)
+
+
+@pytest.mark.parametrize("release", ["0.5.8", "0.5.23"])
+def test_every_roles_argv_is_accepted_by_the_releases_own_parser(release: str) -> None:
+    spec = load_stack_spec("demo-pd", STACKS_DIR)
+    for host in range(3):
+        argv = render_argv(spec.for_host(host).launch_flags(), release)
+        parsed = parser(release).parse_args(argv[3:])  # after python -m sglang.launch_server
+        assert parsed.disaggregation_mode == ("prefill" if host == 0 else "decode")
+        assert parsed.disaggregation_transfer_backend == "mooncake"
+
+
+def test_render_shows_the_role_it_renders(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["render", "demo-pd", "--role", "decode"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("Stack demo-pd, SGLang 0.5.8 (host 1, a decode worker)")
+    assert "--disaggregation-mode decode" in said and "--max-running-requests 256" in said
+
+    assert cli.main(["render", "demo-fleet", "--role", "prefill"]) == ExitCode.CONFIG_ERRORS
+    assert "the stack has no fleet host with role: prefill" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("sections", "says"),
+    [
+        (demo(disaggregation=None), "fleet.hosts[0].role is set but the fleet has no fleet.disaggregation"),
+        (
+            demo(hosts=[{**h, "role": None} if i == 2 else h for i, h in enumerate(DEMO["fleet"]["hosts"])]),
+            "fleet.hosts[2] has no role",
+        ),
+        (
+            demo(hosts=[{**h, "role": "decode"} for h in DEMO["fleet"]["hosts"]]),
+            "no host of fleet.hosts has role: prefill",
+        ),
+        (
+            demo(disaggregation={"decode": {"server": {"port": 31000}}}),
+            "fleet.disaggregation.decode.server.port is the fleet's to set, not a role's",
+        ),
+        (demo(rollout={"canary": True}), "set rollout.canary: false"),
+        (
+            demo(
+                hosts=[{**h, "role": "prefill", "bootstrap_port": 9100} for h in DEMO["fleet"]["hosts"][:2]]
+                + [DEMO["fleet"]["hosts"][2]]
+            ),
+            "hosts[0] and hosts[1] are prefill workers on 127.0.0.1 with the same bootstrap port 9100",
+        ),
+        (
+            demo(disaggregation={"decode": {"server": {"extra_flags": {"page_size": 64}}}}),
+            "different page_size (prefill None, decode 64): SGLang's decode worker refuses the prefill "
+            'worker\'s KV ("Both servers must use the same --page-size value")',
+        ),
+    ],
+)
+def test_a_bad_disaggregated_fleet_names_the_key_and_the_fix(sections: dict[str, Any], says: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        load_spec(sections, "demo-pd")
+    assert says in str(caught.value)
+
+
+def test_a_role_flag_in_the_server_section_is_refused() -> None:
+    sections = demo()
+    sections["server"] = {**sections["server"], "disaggregation_mode": "decode"}
+    with pytest.raises(SpecError) as caught:
+        load_spec(sections, "demo-pd")
+    assert "server.disaggregation_mode is set in the stack file" in str(caught.value)
+    assert "declare fleet.disaggregation with a role on each host" in str(caught.value)
+
+
+def test_a_prefill_workers_plan_has_no_cuda_graphs_where_its_release_turns_them_off() -> None:
+    spec = load_stack_spec("demo-pd", STACKS_DIR)
+    prefill = plan_memory(spec.for_host(0), "0.5.8")
+    decode = plan_memory(spec.for_host(1), "0.5.8")
+    aggregated = plan_memory(spec.for_host(1).model_copy(update={"server": spec.server}), "0.5.8")
+
+    assert prefill.fits and decode.fits
+    assert prefill.captured_batch_sizes in (None, []) and not prefill.cuda_graphs_gb
+    assert decode.captured_batch_sizes and decode.captured_batch_sizes == aggregated.captured_batch_sizes
+    assert decode.cuda_graphs_gb and decode.cuda_graphs_gb > 0
+
+
+def test_a_release_whose_role_code_is_not_followed_says_so_instead_of_fits() -> None:
+    spec = load_stack_spec("demo-pd", STACKS_DIR)
+    plan = plan_memory(spec.for_host(1), "0.5.23")
+    assert plan.verdict == "unknown"
+    assert plan.unknown_reason is not None
+    assert "SGLang 0.5.23 sizes a decode worker in code the project's model does not follow" in (
+        plan.unknown_reason
+    )
+
+
+def test_whether_a_release_resolves_memory_before_the_role_is_read_from_its_server_args(
+    tmp_path: Path,
+) -> None:
+    def tree(name: str, body: str) -> Path:
+        folder = tmp_path / name / "sglang" / "srt"
+        folder.mkdir(parents=True)
+        (folder / "server_args.py").write_text(body)
+        return tmp_path / name
+
+    memory_first = (
+        "        self._handle_gpu_memory_settings(gpu_mem)\n        self._handle_pd_disaggregation()\n"
+        "            logger.warning('Cuda graph is disabled for prefill server when piecewise cuda graph')\n"
+    )
+    role_first = (
+        "        self._handle_pd_disaggregation()\n        self._handle_gpu_memory_settings(gpu_mem)\n"
+        "            logger.warning('Cuda graph is disabled for prefill server when piecewise cuda graph')\n"
+    )
+    assert pool_code.pd_after_memory_in(tree("a", memory_first))
+    assert not pool_code.pd_after_memory_in(tree("b", role_first))
+    assert not pool_code.pd_after_memory_in(tree("c", memory_first.splitlines()[0]))
+    # As recorded from the wheels: 0.5.8 is followed, 0.5.23 is not.
+    assert pool_code.pd_planned("0.5.8") and not pool_code.pd_planned("0.5.23")
