@@ -20,6 +20,7 @@ __all__ = [
     "DisaggregationSpec",
     "Role",
     "RoleSpec",
+    "declared_role_flags",
     "role_problems",
 ]
 
@@ -94,6 +95,18 @@ class DisaggregationSpec(FileSection):
         return {"prefill": self.flags(server, "prefill", None), "decode": self.flags(server, "decode", None)}
 
 
+def declared_role_flags(server: ServerFlags) -> list[str]:
+    """The role flags the stack's server section sets itself, as the sentence that refuses them."""
+    declared = sorted(name for name in ROLE_FLAGS if getattr(server, name) is not None)
+    if not declared:
+        return []
+    return [
+        f"server.{declared[0]} is set in the stack file, but the role flags ({', '.join(ROLE_FLAGS)})"
+        " are set per host by sglang-stacks; remove it and declare fleet.disaggregation with a role"
+        " on each host of fleet.hosts"
+    ]
+
+
 def role_problems(
     disaggregation: DisaggregationSpec | None,
     roles: list[Role | None],
@@ -102,14 +115,8 @@ def role_problems(
     server: ServerFlags,
 ) -> list[str]:
     """What is wrong with a fleet's roles, each a sentence naming the key and the fix. ``roles``
-    holds each host's ``role``; ``server`` is the stack's server section."""
-    declared = sorted(name for name in ROLE_FLAGS if getattr(server, name) is not None)
-    if declared:
-        return [
-            f"server.{declared[0]} is set in the stack file, but the role flags ({', '.join(ROLE_FLAGS)})"
-            " are set per host by sglang-stacks; remove it and declare fleet.disaggregation with a role"
-            " on each host of fleet.hosts"
-        ]
+    holds each host's ``role``; ``server`` is the stack's server section (without role flags:
+    `declared_role_flags`)."""
     if disaggregation is None:
         tagged = [index for index, role in enumerate(roles) if role is not None]
         if tagged:

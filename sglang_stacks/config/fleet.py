@@ -13,8 +13,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from sglang_stacks.config.disaggregation import DisaggregationSpec, Role
+from sglang_stacks.config.disaggregation import DisaggregationSpec, Role, role_problems
 from sglang_stacks.config.docstrings import FileSection
+from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.sections import HostSpec
 
 ROUTER_RELEASE = "0.3.2"
@@ -193,6 +194,23 @@ class FleetSpec(FileSection):
                 "rollout.batch_size, or set rollout.canary: false"
             )
         return self
+
+    def host_flags(self, index: int, server: ServerFlags) -> ServerFlags:
+        """``server`` as host ``index`` launches it: with its port, and in a disaggregated fleet its
+        role's flags."""
+        entry = self.hosts[index]
+        if entry.server_port is not None:
+            server = server.model_copy(update={"port": entry.server_port})
+        if self.disaggregation is not None and entry.role is not None:
+            server = self.disaggregation.flags(server, entry.role, self.bootstrap_ports().get(index))
+        return server
+
+    def role_problems(self, server: ServerFlags) -> list[str]:
+        """What is wrong with the hosts' roles and ``fleet.disaggregation`` beside the stack's server
+        section, each a sentence naming the key and the fix."""
+        canary = self.rollout.canary and self.disaggregation is not None
+        roles = [host.role for host in self.hosts]
+        return role_problems(self.disaggregation, roles, self.nodes_per_replica, canary, server)
 
     def bootstrap_ports(self) -> dict[int, int]:
         """Each prefill host's bootstrap port by host index (none without disaggregation)."""

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sglang_stacks.config import multinode
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec, SloSpec
 from sglang_stacks.config.config_values import typed_as_schema
-from sglang_stacks.config.disaggregation import role_problems
+from sglang_stacks.config.disaggregation import declared_role_flags
 from sglang_stacks.config.docstrings import describe_fields
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.fleet import FleetSpec, fleet_placement_problem
@@ -96,13 +96,8 @@ class StackSpec(BaseModel):
             )
         declared = {name: getattr(self.server, name) for name in multinode.NODE_FLAGS}
         found = multinode.problems(self.fleet, self.tp_size, declared)
-        found += role_problems(
-            self.fleet.disaggregation if self.fleet else None,
-            [h.role for h in self.fleet.hosts] if self.fleet else [],
-            self.fleet.nodes_per_replica if self.fleet else 1,
-            bool(self.fleet and self.fleet.rollout.canary and self.fleet.disaggregation),
-            self.server,
-        )
+        roles = self.fleet.role_problems(self.server) if self.fleet else []
+        found += declared_role_flags(self.server) or roles
         if found:
             raise ValueError("; ".join(found))
         return self
@@ -113,17 +108,9 @@ class StackSpec(BaseModel):
         its node flags and the interface variables."""
         assert self.fleet is not None  # only fleets have hosts by index
         entry = self.fleet.hosts[index]
-        host = HostSpec.model_validate(
-            entry.model_dump(
-                exclude={"server_port", "node_address", "role", "bootstrap_port"}, exclude_unset=True
-            )
-        )
-        server = self.server
-        if entry.server_port is not None:
-            server = server.model_copy(update={"port": entry.server_port})
-        if self.fleet.disaggregation is not None and entry.role is not None:
-            port = self.fleet.bootstrap_ports().get(index)
-            server = self.fleet.disaggregation.flags(server, entry.role, port)
+        fleet_only = set(type(entry).model_fields) - set(HostSpec.model_fields)
+        host = HostSpec.model_validate(entry.model_dump(exclude=fleet_only, exclude_unset=True))
+        server = self.fleet.host_flags(index, self.server)
         place = multinode.node_place(self.fleet, index)
         if place is not None:
             server = server.model_copy(update=place.flags())
