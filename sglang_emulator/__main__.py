@@ -30,7 +30,7 @@ from sglang_emulator.launch import (
     world_release,
 )
 from sglang_emulator.memory import MemoryPlan, plan_memory, served_config
-from sglang_emulator.pd_worker import start_bootstrap
+from sglang_emulator.pd_worker import role_problem, start_bootstrap
 from sglang_emulator.performance import PerformanceModel
 from sglang_emulator.pool_limits import pool_limits
 from sglang_emulator.profile import Profile, ProfileError
@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
     print(note, file=sys.stderr, flush=True)
     args = parse_launch_flags(release, argv)
     config = resolve_launch(release, args, profile)
-    problem = multinode_problem(config)
+    problem = multinode_problem(config) or role_problem(config)
     if problem:
         return _fatal(problem)
     memory_release = world_release(release)

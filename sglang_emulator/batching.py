@@ -122,7 +122,7 @@ class BatchScheduler:
         (the step's start: one that came later waits for the next step, however late the host
         let the scheduler run), first come first served; or None. Admitted requests are taken out
         of ``waiting``, their tokens from the pool."""
-        arrived = [r for r in waiting if r.created_s <= arrived_by]
+        arrived = [r for r in waiting if r.ready_s <= arrived_by]
         if (self.batch_is_full or not arrived) and self.chunked is None:
             return None
         slots = self.limits.max_running_requests - len(running)

@@ -154,7 +154,7 @@ class Engine(TokenEmitter):
                 if self._waiting and not self._running and self.scheduler.chunked is None:
                     # An idle GPU starts on a request when it arrives, not when this thread is
                     # woken for it: the wake-up's delay is the host's, not the server's.
-                    deadline = max(deadline, min(r.created_s for r in self._waiting))
+                    deadline = max(deadline, min(r.ready_s for r in self._waiting))
             stepped = self._step(deadline)
             if stepped is None:
                 # Nothing fits and nothing runs (only aborted requests left): wait for news.

@@ -21,9 +21,17 @@ from sglang_emulator.disaggregation import (
     transfer_s,
 )
 from sglang_emulator.http_common import BadRequest, InternalError
+from sglang_emulator.launch import LaunchConfig
 from sglang_emulator.requests import Request
 
-__all__ = ["BOOTSTRAP_TIMEOUT_S", "WAITING_TIMEOUT_S", "await_handoff", "pair_request", "start_bootstrap"]
+__all__ = [
+    "BOOTSTRAP_TIMEOUT_S",
+    "WAITING_TIMEOUT_S",
+    "await_handoff",
+    "pair_request",
+    "role_problem",
+    "start_bootstrap",
+]
 
 _COUNTING = threading.Lock()
 
@@ -85,6 +93,7 @@ def pair_request(context: ServerContext, request: Request, body: dict[str, Any],
         with _COUNTING:
             stats.transferring -= 1
     request.prefilled = True
+    request.runnable_s = time.monotonic()
 
 
 def await_handoff(context: ServerContext, request: Request) -> None:
@@ -125,4 +134,19 @@ def start_bootstrap(context: ServerContext) -> str | None:
         file=sys.stderr,
         flush=True,
     )
+    return None
+
+
+def role_problem(config: LaunchConfig) -> str | None:
+    """What SGLang's ServerArgs refuses about a worker's role flags (its assertion's words), or None."""
+    decode_tp = config.server_args.get("disaggregation_decode_tp")
+    if config.disaggregation_mode == "decode" and decode_tp is not None:
+        return "AssertionError: Cannot set --disaggregation-decode-tp for the decode engine."
+    if config.disaggregation_mode == "prefill" and decode_tp is not None:
+        tp = config.tp_size
+        if decode_tp % tp and tp % decode_tp:
+            return (
+                "AssertionError: Different tp size is supported only when one tp is multiple of the other. "
+                f"decode_tp={decode_tp}, prefill_tp={tp}"
+            )
     return None

@@ -55,11 +55,19 @@ class Request:
     prefilled: bool = False
     """Its KV came from a prefill worker (a decode worker of a disaggregated fleet): admitting it
     takes pool tokens but computes nothing."""
+    runnable_s: float | None = None
+    """When the scheduler may start it, if later than its arrival: a decode worker's request once
+    its KV has arrived."""
     handoff_room: int | None = None
     """On a prefill worker, the bootstrap room its KV goes to: it is answered once a decode worker
     took the KV."""
     on_finished: Callable[[Request], None] | None = None
     """Told when the request has its last token (a prefill worker hands its KV over then)."""
+
+    @property
+    def ready_s(self) -> float:
+        """When the scheduler may start it (monotonic seconds)."""
+        return self.created_s if self.runnable_s is None else self.runnable_s
 
     @property
     def completion_tokens(self) -> int:

@@ -95,12 +95,22 @@ def test_render_shows_the_role_it_renders(capsys: pytest.CaptureFixture[str]) ->
             "different page_size (prefill None, decode 64): SGLang's decode worker refuses the prefill "
             'worker\'s KV ("Both servers must use the same --page-size value")',
         ),
+        (
+            demo(disaggregation={"prefill": {"server": {"tp_size": 3}}}),
+            'roles run tp_size 3 (prefill) and 8 (decode): SGLang supports "different tp size ... only '
+            'when one tp is multiple of the other"',
+        ),
     ],
 )
 def test_a_bad_disaggregated_fleet_names_the_key_and_the_fix(sections: dict[str, Any], says: str) -> None:
     with pytest.raises(SpecError) as caught:
         load_spec(sections, "demo-pd")
     assert says in str(caught.value)
+
+
+def test_roles_with_tp_sizes_that_divide_each_other_are_accepted() -> None:
+    spec = load_spec(demo(disaggregation={"prefill": {"server": {"tp_size": 4}}}), "demo-pd")
+    assert (spec.for_host(0).launch_flags().tp_size, spec.for_host(1).launch_flags().tp_size) == (4, 8)
 
 
 def test_a_role_flag_in_the_server_section_is_refused() -> None:

@@ -6,14 +6,19 @@ bootstrap server, and SGLang's refusals and timeouts in its own words."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from sglang_emulator.disaggregation import transfer_s
+from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.launcher import RunningEmulator, free_port, start_emulator
+from sglang_emulator.performance import PerformanceModel
+from sglang_emulator.profile_loading import load_profile
 from sglang_stacks.errors import RouterError
 from sglang_stacks.hostops import router_workers
 
@@ -171,3 +176,54 @@ def test_a_worker_registered_in_the_other_role_is_refused_before_the_router_pair
         str(caught.value)
     )
     assert "registers it as a prefill worker" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (
+            ["--disaggregation-mode", "prefill", "--disaggregation-decode-tp", "3"],
+            "AssertionError: Different tp size is supported only when one tp is multiple of the other. "
+            "decode_tp=3, prefill_tp=8",
+        ),
+        (
+            ["--disaggregation-mode", "decode", "--disaggregation-decode-tp", "4"],
+            "AssertionError: Cannot set --disaggregation-decode-tp for the decode engine.",
+        ),
+    ],
+)
+def test_role_flags_sglang_refuses_stop_the_launch_with_its_assertion(
+    tmp_path: Path, flags: list[str], says: str
+) -> None:
+    with start_emulator([*BASE, *flags], state_dir=str(tmp_path)) as refused:
+        assert refused.process.wait(timeout=60) != 0
+        assert says in refused.log()
+
+
+def _decode_step_ms(argv: list[str]) -> float:
+    config = resolve_launch("0.5.8", parse_launch_flags("0.5.8", argv), load_profile())
+    return PerformanceModel(config, load_profile()).decode_step_ms(1)
+
+
+def test_a_decode_worker_decodes_from_when_the_kv_arrived_not_from_when_the_request_did(pair: Pair) -> None:
+    # Its engine once timed the first steps from the request's arrival, before the prefill and the
+    # transfer: the first tokens after the KV came in one burst, and the decode looked faster.
+    new_tokens = 24
+    body = {
+        "text": "hello " * 1500,  # a long prefill on the other worker: time the decode worker waits
+        "stream": True,
+        "sampling_params": {"max_new_tokens": new_tokens, "ignore_eos": True},
+        **pair.paired(pair.room()),
+    }
+    arrivals: list[float] = []
+    prefill = threading.Thread(target=_post_into, args=([], pair.prefill.base_url, {**body, "stream": False}))
+    prefill.start()
+    with httpx.stream("POST", f"{pair.decode.base_url}/generate", json=body, timeout=60) as answer:
+        for line in answer.iter_lines():
+            if line.startswith("data: {"):
+                arrivals.append(time.monotonic())
+    prefill.join(timeout=60)
+    assert len(arrivals) == new_tokens
+    step_ms = _decode_step_ms([*BASE, "--disaggregation-mode", "decode"])
+    # Late steps only lengthen the decode; a burst shortens it.
+    assert (arrivals[-1] - arrivals[0]) * 1000 >= 0.97 * (new_tokens - 1) * step_ms

@@ -145,7 +145,7 @@ def role_problems(
                 f"fleet.disaggregation.{role}.server.{fixed[0]} is the fleet's to set, not a role's;"
                 " remove it (the model, ports and role flags are the same for every worker or set per host)"
             )
-    found += _mismatched_kv(disaggregation, server)
+    found += _mismatched_kv(disaggregation, server) + _mismatched_tp(disaggregation, server)
     if nodes_per_replica > 1:
         found.append(
             "fleet.nodes_per_replica above 1 with fleet.disaggregation: multi-node prefill or decode workers "
@@ -180,3 +180,18 @@ def _mismatched_kv(disaggregation: DisaggregationSpec, server: ServerFlags) -> l
                 " not per role"
             )
     return found
+
+
+def _mismatched_tp(disaggregation: DisaggregationSpec, server: ServerFlags) -> list[str]:
+    # SGLang maps a decode rank to prefill ranks by integer division of the two TP sizes
+    # (CommonKVReceiver), and its ServerArgs states the rule: "Different tp size is supported only
+    # when one tp is multiple of the other."
+    prefill = disaggregation.flags(server, "prefill", None).tp_size or 1
+    decode = disaggregation.flags(server, "decode", None).tp_size or 1
+    if prefill % decode == 0 or decode % prefill == 0:
+        return []
+    return [
+        f"fleet.disaggregation's roles run tp_size {prefill} (prefill) and {decode} (decode): SGLang"
+        ' supports "different tp size ... only when one tp is multiple of the other"; set the roles\''
+        " tp_size so one divides the other"
+    ]
