@@ -11,6 +11,7 @@ over the host network's bandwidth (the profile's ``host.network``), plus one hop
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -136,6 +137,12 @@ class BootstrapServer(ThreadingHTTPServer):
 
 class _BootstrapHandler(BaseHTTPRequestHandler):
     server: BootstrapServer
+
+    def setup(self) -> None:
+        super().setup()
+        # The answer's small writes must leave at once: with Nagle's algorithm the last one waits for
+        # the client's delayed acknowledgement (40 ms), and every decode worker's transfer with it.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

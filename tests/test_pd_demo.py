@@ -126,7 +126,9 @@ def test_a_change_to_the_decode_role_rolls_only_the_decode_workers_with_no_faile
     previewed = demo.workspace.run("preview", "--diff", "-s", STACK)
     preview = previewed.stdout + previewed.stderr
     assert preview.count("~ --max-running-requests 256 => 128") == 2, preview
-    assert "host 0 (" in preview and "unchanged (serves demo-pd with the same launch flags)" in preview
+    assert "host 0 (prefill worker, the local host, " in preview
+    assert "unchanged (serves demo-pd with the same launch flags)" in preview
+    assert preview.count("(decode worker, the local host, ") == 2
 
     with Load(demo.router) as load:
         time.sleep(1)

@@ -23,7 +23,8 @@ def _host_line(index: int, fields: Mapping[str, Any], spec: StackSpec, stack: st
     release = host.environment.sglang_release
     try:
         conn = Connection(**fields)
-        where = f"host {index} ({conn.label}, {host.host.state_dir})"
+        role = spec.fleet.hosts[index].role if spec.fleet is not None else None
+        where = f"host {index} ({f'{role} worker, ' if role else ''}{conn.label}, {host.host.state_dir})"
         current = served_now(conn, host.host.state_dir, release)
     except StacksError:
         return f"host {index}: unreachable now (its probe will say why)"
