@@ -54,4 +54,4 @@ echo "== pytest"
 # a server starts, an update settles), so four workers finished the suite in 28.6 min where one per
 # core took 34.2 (README). SGLANG_STACKS_TEST_WORKERS=0 runs them all in this process, one after
 # another.
-python -m pytest -n "${SGLANG_STACKS_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"
+python -m pytest -n "${SGLANG_STACKS_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder --durations=30 "$@"

@@ -40,7 +40,11 @@ def test_each_role_launches_with_its_own_flags_and_the_role_flags() -> None:
     assert (prefill.chunked_prefill_size, prefill.mem_fraction_static) == (16384, 0.85)
     assert prefill.max_running_requests is None
     assert (decode.disaggregation_mode, decode.disaggregation_bootstrap_port) == ("decode", None)
-    assert (decode.max_running_requests, decode.chunked_prefill_size) == (256, None)
+    assert (decode.max_running_requests, decode.chunked_prefill_size, decode.mem_fraction_static) == (
+        256,
+        None,
+        0.9,
+    )
     assert {f.disaggregation_transfer_backend for f in (prefill, decode)} == {"mooncake"}
     # What both roles share comes from the stack's server section.
     assert (prefill.tp_size, decode.tp_size, decode.cuda_graph_max_bs) == (8, 8, 128)
@@ -51,7 +55,7 @@ def test_every_roles_argv_is_accepted_by_the_releases_own_parser(release: str) -
     spec = load_stack_spec("demo-pd", STACKS_DIR)
     for host in range(3):
         argv = render_argv(spec.for_host(host).launch_flags(), release)
-        parsed = parser(release).parse_args(argv[3:])  # after python -m sglang.launch_server
+        parsed = parser(release).parse_args(argv)
         assert parsed.disaggregation_mode == ("prefill" if host == 0 else "decode")
         assert parsed.disaggregation_transfer_backend == "mooncake"
 

@@ -51,3 +51,46 @@ def test_the_sample_reaches_fitting_and_failing_launches(report: dict[str, Any])
     outcomes = report["summary"]["emulator_outcomes"]
     assert outcomes.get("served", 0) > 0
     assert len([phase for phase in outcomes if phase != "served"]) >= 2, outcomes
+
+
+def _emulated_hosts() -> list[tuple[str, int | None]]:
+    """Every shipped stack on emulator hosts, as (stack, fleet host or None)."""
+    from sglang_stacks.config.stackfile import load_stack_spec
+    from tests._stacks import STACKS_DIR
+
+    found: list[tuple[str, int | None]] = []
+    for path in sorted(Path(STACKS_DIR).glob("Pulumi.*.yaml")):
+        stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+        spec = load_stack_spec(stack, STACKS_DIR)
+        if spec.fleet is not None and spec.fleet.hosts:
+            found += [(stack, i) for i, h in enumerate(spec.fleet.hosts) if h.kind == "emulator"]
+        elif spec.fleet is None and spec.host.kind == "emulator":
+            found.append((stack, None))
+    return found
+
+
+@pytest.mark.parametrize(("stack", "host"), _emulated_hosts())
+def test_every_shipped_emulator_stack_is_planned_as_the_emulator_serves_it(
+    stack: str, host: int | None
+) -> None:
+    # demo-fleet's model section names no vision tower; preflight once planned it as a text model
+    # (fraction 0.856, 124,679 tokens) while the emulator served the profile's Kimi-K2.5 with its
+    # tower (0.779, 13,667 tokens).
+    from sglang_emulator.launch import parse_launch_flags, resolve_launch
+    from sglang_emulator.memory import plan_memory as emulated_plan
+    from sglang_emulator.profile_loading import load_profile
+    from sglang_stacks.config.memory import plan_memory
+    from sglang_stacks.config.render import render_argv
+    from sglang_stacks.config.stackfile import load_stack_spec
+    from tests._stacks import STACKS_DIR
+
+    spec = load_stack_spec(stack, STACKS_DIR)
+    spec = spec.for_host(host) if host is not None else spec
+    release = spec.environment.sglang_release
+    profile = load_profile(spec.environment.emulator.profile)
+    argv = render_argv(spec.launch_flags(), release)
+    served = emulated_plan(resolve_launch(release, parse_launch_flags(release, argv), profile), profile)
+    planned = plan_memory(spec, release)
+
+    assert planned.mem_fraction_static == pytest.approx(served.mem_fraction_static, abs=5e-5)
+    assert planned.max_total_num_tokens == served.max_total_num_tokens

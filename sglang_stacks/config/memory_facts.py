@@ -70,7 +70,9 @@ def stack_model(spec: StackSpec) -> ModelFacts:
     return replace(
         base,
         weights_gib=declared.weights_gb_per_gpu(tp),
-        vision=vision,
+        # A stack that does not declare a vision tower has the profile's on the emulator host, as
+        # the emulator serving it does: its automatic fraction and KV pool are the emulator's.
+        vision=vision if vision is not None else base.vision,
         draft=draft,
         kv=_kv_cell(declared.kv_cache) or base.kv,
         context_length=declared.context_length or base.context_length,
