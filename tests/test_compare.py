@@ -290,7 +290,7 @@ def _fleet_outputs(stack: str, runs: Sequence[float]) -> dict[str, Any]:
     """A fleet's outputs as `pulumi stack output --json` prints them, from the shipped stack's spec."""
     from sglang_stacks.config.stackfile import load_stack_spec
     from sglang_stacks.resources.wiring import launch_flags
-    from sglang_stacks.results.outputs import FleetOutputs
+    from sglang_stacks.results.outputs import FleetOutputs, ReplicaOutputs
     from tests._stacks import STACKS_DIR
 
     spec = load_stack_spec(stack, STACKS_DIR)
@@ -298,11 +298,15 @@ def _fleet_outputs(stack: str, runs: Sequence[float]) -> dict[str, Any]:
     flags = launch_flags(spec)
     roles = spec.fleet.disaggregation.role_flags(flags) if spec.fleet.disaggregation else None
     measured = result(runs)
+    replicas = [
+        ReplicaOutputs(host=i, url=f"http://127.0.0.1:{31000 + i}", launch_command="x", role=host.role)
+        for i, host in enumerate(spec.fleet.hosts)
+    ]
     written = FleetOutputs(
         tok_s=measured.tok_s_mean,
         router_url="http://127.0.0.1:30100",
         benchmark_levels=[measured],
-        replicas=[],
+        replicas=replicas,
         launch_flags=flags,
         role_flags=roles,
         sglang_version=spec.environment.sglang_release,
@@ -319,6 +323,7 @@ def test_a_disaggregated_fleet_is_compared_with_an_aggregated_one_flag_by_flag_p
         }
     )
     rows = {row.flag: row.values for row in comparison.flags}
+    assert rows["workers"] == {"demo-fleet": "3 aggregated", "demo-pd": "1 prefill + 2 decode"}
     # What both roles share sits beside the aggregated fleet's flag; the rest is per role.
     assert "--tensor-parallel-size" not in rows  # tp 8 everywhere
     assert rows["prefill --disaggregation-mode"] == {"demo-fleet": None, "demo-pd": "prefill"}

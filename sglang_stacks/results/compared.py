@@ -25,7 +25,7 @@ class Compared:
 
     flags: dict[str, FlagValue]
     """Each launch flag as its release spells it; a disaggregated fleet's role-specific ones as
-    ``prefill --flag`` and ``decode --flag``."""
+    ``prefill --flag`` and ``decode --flag``; a fleet's ``workers`` (how many, in which roles)."""
     sglang_version: str
     benchmark: BenchmarkResult
     """The first load level (through the router, for a fleet)."""
@@ -43,10 +43,12 @@ def _fleet(stack: str, fleet: FleetOutputs) -> Compared:
         raise _redeploy(stack, "was deployed by an earlier version that did not record its release")
     release = fleet.sglang_version
     if fleet.role_flags is None:
-        return Compared(shown_flags(fleet.launch_flags, release), release, fleet.benchmark_levels[0])
+        shown = {"workers": f"{len(fleet.replicas)} aggregated", **shown_flags(fleet.launch_flags, release)}
+        return Compared(shown, release, fleet.benchmark_levels[0])
     roles = {role: shown_flags(flags, release) for role, flags in fleet.role_flags.items()}
     names = dict.fromkeys(name for shown in roles.values() for name in shown)
-    flags: dict[str, FlagValue] = {}
+    counts = {role: sum(r.role == role for r in fleet.replicas) for role in ("prefill", "decode")}
+    flags: dict[str, FlagValue] = {"workers": f"{counts['prefill']} prefill + {counts['decode']} decode"}
     for name in names:
         values = {role: shown.get(name) for role, shown in roles.items()}
         if len({repr(v) for v in values.values()}) == 1 and None not in values.values():
