@@ -12,7 +12,8 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -179,6 +180,16 @@ class Workspace:
         result: dict[str, Any] = self.json("stack", "output", "--json", "-s", stack)
         return result
 
+    def server_pids(self, stack: str) -> dict[int, int]:
+        """Each fleet host's server process as the stack's state records it, by host index."""
+        exported = self.json("stack", "export", "-s", stack)
+        pids = {}
+        for resource in exported["deployment"]["resources"]:
+            name = resource["urn"].rsplit("::", 1)[1]
+            if name.endswith("-server"):
+                pids[int(name.split("-host")[1].split("-")[0])] = resource["outputs"]["pid"]
+        return pids
+
 
 def shipped_stack_config(stack: str, folder: Path) -> str:
     """The ``config:`` of the shipped fleet stack ``stack`` (a demo of stacks/), with only what ties
@@ -242,3 +253,17 @@ def emulator_stack(
         "    stop_timeout_s: 30\n"
         f"{extra}"
     )
+
+
+@contextmanager
+def deployed_shipped_stack(folder: Path, stack: str) -> Iterator[Workspace]:
+    """The shipped stack ``stack`` (`shipped_stack_config`) deployed in a workspace of its own in
+    ``folder`` for the block, destroyed after it (a test that destroyed it already leaves nothing)."""
+    workspace = Workspace.create(folder)
+    workspace.extra_env["SGLANG_STACKS_HISTORY"] = str(folder / "history.sqlite")
+    workspace.init_stack(stack, shipped_stack_config(stack, folder))
+    try:
+        workspace.run("up", "--yes", "--skip-preview", "-s", stack, timeout_s=900)
+        yield workspace
+    finally:
+        workspace.run("destroy", "--yes", "--skip-preview", "-s", stack, check=False, timeout_s=600)

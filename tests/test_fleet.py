@@ -125,13 +125,7 @@ class Fleet:
         )
 
     def server_pids(self) -> dict[int, int]:
-        exported = self.workspace.json("stack", "export", "-s", STACK)
-        pids = {}
-        for resource in exported["deployment"]["resources"]:
-            name = resource["urn"].rsplit("::", 1)[1]
-            if name.endswith("-server"):
-                pids[int(name.split("-host")[1].split("-")[0])] = resource["outputs"]["pid"]
-        return pids
+        return self.workspace.server_pids(STACK)
 
 
 BASE_FLAGS = "    cuda_graph_max_bs: 128\n"

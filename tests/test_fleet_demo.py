@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from tests._pulumi import ROOT, Workspace, shipped_stack_config
+from tests._pulumi import ROOT, Workspace, deployed_shipped_stack
 from tests._router import Load
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -72,13 +72,7 @@ class Demo:
         return [info[name] for info in infos]
 
     def server_pids(self) -> dict[int, int]:
-        exported = self.workspace.json("stack", "export", "-s", STACK)
-        pids = {}
-        for resource in exported["deployment"]["resources"]:
-            name = resource["urn"].rsplit("::", 1)[1]
-            if name.endswith("-server"):
-                pids[int(name.split("-host")[1].split("-")[0])] = resource["outputs"]["pid"]
-        return pids
+        return self.workspace.server_pids(STACK)
 
     def rollout(self) -> subprocess.CompletedProcess[str]:
         """`sglang-stacks rollout demo-fleet`, run in the workspace as a user would."""
@@ -95,16 +89,9 @@ class Demo:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    folder = tmp_path_factory.mktemp("demo-fleet")
-    workspace = Workspace.create(folder)
-    workspace.extra_env["SGLANG_STACKS_HISTORY"] = str(folder / "history.sqlite")
-    workspace.init_stack(STACK, shipped_stack_config(STACK, folder))
-    try:
-        workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
+    # The last test destroys it; the fixture's destroy is for a test that failed before.
+    with deployed_shipped_stack(tmp_path_factory.mktemp("demo-fleet"), STACK) as workspace:
         yield Demo(workspace)
-    finally:
-        # The last test destroys it; this one is for a test that failed before.
-        workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, check=False, timeout_s=600)
 
 
 def _listening(port: int) -> bool:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from tests._pulumi import Workspace, shipped_stack_config
+from tests._pulumi import Workspace, deployed_shipped_stack
 from tests._router import Load
 
 pytestmark = pytest.mark.integration
@@ -52,13 +52,7 @@ class Demo:
         return found
 
     def server_pids(self) -> dict[int, int]:
-        exported = self.workspace.json("stack", "export", "-s", STACK)
-        pids = {}
-        for resource in exported["deployment"]["resources"]:
-            name = resource["urn"].rsplit("::", 1)[1]
-            if name.endswith("-server"):
-                pids[int(name.split("-host")[1].split("-")[0])] = resource["outputs"]["pid"]
-        return pids
+        return self.workspace.server_pids(STACK)
 
     def set_decode(self, **flags: Any) -> None:
         """Sets these flags of the decode role in the stack file, the rest of it as it is."""
@@ -70,15 +64,9 @@ class Demo:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    folder = tmp_path_factory.mktemp("demo-pd")
-    workspace = Workspace.create(folder)
-    workspace.extra_env["SGLANG_STACKS_HISTORY"] = str(folder / "history.sqlite")
-    workspace.init_stack(STACK, shipped_stack_config(STACK, folder))
-    try:
-        workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
+    # The last test destroys it; the fixture's destroy is for a test that failed before.
+    with deployed_shipped_stack(tmp_path_factory.mktemp("demo-pd"), STACK) as workspace:
         yield Demo(workspace)
-    finally:
-        workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, check=False, timeout_s=600)
 
 
 def _listening(port: int) -> bool:
