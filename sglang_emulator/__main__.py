@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from sglang_emulator.disaggregation import KvHandoff
 from sglang_emulator.engine import Engine, Request
 from sglang_emulator.fault_events import FaultEvents, crash
 from sglang_emulator.faults import FaultError, load_faults
@@ -179,8 +178,6 @@ def main(argv: list[str]) -> int:
         before_prefill=_prefill_guard(plan, state),
     )
     events = FaultEvents(faults, state, engine, log)
-    handoff = KvHandoff()
-    engine.handoff_inflight = lambda: handoff.inflight
     context = ServerContext(
         config,
         profile,
@@ -192,8 +189,8 @@ def main(argv: list[str]) -> int:
         events.finished,
         log,
         health_check_timeout_s,
-        handoff,
     )
+    engine.handoff_inflight = lambda: context.handoff.inflight
     boot.start_http()
     server = _bind(context, state)
     if server is None:

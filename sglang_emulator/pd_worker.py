@@ -81,9 +81,8 @@ def pair_request(context: ServerContext, request: Request, body: dict[str, Any],
         network = context.profile.host.network
         time.sleep(transfer_s(kv.kv_bytes, network.bandwidth_gbit_s, network.latency_us))
     except TransferFailed as failed:
-        stage = "handshake" if failed.stage == "handshake" else "transfer"
         message = (
-            f"Decode {stage} failed for request rank=0 decode_req.req.rid='{request.rid}' "
+            f"Decode {failed.stage} failed for request rank=0 decode_req.req.rid='{request.rid}' "
             f"decode_req.req.bootstrap_room={room} with exception "
             f"KVTransferError(bootstrap_room={room}): {failed.reason}"
         )

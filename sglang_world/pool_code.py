@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Literal
 
 from sglang_flags import known_releases, release_key
-from sglang_flags.wheels import WheelError, default_cache, unpacked_release
 
 __all__ = [
     "PLANNED_WITH",
@@ -131,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="every release with a flag table")
     parser.add_argument("--cache", type=Path, default=None, help="wheel cache")
     args = parser.parse_args(argv)
+    # Only recording reads wheels: preflight and the emulator, which import this module, do not pay
+    # for their helpers.
+    from sglang_flags import wheels
+
     releases = known_releases() if args.all else args.releases
     if not releases:
         parser.error("name releases to read, or --all")
@@ -140,9 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for release in releases:
         try:
-            tree = unpacked_release(release, args.cache or default_cache())
+            tree = wheels.unpacked_release(release, args.cache or wheels.default_cache())
             code = pool_code_in(tree)
-        except WheelError as error:
+        except wheels.WheelError as error:
             print(f"error: SGLang {release}: {error}", file=sys.stderr)
             return 2
         if code is None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_flags import known_releases, release_key
+from sglang_flags import known_releases, release_key, wheels
 from sglang_stacks.config.preflight import run_preflight
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_world import pool_code
@@ -65,7 +65,7 @@ def test_recording_a_release_adds_it_and_keeps_the_others(
         tmp_path / "tree", {"mem_cache/kv_cache_configurator.py": "class KVCacheConfigurator:\n"}
     )
     monkeypatch.setattr(pool_code, "RECORDED", recorded)
-    monkeypatch.setattr(pool_code, "unpacked_release", lambda release, cache: tree)
+    monkeypatch.setattr(wheels, "unpacked_release", lambda release, cache: tree)
     pool_code._recorded.cache_clear()
     try:
         assert pool_code.main(["0.5.24", "--cache", str(tmp_path)]) == 0

@@ -145,7 +145,9 @@ def role_problems(
                 f"fleet.disaggregation.{role}.server.{fixed[0]} is the fleet's to set, not a role's;"
                 " remove it (the model, ports and role flags are the same for every worker or set per host)"
             )
-    found += _mismatched_kv(disaggregation, server) + _mismatched_tp(disaggregation, server)
+    launched = disaggregation.role_flags(server)
+    found += _mismatched_kv(launched["prefill"], launched["decode"])
+    found += _mismatched_tp(launched["prefill"], launched["decode"])
     if nodes_per_replica > 1:
         found.append(
             "fleet.nodes_per_replica above 1 with fleet.disaggregation: multi-node prefill or decode workers "
@@ -166,10 +168,9 @@ def role_problems(
 _SHARED_KV_FLAGS = ("page_size", "kv_cache_dtype")
 
 
-def _mismatched_kv(disaggregation: DisaggregationSpec, server: ServerFlags) -> list[str]:
+def _mismatched_kv(prefill_flags: ServerFlags, decode_flags: ServerFlags) -> list[str]:
     found = []
-    prefill = disaggregation.flags(server, "prefill", None).extra_flags
-    decode = disaggregation.flags(server, "decode", None).extra_flags
+    prefill, decode = prefill_flags.extra_flags, decode_flags.extra_flags
     for name in _SHARED_KV_FLAGS:
         if prefill.get(name) != decode.get(name):
             flag = "--" + name.replace("_", "-")
@@ -182,12 +183,11 @@ def _mismatched_kv(disaggregation: DisaggregationSpec, server: ServerFlags) -> l
     return found
 
 
-def _mismatched_tp(disaggregation: DisaggregationSpec, server: ServerFlags) -> list[str]:
+def _mismatched_tp(prefill_flags: ServerFlags, decode_flags: ServerFlags) -> list[str]:
     # SGLang maps a decode rank to prefill ranks by integer division of the two TP sizes
     # (CommonKVReceiver), and its ServerArgs states the rule: "Different tp size is supported only
     # when one tp is multiple of the other."
-    prefill = disaggregation.flags(server, "prefill", None).tp_size or 1
-    decode = disaggregation.flags(server, "decode", None).tp_size or 1
+    prefill, decode = prefill_flags.tp_size or 1, decode_flags.tp_size or 1
     if prefill % decode == 0 or decode % prefill == 0:
         return []
     return [
