@@ -51,8 +51,8 @@ def _role_host(spec: StackSpec, role: str | None, host: int) -> int | str:
     sentence saying why the stack has no such host."""
     if role is None:
         return host
-    hosts = spec.fleet.hosts if spec.fleet is not None else []
-    found = next((i for i, h in enumerate(hosts) if h.role == role), None)
+    roles = spec.fleet.roles() if spec.fleet is not None else []
+    found = next((i for i, given in enumerate(roles) if given == role), None)
     if found is None:
         return f"--role {role}: the stack has no fleet host with role: {role} (fleet.disaggregation)."
     return found
@@ -80,7 +80,7 @@ def run_render(args: argparse.Namespace) -> int:
     argv: list[str] | None
     command: str | None
     where: str | None = None
-    role = spec.fleet.hosts[args.host].role if spec.fleet is not None and spec.fleet.hosts else None
+    role = spec.fleet.roles()[args.host] if spec.fleet is not None and spec.fleet.hosts else None
     if spec.host.kind == "kubernetes":
         # The GPU facts are the cluster's nodes', read as a deployment reads them.
         spec, facts, argv, command = cluster_render(args.stack, spec, args.host, release)

@@ -32,6 +32,28 @@ def demo(**fleet: Any) -> dict[str, Any]:
     return sections
 
 
+def untagged(bootstrap_ports: bool = False) -> list[dict[str, Any]]:
+    """The demo's hosts without their roles (and bootstrap ports), each with its own bootstrap port
+    when ``bootstrap_ports``."""
+    hosts = [
+        {k: v for k, v in h.items() if k not in ("role", "bootstrap_port")} for h in DEMO["fleet"]["hosts"]
+    ]
+    return [{**h, "bootstrap_port": 9200 + i} for i, h in enumerate(hosts)] if bootstrap_ports else hosts
+
+
+@pytest.mark.parametrize(("prefill", "decode", "roles"), [(1, None, "PDD"), (None, 1, "PPD"), (2, 1, "PPD")])
+def test_worker_counts_give_untagged_hosts_their_roles_in_order(
+    prefill: int | None, decode: int | None, roles: str
+) -> None:
+    counts = {"prefill": {"workers": prefill}, "decode": {"workers": decode}}
+    spec = load_spec(demo(disaggregation=counts, hosts=untagged(bootstrap_ports=True)), "demo-pd")
+    modes = [spec.for_host(i).launch_flags().disaggregation_mode for i in range(3)]
+    assert "".join(mode[0].upper() for mode in modes if mode) == roles
+    # A prefill host serves KV on its own bootstrap port; a decode host's port is unused.
+    ports = [spec.for_host(i).launch_flags().disaggregation_bootstrap_port for i in range(3)]
+    assert ports == [9200 + i if role == "P" else None for i, role in enumerate(roles)]
+
+
 def test_each_role_launches_with_its_own_flags_and_the_role_flags() -> None:
     spec = load_stack_spec("demo-pd", STACKS_DIR)
     prefill, decode = spec.for_host(0).launch_flags(), spec.for_host(1).launch_flags()
@@ -98,6 +120,24 @@ def test_render_shows_the_role_it_renders(capsys: pytest.CaptureFixture[str]) ->
             demo(disaggregation={"decode": {"server": {"extra_flags": {"page_size": 64}}}}),
             "different page_size (prefill None, decode 64): SGLang's decode worker refuses the prefill "
             'worker\'s KV ("Both servers must use the same --page-size value")',
+        ),
+        (
+            demo(disaggregation={"prefill": {"workers": 3}}, hosts=untagged()),
+            "counts 3 prefill and 0 decode worker(s) for 3 host(s) in fleet.hosts",
+        ),
+        (
+            demo(
+                disaggregation={"prefill": {"workers": 2}},
+                hosts=[
+                    {**h, "role": r}
+                    for h, r in zip(untagged(True), ["prefill", "decode", "decode"], strict=True)
+                ],
+            ),
+            "fleet.hosts name their roles and fleet.disaggregation's workers counts give them others",
+        ),
+        (
+            demo(disaggregation={"prefill": {"workers": 2}}, hosts=untagged()),
+            "hosts[0] and hosts[1] are prefill workers on 127.0.0.1 with the same bootstrap port 8998",
         ),
         (
             demo(disaggregation={"prefill": {"server": {"tp_size": 3}}}),

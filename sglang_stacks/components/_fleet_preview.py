@@ -23,7 +23,7 @@ def _host_line(index: int, fields: Mapping[str, Any], spec: StackSpec, stack: st
     release = host.environment.sglang_release
     try:
         conn = Connection(**fields)
-        role = spec.fleet.hosts[index].role if spec.fleet is not None else None
+        role = spec.fleet.roles()[index] if spec.fleet is not None else None
         where = f"host {index} ({f'{role} worker, ' if role else ''}{conn.label}, {host.host.state_dir})"
         current = served_now(conn, host.host.state_dir, release)
     except StacksError:

@@ -173,11 +173,12 @@ class Fleet(pulumi.ComponentResource):
         instance = server.output(lambda o: o.instance)
         url = f"http://{entry.worker_address}:{parts.port}"
         fleet = args.spec.fleet
-        if entry.role is not None:
+        role = fleet.roles()[host]
+        if role is not None:
             # A prefill or decode worker answers only its half of a request: it is measured through
             # the router, in pairs, with the fleet's benchmark.
-            worker = self._worker(name, url, instance, router, [server, router], entry.role, host)
-            return Replica(index, server, None, worker, url, entry.role), environment
+            worker = self._worker(name, url, instance, router, [server, router], role, host)
+            return Replica(index, server, None, worker, url, role), environment
         benchmark = Benchmark(
             f"{name}-benchmark",
             BenchmarkArgs(

@@ -49,6 +49,10 @@ _FLEET_OWNED = (
 class RoleSpec(FileSection):
     """One role's workers: the launch flags where they differ from ``sglang-stacks:server``."""
 
+    workers: int | None = Field(default=None, ge=1, le=64)
+    """How many of ``fleet.hosts`` serve in this role, when the hosts name no ``role`` of their own:
+    prefill takes the first hosts, decode the rest (one count is enough; the other is the rest).
+    What a campaign varies to search the prefill : decode ratio on a fixed set of hosts."""
     server: ServerFlags = Field(default_factory=ServerFlags)
     """Flags this role's workers launch with instead of the stack's ``server`` section's, such as
     ``tp_size``, ``dp_size`` through ``extra_flags``, ``ep_size``, ``mem_fraction_static`` or
@@ -74,6 +78,26 @@ class DisaggregationSpec(FileSection):
     def role(self, role: Role) -> RoleSpec:
         """The spec of ``role``."""
         return self.prefill if role == "prefill" else self.decode
+
+    def counted_roles(self, hosts: int) -> list[Role] | None:
+        """The hosts' roles in order as the ``workers`` counts give them (prefill first); None when
+        neither role counts its workers, ValueError when the counts do not cover ``hosts``."""
+        counted_prefill, counted_decode = self.prefill.workers, self.decode.workers
+        if counted_prefill is None and counted_decode is None:
+            return None
+        if counted_prefill is None:
+            assert counted_decode is not None
+            counted_prefill = hosts - counted_decode
+        prefill = counted_prefill
+        decode = hosts - prefill if counted_decode is None else counted_decode
+        if prefill < 1 or decode < 1 or prefill + decode != hosts:
+            raise ValueError(
+                f"fleet.disaggregation counts {prefill} prefill and {decode} decode worker(s) for "
+                f"{hosts} host(s) in fleet.hosts; set prefill.workers (and decode.workers) so each role "
+                "has at least one host and together they are every host"
+            )
+        roles: list[Role] = ["prefill"] * prefill
+        return roles + ["decode"] * decode
 
     def flags(self, server: ServerFlags, role: Role, bootstrap_port: int | None) -> ServerFlags:
         """``server`` as a ``role`` worker launches it: the role's own flags over the stack's, then

@@ -201,23 +201,41 @@ class FleetSpec(FileSection):
         entry = self.hosts[index]
         if entry.server_port is not None:
             server = server.model_copy(update={"port": entry.server_port})
-        if self.disaggregation is not None and entry.role is not None:
-            server = self.disaggregation.flags(server, entry.role, self.bootstrap_ports().get(index))
+        role = self.roles()[index]
+        if self.disaggregation is not None and role is not None:
+            server = self.disaggregation.flags(server, role, self.bootstrap_ports().get(index))
         return server
+
+    def roles(self) -> list[Role | None]:
+        """Each host's role: its own ``role``, or the one ``fleet.disaggregation``'s ``workers``
+        counts give it (a disaggregated fleet's hosts in order, prefill first)."""
+        own = [host.role for host in self.hosts]
+        if self.disaggregation is None or not self.hosts:
+            return own
+        counted = self.disaggregation.counted_roles(len(self.hosts))
+        return own if counted is None else list(counted)
 
     def role_problems(self, server: ServerFlags) -> list[str]:
         """What is wrong with the hosts' roles and ``fleet.disaggregation`` beside the stack's server
         section, each a sentence naming the key and the fix."""
         canary = self.rollout.canary and self.disaggregation is not None
-        roles = [host.role for host in self.hosts]
-        return role_problems(self.disaggregation, roles, self.nodes_per_replica, canary, server)
+        own = [host.role for host in self.hosts]
+        roles = self.roles()
+        found = []
+        if any(own) and roles != own:
+            found.append(
+                "fleet.hosts name their roles and fleet.disaggregation's workers counts give them others;"
+                " keep one: the hosts' role, or prefill.workers / decode.workers"
+            )
+        return found + role_problems(self.disaggregation, roles, self.nodes_per_replica, canary, server)
 
     def bootstrap_ports(self) -> dict[int, int]:
         """Each prefill host's bootstrap port by host index (none without disaggregation)."""
         if self.disaggregation is None:
             return {}
         default = self.disaggregation.bootstrap_port
-        return {i: h.bootstrap_port or default for i, h in enumerate(self.hosts) if h.role == "prefill"}
+        roles = self.roles()
+        return {i: h.bootstrap_port or default for i, h in enumerate(self.hosts) if roles[i] == "prefill"}
 
     @property
     def replica_count(self) -> int:
