@@ -88,7 +88,7 @@ class _Runner:
     def deploy(
         self, row: PlanRow, host: PoolHost, overrides: object = None, **_: object
     ) -> list[dict[str, Any]]:
-        where = host.host.state_dir
+        where = host.machines[0].state_dir
         with self.claims.lock:
             if self.claims.outside.get(where, 0) > 0:
                 self.claims.outside[where] -= 1

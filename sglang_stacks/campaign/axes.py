@@ -47,9 +47,14 @@ class Candidate:
 
 
 def apply(base: Mapping[str, Any], assignments: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` (stack sections) with each ``section.field`` key set, or removed for auto/None."""
+    """``base`` (stack sections) with each ``section.field`` key set, or removed for auto/None. A key
+    under one that another assignment removes is left out: with ``fleet.disaggregation`` unset
+    (aggregated serving), ``fleet.disaggregation.decode.server.tp_size`` has nothing to set."""
     sections = copy.deepcopy(dict(base))
+    removed = [key for key, value in assignments.items() if value in _UNSET and not isinstance(value, bool)]
     for key, value in assignments.items():
+        if any(key.startswith(parent + ".") for parent in removed):
+            continue
         *parents, leaf = key.split(".")
         node = sections
         for part in parents:
@@ -110,8 +115,27 @@ def trial_stack_name(campaign_name: str, candidate: Candidate) -> str:
 
 
 def bind_host(sections: Mapping[str, Any], pool_host: PoolHost) -> dict[str, Any]:
-    """A candidate's sections deployed to ``pool_host``: its host section, port and emulator state."""
+    """A candidate's sections deployed to ``pool_host``: its host section, port and emulator state;
+    for a pool fleet, the fleet's hosts and its router's ports and folder."""
     bound = copy.deepcopy(dict(sections))
+    if pool_host.fleet is not None:
+        fleet = bound.setdefault("fleet", {})
+        fleet["hosts"] = [
+            host.model_dump(mode="json", exclude_unset=True) | {"kind": host.kind}
+            for host in pool_host.fleet.hosts
+        ]
+        fleet["router"] = {**fleet.get("router", {}), **pool_host.fleet.router.model_dump(mode="json")}
+        fleet.pop("replicas", None)  # the pool's hosts, one server each
+        # A trial's fleet is created once, measured through its router and destroyed, never rolled:
+        # every server starts at once, with no benchmark of its own and no canary to judge.
+        fleet["rollout"] = {
+            **fleet.get("rollout", {}),
+            "canary": False,
+            "batch_size": len(pool_host.fleet.hosts),
+        }
+        fleet["benchmark_replicas"] = False
+        return bound
+    assert pool_host.host is not None  # a pool entry has a host or a fleet
     bound["host"] = pool_host.host.model_dump(mode="json", exclude_unset=True) | {"kind": pool_host.host.kind}
     bound.setdefault("server", {})["port"] = pool_host.port
     if pool_host.emulator_state_dir is not None:

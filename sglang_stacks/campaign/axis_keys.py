@@ -149,7 +149,7 @@ def _unknown(parent: str, part: str, names: Mapping[str, str], releases: list[st
     if near:
         fix = f"did you mean {'.'.join(filter(None, (parent, near[0])))}?"
     elif not parent:
-        fix = "an axis varies a key of server, environment or draftModel."
+        fix = "an axis varies a key of server, environment, fleet or draftModel."
     else:
         fix = f"its keys are {', '.join(sorted(names))}."
     if parent == "server":

@@ -137,8 +137,8 @@ class Chooser:
         running = {
             "status": "running",
             "host": host.name,
-            "host_gpus": host.host.gpu_count,
-            "gpus": row.spec.tp_size if row.spec else 1,
+            "host_gpus": host.gpu_count,
+            "gpus": row.spec.serving_gpus if row.spec else 1,
             "started_at": time.time(),
             "host_place": at,  # written last: the host is held from here on
         }

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.model_pool import PoolHost
+from sglang_stacks.config.sections import HostSpec
 
 __all__ = ["HOST_FAILURES", "POLL_S", "REST_S", "Rests", "give_way_s", "holder", "place"]
 
@@ -36,8 +37,11 @@ no more in this run: each goes back to the queue, never charged to its candidate
 def place(host: PoolHost, machine: str) -> str:
     """Where ``host``'s GPUs are, as every driver names them: an ssh host by its user, address, port
     and claim folder; an emulator host by the machine it runs on (``machine``, the driver's) and
-    its claim folder's absolute path."""
-    spec = host.host
+    its claim folder's absolute path; a pool fleet by its hosts' places, joined by ``+``."""
+    return "+".join(_place(spec, machine) for spec in host.machines)
+
+
+def _place(spec: HostSpec, machine: str) -> str:
     if spec.kind == "ssh":
         return f"ssh://{spec.user}@{spec.address}:{spec.port}/{spec.state_dir}"
     return f"emulator://{machine}{os.path.abspath(os.path.expanduser(spec.state_dir))}"

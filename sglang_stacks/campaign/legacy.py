@@ -80,7 +80,7 @@ def import_sweep_file(search: Search, folder: Path, settle: Callable[[str], obje
         )
     said: list[str] = []
     imported = 0
-    pool = {host.name: host.host.gpu_count for host in search.campaign.pool}
+    pool = {host.name: host.gpu_count for host in search.campaign.pool}
     for trial in document.trials.values():
         if trial.status == "pending":
             continue

@@ -103,10 +103,11 @@ def check_pool_answers(plan: Plan) -> None:
     listening on its port), before the sweep creates anything."""
     problems = []
     for index, pool_host in enumerate(plan.campaign.pool):
-        try:
-            host_answers(pool_host.host)
-        except HostError as error:
-            problems.append(f"pool.{index} ({pool_host.name}): {error}")
+        for machine in pool_host.machines:
+            try:
+                host_answers(machine)
+            except HostError as error:
+                problems.append(f"pool.{index} ({pool_host.name}): {error}")
     refuse_listed(
         problems,
         f"{len(problems)} pool host(s) of campaign {plan.name} do not answer",

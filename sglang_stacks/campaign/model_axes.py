@@ -13,11 +13,11 @@ from sglang_stacks.config.docstrings import FileSection
 
 __all__ = ["AXIS_ROOTS", "NAME_PATTERN", "Axis", "RangeSpec"]
 
-AXIS_ROOTS = ("server", "environment", "draftModel")
+AXIS_ROOTS = ("server", "environment", "fleet", "draftModel")
 """Sections an axis may vary. The host comes from the pool and the workload from ``workload``,
 so every trial of a campaign is measured the same way."""
 
-_KEY = r"^(server|environment|draftModel)(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+_KEY = r"^(server|environment|fleet|draftModel)(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 """A name a person gives in a campaign file (a zipped axis, a pool host): lowercase, digits, dashes."""
 

@@ -12,7 +12,7 @@ marked over budget; the other strategies choose which to run.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,8 +20,9 @@ from sglang_stacks.campaign.axes import Candidate, bind_host, expand, trial_stac
 from sglang_stacks.campaign.axis_keys import check_axis_keys
 from sglang_stacks.campaign.axis_values import check_axis_values
 from sglang_stacks.campaign.model import CampaignSpec, load_campaign
+from sglang_stacks.campaign.model_pool import describe_pool
 from sglang_stacks.campaign.model_search import Strategy
-from sglang_stacks.config.preflight import run_preflight
+from sglang_stacks.config.preflight import Finding, run_preflight
 from sglang_stacks.config.spec import StackSpec, load_spec
 from sglang_stacks.config.stackfile import read_stack_file
 from sglang_stacks.errors import SpecError
@@ -98,7 +99,7 @@ def judge(name: str, campaign: CampaignSpec, candidate: Candidate) -> PlanRow:
     except SpecError as error:
         detail = str(error).split("\n", 1)[-1].replace("  - ", "").replace("\n", " ")
         return PlanRow(stack, candidate, "discarded", (f"invalid-stack: {detail}",))
-    findings = run_preflight(spec, spec.environment.sglang_release)
+    findings = _preflight(spec)
     errors = tuple(f"{f.code}: {f.message}" for f in findings if f.severity == "error")
     if errors:
         return PlanRow(stack, candidate, "discarded", errors, spec=spec)
@@ -106,10 +107,44 @@ def judge(name: str, campaign: CampaignSpec, candidate: Candidate) -> PlanRow:
     return PlanRow(stack, candidate, "kept", warnings=warnings, spec=spec)
 
 
+def _preflight(spec: StackSpec) -> list[Finding]:
+    """Preflight's findings for the stack's server, or for each server of a fleet (a disaggregated
+    fleet's prefill and decode workers apart, each said once), as ``pulumi up`` runs it."""
+    if spec.fleet is None or not spec.fleet.hosts:
+        return run_preflight(spec, spec.environment.sglang_release)
+    found: dict[tuple[str, str, str], Finding] = {}
+    roles = spec.fleet.roles()
+    for index in range(len(spec.fleet.hosts)):
+        host = spec.for_host(index)
+        for finding in run_preflight(host, host.environment.sglang_release):
+            role = roles[index]
+            said = f"{role} workers: {finding.message}" if role else finding.message
+            found.setdefault((finding.severity, finding.code, said), replace(finding, message=said))
+    return list(found.values())
+
+
+def _check_pool_fits(campaign: CampaignSpec, base: dict[str, Any]) -> None:
+    """SpecError unless the pool's entries are fleets exactly when the base stack is one."""
+    fleets = [entry.fleet is not None for entry in campaign.pool]
+    if "fleet" in base and not all(fleets):
+        raise SpecError(
+            f"The base stack {campaign.base} is a fleet, but pool.{fleets.index(False)} is one host; give"
+            " each pool entry a fleet (its hosts and router ports) instead of a host, as"
+            " campaigns/pd-long.yaml does. Nothing was created."
+        )
+    if "fleet" not in base and any(fleets):
+        raise SpecError(
+            f"pool.{fleets.index(True)} is a fleet, but the base stack {campaign.base} has no fleet"
+            " section; give that pool entry a host, or base the campaign on a fleet stack. Nothing was"
+            " created."
+        )
+
+
 def make_plan(name: str, campaign: CampaignSpec, stacks_dir: Path) -> Plan:
     """Expand ``campaign`` over its base stack (read from ``stacks_dir``) and judge each candidate
     (when there are at most ``PLAN_LIMIT``). SpecError when an axis varies a key no stack has."""
     base = read_stack_file(campaign.base, stacks_dir).sections
+    _check_pool_fits(campaign, base)
     check_axis_keys(campaign, base)
     check_axis_values(campaign)
     counts = [axis.count() for axis in campaign.axes]
@@ -154,7 +189,7 @@ def format_plan(plan: Plan) -> str:
     text = [
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False)) + "  " + line[-1] for line in lines
     ]
-    hosts = f"{len(plan.campaign.pool)} host(s)"
+    hosts = describe_pool(plan.campaign.pool, names=False)
     if not plan.listed:
         size = "no end of" if plan.size is None else f"{plan.size}"
         why = "a real interval" if plan.size is None else f"more than {PLAN_LIMIT} to list"

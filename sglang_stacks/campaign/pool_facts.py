@@ -30,13 +30,16 @@ _HOST_KEY = re.compile(r"\bhost\.(?=\w)")
 """A key of the host section in a probe's sentence, to be named as the pool host's."""
 
 
-def _runtimes(plan: Plan, pool_host: PoolHost) -> dict[str, StackSpec]:
-    """One trial spec on ``pool_host`` per runtime its trials may run (the axes may set it)."""
+def _runtimes(plan: Plan, pool_host: PoolHost) -> dict[tuple[int, str], StackSpec]:
+    """For each host of ``pool_host`` (by index), one trial spec there per runtime its trials may
+    run (the axes may set it)."""
     sections = [row.candidate.sections for row in plan.kept()] if plan.listed else [plan.base]
-    specs: dict[str, StackSpec] = {}
+    specs: dict[tuple[int, str], StackSpec] = {}
     for candidate in sections or [plan.base]:
         spec = load_spec(bind_host(candidate, pool_host), plan.campaign.base)
-        specs.setdefault(spec.runtime, spec)
+        hosts = [spec.for_host(i) for i in range(len(spec.fleet.hosts))] if spec.fleet else [spec]
+        for index, host in enumerate(hosts):
+            specs.setdefault((index, host.runtime), host)
     return specs
 
 
@@ -55,18 +58,20 @@ def check_pool_facts(plan: Plan, project: Path) -> None:
     cannot be probed, with the fix; nothing is created."""
     problems = []
     for index, pool_host in enumerate(plan.campaign.pool):
-        if pool_host.host.kind != "ssh":
-            continue  # the emulator host's facts are fixed; a cluster's nodes are read by preview
         where = f"pool.{index} ({pool_host.name})"
-        for runtime, spec in _runtimes(plan, pool_host).items():
-            said = f"{where}, trials on {'the emulator' if runtime == 'emulator' else 'SGLang'}"
+        for (machine, runtime), spec in _runtimes(plan, pool_host).items():
+            if spec.host.kind != "ssh":
+                continue  # the emulator host's facts are fixed; a cluster's nodes are read by preview
+            on = f", host {machine}" if pool_host.fleet is not None else ""
+            said = f"{where}{on}, trials on {'the emulator' if runtime == 'emulator' else 'SGLang'}"
             try:
                 found = _probed(spec, pool_host, plan, project)
             except (HostError, SpecError) as error:
                 problems.append(f"{said}: {error}")
                 continue
-            for problem in probe.compare_facts(pool_host.host, found):
-                problems.append(f"{said}: {_HOST_KEY.sub(f'pool.{index}.host.', problem)}")
+            key = f"pool.{index}.fleet.hosts.{machine}." if pool_host.fleet else f"pool.{index}.host."
+            for problem in probe.compare_facts(spec.host, found):
+                problems.append(f"{said}: {_HOST_KEY.sub(key, problem)}")
     refuse_listed(
         problems,
         f"{len(problems)} problem(s) with the GPUs of campaign {plan.name}'s pool",

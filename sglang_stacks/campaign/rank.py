@@ -35,6 +35,9 @@ class RankedTrial:
     """Against the best; None for the best itself."""
     ttft_p50_ms: float | None
     stopped_early: str | None = None
+    tpot_p50_ms: float | None = None
+    """The median time per output token at the objective's level: how fast each stream decodes (a
+    prefill batched beside the decodes slows it; a decode worker of its own does not)."""
     """Why it measured only its first repetitions (campaign ``early_stop``), or None."""
 
     @property
@@ -124,6 +127,11 @@ def _ttft(objective: ObjectiveSpec, levels: list[dict[str, Any]]) -> float | Non
     return ttft.p50 if ttft else None
 
 
+def _tpot(objective: ObjectiveSpec, levels: list[dict[str, Any]]) -> float | None:
+    tpot = level_for(objective.level, levels).tpot_ms
+    return tpot.p50 if tpot else None
+
+
 def rank(objective: ObjectiveSpec, records: Sequence[TrialRecord], noise: Noise | None = None) -> Ranking:
     """Order the feasible measured trials by mean objective, best first, each judged against the
     best with ``noise`` (default ``stats.Noise()``)."""
@@ -149,6 +157,7 @@ def rank(objective: ObjectiveSpec, records: Sequence[TrialRecord], noise: Noise 
                 difference=None if first else compare_runs(values, best_samples, noise),
                 ttft_p50_ms=_ttft(objective, record.levels),
                 stopped_early=record.stopped_early,
+                tpot_p50_ms=_tpot(objective, record.levels),
             )
         )
     failed = tuple(r for r in records if r.status == "failed")

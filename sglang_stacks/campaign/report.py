@@ -70,6 +70,7 @@ def _table(ranking: Ranking) -> list[str]:
         "p",
         "verdict",
         "TTFT p50 ms",
+        "TPOT p50 ms",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for t in ranking.trials:
@@ -87,6 +88,7 @@ def _table(ranking: Ranking) -> list[str]:
             p,
             verdict,
             "" if t.ttft_p50_ms is None else f"{t.ttft_p50_ms:.0f}",
+            "" if t.tpot_p50_ms is None else f"{t.tpot_p50_ms:.1f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -16,6 +16,7 @@ from sglang_stacks.campaign import progress
 from sglang_stacks.campaign.attributes import write_study_attributes
 from sglang_stacks.campaign.keys import check_pool_keys
 from sglang_stacks.campaign.limits import check_bounded, check_pool_answers, check_runnable
+from sglang_stacks.campaign.model_pool import describe_pool
 from sglang_stacks.campaign.plan import Plan
 from sglang_stacks.campaign.pool_facts import check_pool_facts
 from sglang_stacks.campaign.search import Search
@@ -30,7 +31,8 @@ __all__ = ["opening", "run_sweep"]
 def opening(plan: Plan) -> str:
     """What ``sweep run`` is about to do, as its first line."""
     pool = plan.campaign.pool
-    hosts = f"{len(pool)} pool host{'s' if len(pool) != 1 else ''} ({', '.join(h.name for h in pool)})"
+    hosts = describe_pool(pool)
+    each = "fleet" if pool[0].fleet is not None else "host"
     if plan.listed:
         counts = {v: sum(r.verdict == v for r in plan.rows) for v in ("kept", "discarded", "over_budget")}
         left = [
@@ -58,7 +60,7 @@ def opening(plan: Plan) -> str:
     ]
     until = f" until budget {', '.join(limits)}" if limits else ""
     return (
-        f"sweep {plan.name}: {what}; {verb} on {hosts}, one trial per host at a time{until}. "
+        f"sweep {plan.name}: {what}; {verb} on {hosts}, one trial per {each} at a time{until}. "
         "Ctrl-C stops it; the same command resumes."
     )
 

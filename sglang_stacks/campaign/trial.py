@@ -1,5 +1,6 @@
-"""One trial on one host: its stack file written, ``up`` (deploy and benchmark), then ``destroy``,
-through the Automation API, with Pulumi's output kept in ``reports/<campaign>/logs/<stack>.log``.
+"""One trial on one host (or one pool fleet): its stack file written, ``up`` (deploy and benchmark),
+then ``destroy``, through the Automation API, with Pulumi's output kept in
+``reports/<campaign>/logs/<stack>.log``.
 
 Every trial's stack is destroyed after its benchmark, whether it won, lost or failed: a sweep
 leaves no server running and no host claimed. The empty stack then leaves the backend and its file
@@ -30,7 +31,7 @@ from sglang_stacks.errors import Cause, SpecError, StacksError, failure_from_out
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 from sglang_stacks.resources.state import resources_of
-from sglang_stacks.results.outputs import DeploymentOutputs
+from sglang_stacks.results.outputs import DeploymentOutputs, FleetOutputs
 
 __all__ = ["TrialFailure", "TrialRunner", "classify"]
 
@@ -142,7 +143,11 @@ class TrialRunner:
             done = stack.up(on_output=write, on_error=write, color="never", replace=replace)
         finally:
             handle.close()
-        outputs = automation.outputs_of(done.outputs, DeploymentOutputs)
+        outputs: DeploymentOutputs | FleetOutputs | None
+        if row.spec is not None and row.spec.fleet is not None:  # through the fleet's router
+            outputs = automation.outputs_of(done.outputs, FleetOutputs)
+        else:
+            outputs = automation.outputs_of(done.outputs, DeploymentOutputs)
         # The campaign's state keeps each level as the JSON of its result.
         return [level.model_dump(mode="json") for level in outputs.benchmark_levels] if outputs else []
 

@@ -23,7 +23,8 @@ class Replica:
     index: int
     server: SGLangServer
     benchmark: Benchmark | None
-    """Its own benchmark; none for a prefill or decode worker, which serves only in a pair."""
+    """Its own benchmark; none for a prefill or decode worker, which serves only in a pair, and in
+    a fleet measured through its router only (``fleet.benchmark_replicas: false``)."""
     worker: RouterWorker
     url: str
     role: Role | None = None

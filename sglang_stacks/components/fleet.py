@@ -94,6 +94,8 @@ class Fleet(pulumi.ComponentResource):
                 health_check_interval_s=fleet.router.health_check_interval_s,
                 log_path=f"{fleet.router.state_dir.rstrip('/')}/{args.stack}-router.log",
                 pd_disaggregation=fleet.disaggregation is not None,
+                stack=args.stack,
+                state_dir=fleet.router.state_dir,
             ),
             pulumi.ResourceOptions(parent=self),
         )
@@ -174,9 +176,10 @@ class Fleet(pulumi.ComponentResource):
         url = f"http://{entry.worker_address}:{parts.port}"
         fleet = args.spec.fleet
         role = fleet.roles()[host]
-        if role is not None:
+        if role is not None or not fleet.benchmark_replicas:
             # A prefill or decode worker answers only its half of a request: it is measured through
-            # the router, in pairs, with the fleet's benchmark.
+            # the router, in pairs, with the fleet's benchmark (and so is every replica without
+            # benchmarks of their own).
             worker = self._worker(name, url, instance, router, [server, router], role, host)
             return Replica(index, server, None, worker, url, role), environment
         benchmark = Benchmark(

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 import pulumi
 
 from sglang_stacks.components._refresh import FLEET_READS
-from sglang_stacks.hostops import router_workers
+from sglang_stacks.hostops import claim, router_workers
 from sglang_stacks.hostops.programs import router_contract
 from sglang_stacks.hostops.programs.runner import call
 from sglang_stacks.resources.provider import LABEL, REPLACES, HostInputs, Props, TypedProvider
@@ -40,6 +40,12 @@ class RouterInputs(HostInputs):
     pd_disaggregation: Annotated[bool, REPLACES] = False
     """PD mode: the router pairs a prefill worker with a decode worker for every request."""
     start_timeout_s: Annotated[float, LABEL] = 60.0
+    stack: Annotated[str | None, LABEL] = None
+    """The fleet's stack, which the fleet's benchmark claims ``state_dir`` for; the router's delete
+    lets the claim go (none in states written before: nothing to let go)."""
+    state_dir: Annotated[str | None, LABEL] = None
+    """The router's folder (``fleet.router.state_dir``), where the fleet's benchmark claims the
+    machine for its stack."""
 
 
 class RouterOutputs(Props):
@@ -104,6 +110,10 @@ class RouterProvider(TypedProvider[RouterInputs, RouterOutputs]):
 
     def delete_typed(self, inputs: RouterInputs, outputs: RouterOutputs) -> None:
         stop_router(inputs, outputs.pid, outputs.start_ticks)
+        if inputs.stack is not None and inputs.state_dir is not None:
+            # The fleet is gone: its router folder is free for another stack (a campaign's next
+            # trial fleet, a renamed stack). A claim another stack holds is left as it is.
+            claim.release(inputs.connection, inputs.stack, state_dir=inputs.state_dir)
 
 
 RouterArgs = args_for(RouterInputs)

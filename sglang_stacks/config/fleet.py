@@ -136,6 +136,10 @@ class FleetSpec(FileSection):
     ``role``), and the router pairs them (its PD mode)."""
     router: RouterSpec = Field(default_factory=RouterSpec)
     """SGLang's router in front of the replicas."""
+    benchmark_replicas: bool = True
+    """A fleet of hosts: benchmark each aggregated replica on its own before it joins the router (its
+    ``tok_s`` in the outputs; what the canary gate measures). False: the fleet is measured through
+    the router only, as a campaign's trial fleets are (a disaggregated fleet's workers always are)."""
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     """How a change rolls over the hosts."""
 
@@ -186,6 +190,11 @@ class FleetSpec(FileSection):
                 " give each its own bootstrap_port"
             )
         batches = self.batches()
+        if self.rollout.canary and len(batches) > 1 and not self.benchmark_replicas:
+            raise ValueError(
+                "rollout.canary judges the canary by its own benchmark, which benchmark_replicas: false "
+                "leaves out; set benchmark_replicas: true or rollout.canary: false"
+            )
         if self.rollout.canary and len(batches) > 1 and self.replica_count - len(batches[0]) < 2:
             raise ValueError(
                 "rollout.canary measures the canary beside a replica on the current configuration, both "
@@ -254,42 +263,3 @@ class FleetSpec(FileSection):
         canary batch first, then ``batch_size`` at a time."""
         size, count = self.rollout.batch_size, self.replica_count
         return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
-
-
-def fleet_placement_problem(fleet: FleetSpec | None, host: HostSpec, host_declared: bool) -> str | None:
-    """What is wrong with where a stack runs (``host`` is its ``sglang-stacks:host`` section,
-    ``host_declared`` whether the stack file sets it), as a sentence with the fix; None when nothing.
-    A stack without a fleet names its host's kind: the local emulator is never a silent default."""
-    if fleet is None:
-        if host_declared and "kind" in host.model_fields_set:
-            return None
-        return (
-            "sglang-stacks:host.kind is missing: a stack names the host it runs on; add "
-            "`sglang-stacks:host: {kind: emulator}` for the built-in SGLang emulator on this machine, or "
-            "`kind: ssh` with the address, user, host_key and GPU facts of a real host "
-            "(stacks/Pulumi.baseline.yaml has an example)"
-        )
-    if host.kind == "kubernetes":
-        if fleet.hosts:
-            return (
-                "a fleet on a Kubernetes cluster runs its replicas as pods of the cluster sglang-stacks:host "
-                "names; remove fleet.hosts and set fleet.replicas"
-            )
-        if fleet.nodes_per_replica > 1 or (host.cluster is not None and host.cluster.nodes > 1):
-            return (
-                "a fleet on a Kubernetes cluster runs each replica as one pod; multi-node replicas "
-                "(fleet.nodes_per_replica or host.cluster.nodes above 1) are not supported there yet: "
-                "remove them, or deploy the multi-node server as a stack without a fleet"
-            )
-        return None
-    if host_declared:
-        return (
-            "a stack with a fleet lists its hosts in fleet.hosts; move the sglang-stacks:host section into "
-            "fleet.hosts (one entry per host), or set its kind: kubernetes to run the replicas as pods"
-        )
-    if not fleet.hosts:
-        return (
-            "fleet.replicas without fleet.hosts runs the replicas as pods of a Kubernetes cluster: add a "
-            "sglang-stacks:host section of kind: kubernetes, or list the hosts in fleet.hosts"
-        )
-    return None

@@ -8,11 +8,10 @@ themselves are declared in ``sections``.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -22,7 +21,9 @@ from sglang_stacks.config.config_values import typed_as_schema
 from sglang_stacks.config.disaggregation import declared_role_flags
 from sglang_stacks.config.docstrings import describe_fields
 from sglang_stacks.config.flags import ServerFlags
-from sglang_stacks.config.fleet import FleetSpec, fleet_placement_problem
+from sglang_stacks.config.fleet import FleetSpec
+from sglang_stacks.config.placement import fleet_placement_problem
+from sglang_stacks.config.problems import pydantic_problem, schema_problem
 from sglang_stacks.config.sections import (
     CONFIG_NAMESPACE,
     EMULATOR_HOST_FACTS,
@@ -34,9 +35,6 @@ from sglang_stacks.config.sections import (
     ModelSpec,
 )
 from sglang_stacks.errors import SpecError
-
-if TYPE_CHECKING:
-    import jsonschema
 
 __all__ = [
     "CONFIG_NAMESPACE",
@@ -154,6 +152,16 @@ class StackSpec(BaseModel):
         """The tensor-parallel size the server runs with (SGLang's default is 1)."""
         return self.server.tp_size or 1
 
+    @property
+    def serving_gpus(self) -> int:
+        """The GPUs the stack's servers use, what tok/s per GPU divides by: the server's tensor-parallel
+        size, or a fleet's over its servers (each host's, a disaggregated fleet's per role)."""
+        if self.fleet is None or not self.fleet.hosts:
+            return self.tp_size * (self.fleet.replica_count if self.fleet else 1)
+        return sum(
+            self.for_host(self.fleet.replica_hosts(r)[0]).tp_size for r in range(self.fleet.replica_count)
+        )
+
     def launch_flags(self) -> ServerFlags:
         """The server flags with the model path, and under speculative decoding the draft path,
         filled from their sections."""
@@ -183,82 +191,6 @@ def spec_json_schema() -> dict[str, Any]:
     return schema
 
 
-def _key_path(parts: list[Any] | tuple[Any, ...]) -> str:
-    if not parts:
-        return CONFIG_NAMESPACE
-    head, *rest = parts
-    path = f"{CONFIG_NAMESPACE}:{head}"
-    for part in rest:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
-
-
-def _properties_at(schema: dict[str, Any], node: dict[str, Any]) -> list[str]:
-    if "$ref" in node:
-        node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
-    return list(node.get("properties", {}))
-
-
-def _schema_problem(error: jsonschema.ValidationError, schema: dict[str, Any]) -> str:
-    parts = list(error.absolute_path)
-    path = _key_path(parts)
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = _properties_at(schema, error.schema if isinstance(error.schema, dict) else {})
-        lines = []
-        for key in sorted(set(error.instance) - set(allowed)):
-            near = difflib.get_close_matches(key, allowed, n=2)
-            fix = f"did you mean {' or '.join(near)}?" if near else f"allowed keys: {', '.join(allowed)}."
-            lines.append(f"{_key_path([*parts, key])}: unknown key. Remove it or rename it: {fix}")
-        return "\n".join(lines)
-    if error.validator == "required":
-        return f"{path}: {error.message}. Add it."
-    if error.validator == "anyOf" and error.context:
-        # "X or null" and unions: all type mismatches list the types; otherwise report the
-        # complaint of the alternative that matched the type.
-        if all(e.validator == "type" for e in error.context):
-            types = " or ".join(str(e.validator_value) for e in error.context if e.validator_value != "null")
-            return _not_allowed(path, error.instance, types)
-        return _schema_problem(next(e for e in error.context if e.validator != "type"), schema)
-    return _not_allowed(path, error.instance, _expected(error))
-
-
-def _not_allowed(path: str, value: object, expected: str) -> str:
-    return f"{path}: {value!r} is not allowed; expected {expected}. Change the value in the stack file."
-
-
-def _expected(error: jsonschema.ValidationError) -> str:
-    limit: Any = error.validator_value
-    match error.validator:
-        case "type":
-            return f"a value of type {limit}"
-        case "enum":
-            return f"one of {', '.join(str(v) for v in limit)}"
-        case "minimum":
-            return f"at least {limit}"
-        case "maximum":
-            return f"at most {limit}"
-        case "exclusiveMinimum":
-            return f"more than {limit}"
-        case "exclusiveMaximum":
-            return f"less than {limit}"
-        case "pattern":
-            return f"text matching {limit}"
-        case "minLength":
-            return f"at least {limit} characters"
-        case "minItems":
-            return f"at least {limit} items"
-    return error.message
-
-
-def _pydantic_problem(error: Any) -> str:
-    parts = [p for p in error["loc"] if p != "__root__"]
-    path = _key_path(parts)
-    message = str(error["msg"]).removeprefix("Value error, ")
-    value = error.get("input")
-    shown = "" if isinstance(value, dict) else f" (value {value!r})"
-    return f"{path}{shown}: {message}."
-
-
 def load_spec(sections: Mapping[str, Any], stack: str) -> StackSpec:
     """Validate a stack's config sections and return its spec.
 
@@ -284,7 +216,7 @@ def load_spec(sections: Mapping[str, Any], stack: str) -> StackSpec:
         try:
             return StackSpec.model_validate(plain)
         except ValidationError as error:
-            problems = [_pydantic_problem(e) for e in error.errors()]
+            problems = [pydantic_problem(e) for e in error.errors()]
     listed = "\n".join(f"  - {p}" for p in problems)
     raise SpecError(f"Stack {stack!r} has {len(problems)} config problem(s):\n{listed}")
 
@@ -295,4 +227,4 @@ def _schema_problems(plain: Mapping[str, Any]) -> list[str]:
 
     schema = spec_json_schema()
     validator = jsonschema.Draft202012Validator(schema)
-    return [_schema_problem(e, schema) for e in sorted(validator.iter_errors(plain), key=str)]
+    return [schema_problem(e, schema) for e in sorted(validator.iter_errors(plain), key=str)]
