@@ -153,7 +153,7 @@ class _BootstrapHandler(BaseHTTPRequestHandler):
         if parts.path == "/health":
             self._json(200, {"status": "ok"})
         elif parts.path == "/route":
-            self._json(200, self.server.layout)
+            self._route(query)
         elif parts.path == "/kv":
             try:
                 room = int(query["room"][0])
@@ -177,19 +177,65 @@ class _BootstrapHandler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": "Not Found"})
 
+    def _route(self, query: dict[str, list[str]]) -> None:
+        """SGLang's ``GET /route``: with every rank -1, the prefill worker's parallel layout; a
+        rank's own bootstrap entry is the transfer engine's, which the emulator does not run."""
+        ranks = [query.get(name, [""])[0] for name in ("engine_rank", "target_dp_group", "target_pp_rank")]
+        if not all(ranks):
+            self._text(400, "Missing inputs for bootstrap server.")
+        elif ranks == ["-1", "-1", "-1"]:
+            self._json(200, self.server.layout)
+        else:
+            self._text(404, "Bootstrap info not Found")
+
     def _json(self, status: int, payload: dict[str, Any]) -> None:
-        body = json.dumps(payload).encode()
+        self._send(status, "application/json", json.dumps(payload).encode())
+
+    def _text(self, status: int, text: str) -> None:
+        self._send(status, "text/plain; charset=utf-8", text.encode())
+
+    def _send(self, status: int, kind: str, body: bytes) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
 
-def pull_kv(host: str, port: int, room: int, timeout_s: float) -> PrefilledKv:
+_LAYOUTS: dict[tuple[str, int], dict[str, Any]] = {}
+"""Each bootstrap server's layout, fetched once (SGLang's ``prefill_*_table`` by bootstrap address)."""
+_LAYOUT_QUERY = "/route?engine_rank=-1&target_dp_group=-1&target_pp_rank=-1"
+"""The decode worker's handshake: the prefill worker's parallel layout, asked as SGLang asks it."""
+
+
+def handshake(host: str, port: int, page_size: int) -> dict[str, Any]:
+    """The prefill worker's layout from its bootstrap server at ``host:port``, as a decode worker with
+    ``page_size`` fetches it before its first transfer from there; TransferFailed when it cannot be
+    fetched or the page sizes differ (SGLang's words for each)."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{_LAYOUT_QUERY}", timeout=10) as answer:
+            layout: dict[str, Any] = json.loads(answer.read())
+    except (OSError, ValueError):
+        raise TransferFailed(
+            "handshake", f"Could not fetch prefill parallel info from bootstrap_addr: {host}:{port}"
+        ) from None
+    prefill_page_size = layout.get("prefill_page_size")
+    if prefill_page_size is not None and prefill_page_size != page_size:
+        raise TransferFailed(
+            "handshake",
+            f"Page size mismatch: prefill server has page_size={prefill_page_size}, but decode server has "
+            f"page_size={page_size}. Both servers must use the same --page-size value.",
+        )
+    return layout
+
+
+def pull_kv(host: str, port: int, room: int, timeout_s: float, page_size: int = 1) -> PrefilledKv:
     """Room ``room``'s KV from the prefill worker's bootstrap server at ``host:port``, once its
-    prefill is done; TransferFailed when the server cannot be reached or the KV does not come within
-    ``timeout_s`` (SGLang's ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``)."""
+    prefill is done, after the handshake (`handshake`, once per bootstrap server, as SGLang keeps
+    each server's layout); TransferFailed when the server cannot be reached, the page sizes differ,
+    or the KV does not come within ``timeout_s`` (SGLang's ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``)."""
+    if (host, port) not in _LAYOUTS:
+        _LAYOUTS[(host, port)] = handshake(host, port, page_size)
     url = f"http://{host}:{port}/kv?room={room}&timeout_s={timeout_s:g}"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s + 5) as answer:

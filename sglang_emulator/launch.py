@@ -98,6 +98,9 @@ class LaunchConfig:
     disaggregation_mode: str = "null"
     """``--disaggregation-mode``: ``prefill`` or ``decode`` for a worker of a disaggregated fleet."""
     bootstrap_port: int = 8998
+    page_size: int = 1
+    """``--page-size``: tokens per KV page (SGLang's default 1); the roles of a disaggregated fleet
+    must agree on it."""
     """``--disaggregation-bootstrap-port``: where a prefill worker's bootstrap server listens."""
     launch: Launch = field(default_factory=Launch)
     """The flags that decide memory, as ``sglang_world`` reads them."""
@@ -184,6 +187,7 @@ def resolve_launch(
         dist_timeout_s=None if raw.get("dist_timeout") is None else float(raw["dist_timeout"]),
         disaggregation_mode=str(raw.get("disaggregation_mode") or "null"),
         bootstrap_port=int(raw.get("disaggregation_bootstrap_port") or 8998),
+        page_size=int(raw.get("page_size") or 1),
         launch=launch,
         settings=settings,
     )

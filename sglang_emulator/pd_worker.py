@@ -77,7 +77,7 @@ def pair_request(context: ServerContext, request: Request, body: dict[str, Any],
     with _COUNTING:
         stats.transferring += 1
     try:
-        kv = pull_kv(host, port, room, waiting_s)
+        kv = pull_kv(host, port, room, waiting_s, context.config.page_size)
         network = context.profile.host.network
         time.sleep(transfer_s(kv.kv_bytes, network.bandwidth_gbit_s, network.latency_us))
     except TransferFailed as failed:
@@ -119,7 +119,13 @@ def start_bootstrap(context: ServerContext) -> str | None:
     config = context.config
     if config.disaggregation_mode != "prefill":
         return None
-    layout = {"prefill_tp_size": config.tp_size, "prefill_dp_size": 1, "prefill_pp_size": 1}
+    # What 0.5.8's bootstrap server answers a decode worker's handshake (its CommonKVBootstrapServer).
+    layout = {
+        "prefill_attn_tp_size": config.tp_size,
+        "prefill_dp_size": 1,
+        "prefill_pp_size": 1,
+        "prefill_page_size": config.page_size,
+    }
     try:
         BootstrapServer((config.host, config.bootstrap_port), layout, context.handoff).serve_in_background()
     except OSError as exc:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sglang_emulator.disaggregation import transfer_s
+from sglang_emulator.disaggregation import BootstrapServer, KvHandoff, transfer_s
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.launcher import RunningEmulator, free_port, start_emulator
 from sglang_emulator.performance import PerformanceModel
@@ -118,10 +118,41 @@ def test_the_kv_a_decode_worker_pulls_grows_with_the_prompt_and_takes_the_networ
     assert 20e-6 < transfer_s(long_bytes, 400.0, 20.0) < 0.5
 
 
-def test_the_bootstrap_server_answers_its_health_and_the_prefill_layout(pair: Pair) -> None:
+def test_the_bootstrap_server_answers_its_health_and_the_prefill_layout_as_sglang_does(pair: Pair) -> None:
     base = f"http://127.0.0.1:{pair.bootstrap_port}"
     assert httpx.get(f"{base}/health", timeout=10).status_code == 200
-    assert httpx.get(f"{base}/route", timeout=10).json()["prefill_tp_size"] == 8
+    layout = httpx.get(f"{base}/route?engine_rank=-1&target_dp_group=-1&target_pp_rank=-1", timeout=10)
+    # 0.5.8's CommonKVBootstrapServer: the keys its decode worker reads.
+    assert layout.json() == {
+        "prefill_attn_tp_size": 8,
+        "prefill_dp_size": 1,
+        "prefill_pp_size": 1,
+        "prefill_page_size": 1,
+    }
+    missing = httpx.get(f"{base}/route", timeout=10)
+    assert (missing.status_code, missing.text) == (400, "Missing inputs for bootstrap server.")
+
+
+def test_a_prefill_worker_with_another_page_size_fails_the_decode_handshake_in_sglangs_words(
+    pair: Pair,
+) -> None:
+    # A prefill worker's bootstrap server that registered page size 16 (the decode worker has 1).
+    port = free_port()
+    layout = {"prefill_attn_tp_size": 8, "prefill_dp_size": 1, "prefill_pp_size": 1, "prefill_page_size": 16}
+    server = BootstrapServer(("127.0.0.1", port), layout, KvHandoff())
+    server.serve_in_background()
+    try:
+        body = {"text": "hello", "sampling_params": {"max_new_tokens": 4}, **pair.paired(pair.room(), port)}
+        answer = _post(pair.decode.base_url, body)
+    finally:
+        server.shutdown()
+    assert answer.status_code == 500
+    message = answer.json()["message"]
+    assert message.startswith("Decode handshake failed for request rank=0")
+    assert message.endswith(
+        "Page size mismatch: prefill server has page_size=16, but decode server has page_size=1. "
+        "Both servers must use the same --page-size value."
+    )
 
 
 @pytest.mark.parametrize("role", ["prefill", "decode"])
