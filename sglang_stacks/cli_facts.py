@@ -86,9 +86,13 @@ def cluster_render(
         check_replicas_fit(spec, nodes, spec.fleet.replica_count)
         name = f"{name}-{replica}"
     port = (spec.server.port or DEFAULT_PORT) + (replica if spec.fleet is not None else 0)
-    single = access_spec.model_copy(
-        update={"fleet": None, "server": spec.server.model_copy(update={"port": port})}
-    )
+    server = spec.server.model_copy(update={"port": port})
+    fleet = spec.fleet
+    role = fleet.roles()[replica] if fleet is not None else None
+    if fleet is not None and fleet.disaggregation is not None and role is not None:
+        # A worker of a disaggregated fleet launches with its role's flags.
+        server = fleet.disaggregation.flags(server, role, fleet.bootstrap_ports().get(replica))
+    single = access_spec.model_copy(update={"fleet": None, "server": server})
     try:
         launch = server_launch(single, single.launch_flags(), stack=stack, name=name, port=port)
         argv: list[str] | None = list(launch.leader.argv)

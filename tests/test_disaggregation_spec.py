@@ -108,7 +108,12 @@ def test_render_shows_the_role_it_renders(capsys: pytest.CaptureFixture[str]) ->
             demo(disaggregation={"decode": {"server": {"port": 31000}}}),
             "fleet.disaggregation.decode.server.port is the fleet's to set, not a role's",
         ),
-        (demo(rollout={"canary": True}), "set rollout.canary: false"),
+        (
+            demo(rollout={"canary": True}),
+            "judges the prefill workers' first worker in a pair beside their second, both out of the router "
+            "while a third serves, but the fleet has 1 prefill worker(s); give each role 3 hosts or more, or "
+            "set rollout.canary: false",
+        ),
         (
             demo(
                 hosts=[{**h, "role": "prefill", "bootstrap_port": 9100} for h in DEMO["fleet"]["hosts"][:2]]

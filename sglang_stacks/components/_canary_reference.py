@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sglang_stacks.components.router import WorkerInputs, add_worker, drain_worker
+from sglang_stacks.config.disaggregation import Role
 from sglang_stacks.errors import BenchmarkError, RouterError
 from sglang_stacks.hostops import lifetime, router_workers
 from sglang_stacks.hostops.connection import Connection
@@ -34,27 +35,36 @@ def _reachable(url: str) -> bool:
         return False
 
 
-def _served(router_url: str) -> dict[str, str]:
-    """The router's workers and the configuration digest each serves ({} without a router)."""
+def _served(router_url: str, worker_type: str | None) -> dict[str, str]:
+    """The router's workers (of ``worker_type`` only, when given) and the configuration digest each
+    serves ({} without a router)."""
     import httpx
 
+    if not router_url:
+        return {}
     try:
-        return router_workers.worker_configs(router_url) if router_url else {}
+        listed = router_workers.workers(router_url)
     except httpx.HTTPError:
         return {}
+    return {
+        w["url"].rstrip("/"): str((w.get("metadata") or {}).get(router_workers.CONFIG_LABEL, ""))
+        for w in listed
+        if worker_type is None or w.get("worker_type") == worker_type
+    }
 
 
 def pick_reference(
-    router_url: str, canary_url: str, declared_url: str, config_digest: str
+    router_url: str, canary_url: str, declared_url: str, config_digest: str, worker_type: str | None = None
 ) -> tuple[Reference | None, str]:
     """The replica to judge the canary against, or None and why there is nothing to judge.
 
     The declared reference first, then any other replica in the router: a dead reference must not
     let a regression through unjudged. A reference the router lists with the canary's own
     configuration (``config_digest``: a roll back, a restored stack file) means there is no change
-    to judge, only the noise of two measurements.
+    to judge, only the noise of two measurements. In a disaggregated fleet the reference is a
+    worker of the canary's role (``worker_type``).
     """
-    served = _served(router_url)
+    served = _served(router_url, worker_type)
     canary, declared = canary_url.rstrip("/"), declared_url.rstrip("/")
     others = [url for url in served if url not in (canary, declared)]
     for url in [declared, *others]:
@@ -84,7 +94,14 @@ def _register(worker: WorkerInputs) -> None:
 
 @contextlib.contextmanager
 def out_of_router(
-    reference: Reference, *, connection: Connection, canary_url: str, drain_timeout_s: float, stack: str
+    reference: Reference,
+    *,
+    connection: Connection,
+    canary_url: str,
+    drain_timeout_s: float,
+    stack: str,
+    role: Role | None = None,
+    bootstrap_port: int | None = None,
 ) -> Iterator[None]:
     """The reference out of the router, its requests finished, for the length of the block; then
     back in it with its label (listed healthy), however the block ends.
@@ -102,12 +119,15 @@ def out_of_router(
     serving = [
         w["url"].rstrip("/")
         for w in listed
-        if w.get("is_healthy") and w["url"].rstrip("/") not in (canary, reference.url)
+        if w.get("is_healthy")
+        and w["url"].rstrip("/") not in (canary, reference.url)
+        and (role is None or w.get("worker_type") == role)
     ]
     if not serving:
+        other = "replica" if role is None else f"{role} worker"
         raise BenchmarkError(
             f"The canary of fleet {stack} is measured beside {reference.url} with both out of the "
-            "router, but no other replica is in the router to serve meanwhile, so the canary was not "
+            f"router, but no other {other} is in the router to serve meanwhile, so the canary was not "
             f"judged and stays out of it. Bring the fleet's other hosts back (`pulumi refresh -s "
             f"{stack}` shows which one is down), then run `pulumi up -s {stack}` again.",
             stack=stack,
@@ -119,6 +139,8 @@ def out_of_router(
         server_instance="",
         config_digest=reference.config_digest,
         drain_timeout_s=drain_timeout_s,
+        worker_type=role or "regular",
+        bootstrap_port=bootstrap_port,
     )
     out = threading.Event()
     # A killed update still puts the reference back: the engine's watch runs this before it ends

@@ -3,17 +3,22 @@ what the fleet's outputs say about it."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import pulumi
 
+from sglang_stacks.components._host_parts import DEFAULT_PORT
 from sglang_stacks.components.benchmark import Benchmark
-from sglang_stacks.components.router import RouterWorker
+from sglang_stacks.components.canary import CanaryArgs, CanaryGate
+from sglang_stacks.components.router import RouterWorker, SGLangRouter
 from sglang_stacks.components.server import SGLangServer
 from sglang_stacks.config.disaggregation import Role
+from sglang_stacks.config.spec import StackSpec
+from sglang_stacks.resources.wiring import host_connection
 from sglang_stacks.results.outputs import ReplicaOutputs
 
-__all__ = ["Replica"]
+__all__ = ["GateArgs", "Replica", "canary_gate", "host_url"]
 
 
 @dataclass
@@ -41,3 +46,60 @@ class Replica:
                 host=self.index, url=self.url, launch_command=found[0], tok_s=found[1], role=self.role
             )
         )
+
+
+def host_url(spec: StackSpec, host: int) -> str:
+    """Where the router reaches fleet host ``host``'s server."""
+    assert spec.fleet is not None
+    entry = spec.fleet.hosts[host]
+    return f"http://{entry.worker_address}:{entry.server_port or spec.server.port or DEFAULT_PORT}"
+
+
+@dataclass(frozen=True)
+class GateArgs:
+    """A fleet's canary gate: its stack, spec, router and the configuration the canary runs."""
+
+    stack: str
+    spec: StackSpec
+    router: SGLangRouter
+    config_digest: str
+
+
+def canary_gate(
+    parent: pulumi.Resource,
+    name: str,
+    gate: GateArgs,
+    instance: pulumi.Output[str],
+    hosts: tuple[int, int, int | None],
+    after: pulumi.Resource,
+) -> CanaryGate:
+    """The gate on host ``hosts[0]``'s server (``instance``, measured once ``after`` is done) against
+    host ``hosts[1]``'s; in a disaggregated fleet, both of one role, each paired with ``hosts[2]``,
+    a worker of the other role."""
+    spec = gate.spec
+    fleet = spec.fleet
+    assert fleet is not None
+    canary, reference, partner = hosts
+    role = fleet.roles()[canary]
+    return CanaryGate(
+        f"{name}-canary" if role is None else f"{name}-{role}-canary",
+        CanaryArgs(
+            connection=host_connection(None),
+            stack=gate.stack,
+            python=sys.executable,
+            canary_url=host_url(spec, canary),
+            canary_instance=instance,
+            reference_url=host_url(spec, reference),
+            workload=spec.benchmark,
+            rollout=fleet.rollout,
+            state_dir=fleet.router.state_dir,
+            router_url=gate.router.output(lambda o: o.url),
+            config_digest=gate.config_digest,
+            drain_timeout_s=fleet.router.drain_timeout_s,
+            role=role,
+            partner_url=None if partner is None else host_url(spec, partner),
+            bootstrap_ports={host_url(spec, i): port for i, port in fleet.bootstrap_ports().items()},
+            router_release=fleet.router.release,
+        ),
+        pulumi.ResourceOptions(parent=parent, depends_on=[after]),
+    )

@@ -24,11 +24,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 import pulumi
+from pydantic import Field
 
 from sglang_stacks.components._benchmark_run import run_on_host
+from sglang_stacks.components._canary_pairs import PairedWorker, PairRouters, paired_routers
 from sglang_stacks.components._canary_reference import Reference, out_of_router, pick_reference
 from sglang_stacks.components._refresh import FLEET_READS
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec
+from sglang_stacks.config.disaggregation import Role
 from sglang_stacks.config.fleet import RolloutSpec
 from sglang_stacks.errors import BenchmarkError, CanaryRegressionError
 from sglang_stacks.resources.benchmark_shape import BenchmarkInputs
@@ -59,6 +62,15 @@ class CanaryInputs(HostInputs):
     """The configuration the canary runs (see `RouterWorker`'s label)."""
     drain_timeout_s: Annotated[float, LABEL] = 120.0
     """How long the reference may take to finish its requests once out of the router."""
+    role: Annotated[Role | None, LABEL] = None
+    """In a disaggregated fleet, the role the canary and the reference serve in; none: replicas."""
+    partner_url: Annotated[str | None, LABEL] = None
+    """A disaggregated fleet's worker of the other role, paired with the canary and with the
+    reference for the measurement (see `_canary_pairs`)."""
+    bootstrap_ports: Annotated[dict[str, int], LABEL] = Field(default_factory=dict)
+    """Each prefill worker's bootstrap port by its URL (a disaggregated fleet's)."""
+    router_release: Annotated[str, LABEL] = ""
+    """The sglang-router release of the routers a disaggregated fleet's gate pairs workers behind."""
 
 
 class CanaryOutputs(Props):
@@ -97,19 +109,36 @@ def _measure(inputs: CanaryInputs, url: str, instance: str, role: str) -> stats.
 
 
 def measure_side_by_side(
-    inputs: CanaryInputs, reference: Reference
+    inputs: CanaryInputs, canary_url: str, reference_url: str
 ) -> tuple[stats.BenchmarkResult, stats.BenchmarkResult]:
-    """The canary's and the reference's results, measured at the same moment the same way."""
+    """The canary's and the reference's results (each served at its URL: the replica, or the pair's
+    router), measured at the same moment the same way."""
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="canary-gate") as pool:
-        canary = pool.submit(_measure, inputs, inputs.canary_url, inputs.canary_instance, "canary")
-        measured = pool.submit(_measure, inputs, reference.url, "reference", "reference")
+        canary = pool.submit(_measure, inputs, canary_url, inputs.canary_instance, "canary")
+        measured = pool.submit(_measure, inputs, reference_url, "reference", "reference")
         return canary.result(), measured.result()
+
+
+def _measure_pairs(inputs: CanaryInputs, reference: Reference) -> tuple[stats.BenchmarkResult, ...]:
+    """A disaggregated fleet's canary and reference, each paired with the partner behind a router of
+    its own, measured side by side."""
+    assert inputs.role is not None and inputs.partner_url is not None  # a disaggregated fleet's gate
+    ports = inputs.bootstrap_ports
+    partner_role: Role = "decode" if inputs.role == "prefill" else "prefill"
+    where = PairRouters(inputs.connection, inputs.python, inputs.router_release, inputs.state_dir)
+    with paired_routers(
+        where,
+        PairedWorker(inputs.canary_url, inputs.role, ports.get(inputs.canary_url)),
+        PairedWorker(reference.url, inputs.role, ports.get(reference.url)),
+        PairedWorker(inputs.partner_url, partner_role, ports.get(inputs.partner_url)),
+    ) as (canary_url, reference_url):
+        return measure_side_by_side(inputs, canary_url, reference_url)
 
 
 def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
     """Measures the canary beside the reference; CanaryRegressionError when the canary regressed."""
     reference, unjudged = pick_reference(
-        inputs.router_url, inputs.canary_url, inputs.reference_url, inputs.config_digest
+        inputs.router_url, inputs.canary_url, inputs.reference_url, inputs.config_digest, inputs.role
     )
     if reference is None:
         return CanaryOutputs(verdict=unjudged_canary(unjudged))
@@ -119,8 +148,13 @@ def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
         canary_url=inputs.canary_url,
         drain_timeout_s=inputs.drain_timeout_s,
         stack=inputs.stack,
+        role=inputs.role,
+        bootstrap_port=inputs.bootstrap_ports.get(reference.url),
     ):
-        canary, measured = measure_side_by_side(inputs, reference)
+        if inputs.role is None:
+            canary, measured = measure_side_by_side(inputs, inputs.canary_url, reference.url)
+        else:
+            canary, measured = _measure_pairs(inputs, reference)
     rollout = inputs.rollout
     verdict = judge_canary(
         canary,
@@ -131,8 +165,9 @@ def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
         noise=Noise.declared(rollout.launch_cv_pct),
     )
     if not verdict.passed:
+        of = "" if inputs.role is None else f" {inputs.role} workers'"
         raise CanaryRegressionError(
-            f"The canary of fleet {inputs.stack} regressed: {verdict.line}. The roll stopped "
+            f"The{of} canary of fleet {inputs.stack} regressed: {verdict.line}. The roll stopped "
             "before the other hosts; the canary stays out of the router and the other replicas serve. "
             f"`sglang-stacks rollout {inputs.stack}` rolls it back by itself (fleet.rollout.on_regression: "
             f"roll_back); after a plain `pulumi up`, restore the previous stack file and run `pulumi up -s "

@@ -18,15 +18,14 @@ from dataclasses import dataclass
 import pulumi
 
 from sglang_stacks.components import _fleet_preview
-from sglang_stacks.components._fleet_parts import Replica
-from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, measured_server
+from sglang_stacks.components._fleet_parts import GateArgs, Replica, canary_gate
+from sglang_stacks.components._host_parts import HostPlan, measured_server
 from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
-from sglang_stacks.components.canary import CanaryArgs, CanaryGate
+from sglang_stacks.components.canary import CanaryGate
 from sglang_stacks.components.multinode import build_replica_parts
 from sglang_stacks.components.router import RouterArgs, RouterWorker, SGLangRouter, WorkerArgs
 from sglang_stacks.config import preflight
 from sglang_stacks.config.disaggregation import Role
-from sglang_stacks.config.fleet import FleetHostSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
 from sglang_stacks.resources.resource import Args, args_for, register
@@ -39,6 +38,7 @@ from sglang_stacks.resources.wiring import (
     warn_pending,
 )
 from sglang_stacks.results.outputs import FleetOutputs
+from sglang_stacks.results.verdict import CanaryVerdict
 
 FleetExports = args_for(FleetOutputs)
 """A fleet's outputs as it registers them: the fields of `FleetOutputs`, each an Output."""
@@ -129,6 +129,7 @@ class Fleet(pulumi.ComponentResource):
             benchmark_levels=levels,
             replicas=pulumi.Output.all(*[replica.outputs() for replica in replicas]),
             canary=gate.output(lambda o: o.verdict) if gate else None,
+            role_canaries=_verdicts(self._role_gates),
             launch_flags=flags,
             role_flags=fleet.disaggregation.role_flags(flags) if fleet.disaggregation else None,
             sglang_version=spec.environment.sglang_release,
@@ -144,6 +145,8 @@ class Fleet(pulumi.ComponentResource):
         after: list[pulumi.Resource] = []  # what the next batch waits for
         environment_before: pulumi.Resource | None = None
         self._gate: CanaryGate | None = None
+        self._role_gates: dict[Role, CanaryGate] = {}
+        self._gates = GateArgs(self._args.stack, self._args.spec, router, self._config_digest)
         for batch in fleet.batches():
             built = []
             for index in batch:
@@ -175,12 +178,21 @@ class Fleet(pulumi.ComponentResource):
         instance = server.output(lambda o: o.instance)
         url = f"http://{entry.worker_address}:{parts.port}"
         fleet = args.spec.fleet
-        role = fleet.roles()[host]
+        roles = fleet.roles()
+        role = roles[host]
         if role is not None or not fleet.benchmark_replicas:
             # A prefill or decode worker answers only its half of a request: it is measured through
             # the router, in pairs, with the fleet's benchmark (and so is every replica without
-            # benchmarks of their own).
-            worker = self._worker(name, url, instance, router, [server, router], role, host)
+            # benchmarks of their own). Each role's first worker is its canary: judged in a pair
+            # beside the role's second worker, both paired with the other role's first.
+            waits: list[pulumi.Resource] = [server, router]
+            of_role = [i for i, given in enumerate(roles) if given == role]
+            if role is not None and fleet.rollout.canary and host == of_role[0]:
+                partner = roles.index("decode" if role == "prefill" else "prefill")
+                hosts = (host, of_role[1], partner)
+                self._role_gates[role] = canary_gate(self, self._name, self._gates, instance, hosts, server)
+                waits.append(self._role_gates[role])
+            worker = self._worker(name, url, instance, router, waits, role, host)
             return Replica(index, server, None, worker, url, role), environment
         benchmark = Benchmark(
             f"{name}-benchmark",
@@ -200,12 +212,14 @@ class Fleet(pulumi.ComponentResource):
             ),
             pulumi.ResourceOptions(parent=self, depends_on=[server]),
         )
-        waits: list[pulumi.Resource] = [benchmark, router]
+        waits = [benchmark, router]
         batches = fleet.batches()
         if index == 0 and fleet.rollout.canary and len(batches) > 1:
             # Judged before it joins the router: a regressed canary never serves.
-            reference = fleet.hosts[fleet.replica_hosts(batches[1][0])[0]]
-            self._gate = self._canary(url, instance, benchmark, reference, router)
+            reference = fleet.replica_hosts(batches[1][0])[0]
+            self._gate = canary_gate(
+                self, self._name, self._gates, instance, (host, reference, None), benchmark
+            )
             waits.append(self._gate)
         worker = self._worker(name, url, instance, router, waits, None, host)
         return Replica(index, server, benchmark, worker, url), environment
@@ -259,33 +273,12 @@ class Fleet(pulumi.ComponentResource):
             server_after=after,
         )
 
-    def _canary(
-        self,
-        url: str,
-        instance: pulumi.Output[str],
-        benchmark: Benchmark,
-        reference: FleetHostSpec,
-        router: SGLangRouter,
-    ) -> CanaryGate:
-        """The gate on the first batch's first replica, against the next batch's first host."""
-        spec = self._args.spec
-        assert spec.fleet is not None
-        port = reference.server_port or spec.server.port or DEFAULT_PORT
-        return CanaryGate(
-            f"{self._name}-canary",
-            CanaryArgs(
-                connection=host_connection(None),
-                stack=self._args.stack,
-                python=sys.executable,
-                canary_url=url,
-                canary_instance=instance,
-                reference_url=f"http://{reference.worker_address}:{port}",
-                workload=spec.benchmark,
-                rollout=spec.fleet.rollout,
-                state_dir=spec.fleet.router.state_dir,
-                router_url=router.output(lambda o: o.url),
-                config_digest=self._config_digest,
-                drain_timeout_s=spec.fleet.router.drain_timeout_s,
-            ),
-            pulumi.ResourceOptions(parent=self, depends_on=[benchmark]),
-        )
+
+def _verdicts(gates: dict[Role, CanaryGate]) -> pulumi.Output[dict[Role, CanaryVerdict]] | None:
+    """Each role's canary verdict (a disaggregated fleet's gates), or None without them."""
+    if not gates:
+        return None
+    roles = list(gates)
+    return pulumi.Output.all(*[gates[role].output(lambda o: o.verdict) for role in roles]).apply(
+        lambda found: dict(zip(roles, found, strict=True))
+    )

@@ -177,14 +177,21 @@ def role_problems(
             "fleet.nodes_per_replica above 1 with fleet.disaggregation: multi-node prefill or decode workers "
             "are not supported yet; set nodes_per_replica: 1"
         )
-    if canary:
-        found.append(
-            "fleet.rollout.canary with fleet.disaggregation: the canary gate measures one worker alone, and"
-            " a prefill or decode worker serves only in a pair; set rollout.canary: false (the fleet is "
-            "benchmarked through the router)"
-        )
+    if canary and roles and not untagged:
+        for role in ("prefill", "decode"):
+            count = sum(1 for given in roles if given == role)
+            if 0 < count < _CANARY_WORKERS:
+                found.append(
+                    f"fleet.rollout.canary judges the {role} workers' first worker in a pair beside their "
+                    f"second, both out of the router while a third serves, but the fleet has {count} "
+                    f"{role} worker(s); give each role {_CANARY_WORKERS} hosts or more, or set "
+                    "rollout.canary: false"
+                )
     return found
 
+
+_CANARY_WORKERS = 3
+"""Workers of a role a canary needs: the canary, its reference, and one that serves meanwhile."""
 
 # What both roles must agree on, as the decode worker checks against the prefill worker's layout
 # (CommonKVReceiver, disaggregation/common/conn.py): "Both servers must use the same --page-size

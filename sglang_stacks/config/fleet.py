@@ -180,7 +180,7 @@ class FleetSpec(FileSection):
                 f"{self.hosts[first].state_dir}, so their GPU claims would collide; give each its own "
                 "state_dir"
             )
-        ports = self.bootstrap_ports()
+        ports = self.bootstrap_ports() if self.hosts else {}  # a cluster's are apart by construction
         clash = _first_clash([(self.hosts[i].worker_address, port) for i, port in ports.items()])
         if clash:
             first, second = (list(ports)[i] for i in clash)
@@ -190,7 +190,8 @@ class FleetSpec(FileSection):
                 " give each its own bootstrap_port"
             )
         batches = self.batches()
-        if self.rollout.canary and len(batches) > 1 and not self.benchmark_replicas:
+        replicas_judged = self.disaggregation is None  # a disaggregated fleet's canary runs in pairs
+        if self.rollout.canary and len(batches) > 1 and not self.benchmark_replicas and replicas_judged:
             raise ValueError(
                 "rollout.canary judges the canary by its own benchmark, which benchmark_replicas: false "
                 "leaves out; set benchmark_replicas: true or rollout.canary: false"
@@ -217,11 +218,12 @@ class FleetSpec(FileSection):
 
     def roles(self) -> list[Role | None]:
         """Each host's role: its own ``role``, or the one ``fleet.disaggregation``'s ``workers``
-        counts give it (a disaggregated fleet's hosts in order, prefill first)."""
-        own = [host.role for host in self.hosts]
-        if self.disaggregation is None or not self.hosts:
+        counts give it (a disaggregated fleet's hosts in order, prefill first). On a cluster, each
+        replica's, from the counts only."""
+        own: list[Role | None] = [host.role for host in self.hosts] or [None] * self.replica_count
+        if self.disaggregation is None:
             return own
-        counted = self.disaggregation.counted_roles(len(self.hosts))
+        counted = self.disaggregation.counted_roles(len(own))
         return own if counted is None else list(counted)
 
     def role_problems(self, server: ServerFlags) -> list[str]:
@@ -231,6 +233,17 @@ class FleetSpec(FileSection):
         own = [host.role for host in self.hosts]
         roles = self.roles()
         found = []
+        if self.disaggregation is not None and not self.hosts:
+            if not any(roles):
+                return [
+                    "a disaggregated fleet on a cluster counts its workers: set "
+                    "fleet.disaggregation.prefill.workers (the first replicas; the rest decode)"
+                ]
+            if canary:
+                return [
+                    "fleet.rollout.canary with fleet.disaggregation on a cluster is not built yet; set "
+                    "rollout.canary: false (the fleet is measured through its router)"
+                ]
         if any(own) and roles != own:
             found.append(
                 "fleet.hosts name their roles and fleet.disaggregation's workers counts give them others;"
@@ -244,6 +257,8 @@ class FleetSpec(FileSection):
             return {}
         default = self.disaggregation.bootstrap_port
         roles = self.roles()
+        if not self.hosts:  # a cluster's replicas share their nodes' ports: one each
+            return {i: default + i for i, role in enumerate(roles) if role == "prefill"}
         return {i: h.bootstrap_port or default for i, h in enumerate(self.hosts) if roles[i] == "prefill"}
 
     @property

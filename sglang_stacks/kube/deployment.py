@@ -60,6 +60,11 @@ def cluster_preflight(spec: StackSpec, access: ClusterAccess, parent: pulumi.Res
     judged = facts.cluster_spec(spec.model_copy(update={"fleet": None}), found)
     findings = preflight.run_preflight(judged, spec.environment.sglang_release)
     preflight.raise_on_errors(findings)
+    disaggregation = spec.fleet.disaggregation if spec.fleet is not None else None
+    for flags in (disaggregation.role_flags(spec.server) if disaggregation else {}).values():
+        # Each role's workers launch with their own flags (a prefill worker without CUDA graphs).
+        role = judged.model_copy(update={"server": flags})
+        preflight.raise_on_errors(preflight.run_preflight(role, spec.environment.sglang_release))
     for finding in findings:
         if finding.severity == "warning":
             pulumi.log.warn(finding.sentence(), parent)

@@ -29,18 +29,20 @@ from sglang_stacks.components.canary import CanaryArgs, CanaryGate
 from sglang_stacks.components.deployment import DEFAULT_PORT
 from sglang_stacks.components.fleet import FleetExports
 from sglang_stacks.components.router import RouterWorker, WorkerArgs
+from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import SpecError
 from sglang_stacks.kube import fleet_preview, jobs, workloads
 from sglang_stacks.kube.client import ClusterAccess
 from sglang_stacks.kube.deployment import cluster_preflight, object_name
+from sglang_stacks.kube.fleet_replica import KubeReplica
 from sglang_stacks.kube.footing import lay_footing
-from sglang_stacks.kube.launch import ServerLaunch, server_launch
+from sglang_stacks.kube.launch import server_launch
 from sglang_stacks.kube.router import fleet_router
 from sglang_stacks.kube.server import KubeServer, KubeServerArgs
 from sglang_stacks.resources.resource import Args, register
 from sglang_stacks.resources.wiring import config_digest, digest, flags_digest, host_connection, launch_flags
-from sglang_stacks.results.outputs import FleetOutputs, ReplicaOutputs
+from sglang_stacks.results.outputs import FleetOutputs
 
 __all__ = ["KubeFleet", "KubeFleetArgs"]
 
@@ -55,27 +57,6 @@ class KubeFleetArgs:
     hub_token: pulumi.Output[str] | None = None
     """A Hugging Face token for gated models, a Pulumi secret: a Kubernetes Secret the server pods
     read as HF_TOKEN."""
-
-
-@dataclass(frozen=True)
-class _Replica:
-    """One replica's resources."""
-
-    index: int
-    launch: ServerLaunch
-    server: KubeServer
-    benchmark: Benchmark
-    worker: RouterWorker
-
-    def outputs(self) -> pulumi.Output[ReplicaOutputs]:
-        return pulumi.Output.all(
-            self.server.output(lambda o: o.url),
-            self.benchmark.output(lambda o: o.levels).apply(lambda levels: levels[0].tok_s_mean),
-        ).apply(
-            lambda found: ReplicaOutputs(
-                host=self.index, url=found[0], launch_command=self.launch.command, tok_s=found[1]
-            )
-        )
 
 
 class KubeFleet(pulumi.ComponentResource):
@@ -100,10 +81,12 @@ class KubeFleet(pulumi.ComponentResource):
             launch_flags(spec),
         )
         token = f"{base}-hub-token" if args.hub_token is not None else None
+        self._args = args
+        self._roles, self._bootstrap_ports = fleet.roles(), fleet.bootstrap_ports()
         self._launches = [
             server_launch(
                 spec,
-                flags.model_copy(update={"port": port + i}),
+                self._replica_flags(flags.model_copy(update={"port": port + i}), i),
                 stack=stack,
                 name=f"{base}-{i}",
                 port=port + i,
@@ -155,15 +138,25 @@ class KubeFleet(pulumi.ComponentResource):
             replicas=pulumi.Output.all(*[replica.outputs() for replica in replicas]),
             canary=self._gate.output(lambda o: o.verdict) if self._gate else None,
             launch_flags=flags,
+            role_flags=fleet.disaggregation.role_flags(flags) if fleet.disaggregation else None,
+            sglang_version=spec.environment.sglang_release,
         )
         register(self, self.outputs)
 
-    def _roll(self) -> list[_Replica]:
+    def _replica_flags(self, flags: ServerFlags, index: int) -> ServerFlags:
+        """Replica ``index``'s flags: ``flags``, with a disaggregated fleet's role flags (a prefill
+        worker's own bootstrap port: pods share their nodes' ports)."""
+        fleet, role = self._args.spec.fleet, self._roles[index]
+        if fleet is None or fleet.disaggregation is None or role is None:
+            return flags
+        return fleet.disaggregation.flags(flags, role, self._bootstrap_ports.get(index))
+
+    def _roll(self) -> list[KubeReplica]:
         """Every replica, batch after batch: each batch's Deployments wait until the previous batch
         is back in the router."""
         fleet = self._args.spec.fleet
         assert fleet is not None
-        replicas: list[_Replica] = []
+        replicas: list[KubeReplica] = []
         after: list[pulumi.Resource] = []
         for batch in fleet.batches():
             built = [self._replica(index, after) for index in batch]
@@ -171,7 +164,7 @@ class KubeFleet(pulumi.ComponentResource):
             after = [replica.worker for replica in built]
         return replicas
 
-    def _replica(self, index: int, after: list[pulumi.Resource]) -> _Replica:
+    def _replica(self, index: int, after: list[pulumi.Resource]) -> KubeReplica:
         """Replica ``index``: its Deployment (after ``after``), the wait for its pod, its own benchmark,
         the canary gate for the first one, and its registration with the router."""
         spec, stack, name = self._args.spec, self._args.stack, f"{self._name}-replica{index}"
@@ -217,6 +210,12 @@ class KubeFleet(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[deployment]),
         )
         url, pod_uid = server.output(lambda o: o.url), server.output(lambda o: o.pod_uid)
+        role = self._roles[index]
+        if role is not None:
+            # A prefill or decode worker answers only its half of a request: measured through the
+            # router, in pairs, with the fleet's benchmark.
+            worker = self._worker(name, url, pod_uid, [server, self._router], index)
+            return KubeReplica(index, launch, server, None, worker, role)
         benchmark = Benchmark(
             f"{name}-benchmark",
             BenchmarkArgs(
@@ -257,7 +256,22 @@ class KubeFleet(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self, depends_on=[benchmark]),
             )
             waits.append(self._gate)
-        worker = RouterWorker(
+        worker = self._worker(name, url, pod_uid, waits, index)
+        return KubeReplica(index, launch, server, benchmark, worker)
+
+    def _worker(
+        self,
+        name: str,
+        url: pulumi.Output[str],
+        pod_uid: pulumi.Output[str],
+        waits: list[pulumi.Resource],
+        index: int,
+    ) -> RouterWorker:
+        """Replica ``index``'s registration with the router (as its role's worker in PD mode), after
+        ``waits``."""
+        fleet = self._args.spec.fleet
+        assert fleet is not None
+        return RouterWorker(
             f"{name}-worker",
             WorkerArgs(
                 connection=host_connection(None),
@@ -266,7 +280,8 @@ class KubeFleet(pulumi.ComponentResource):
                 server_instance=pod_uid,
                 config_digest=self._config_digest,
                 drain_timeout_s=fleet.router.drain_timeout_s,
+                worker_type=self._roles[index] or "regular",
+                bootstrap_port=self._bootstrap_ports.get(index),
             ),
             pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
-        return _Replica(index, launch, server, benchmark, worker)

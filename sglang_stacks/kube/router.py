@@ -48,6 +48,8 @@ class RouterPod:
     bind: str
     """The address it listens on (``--host``)."""
     node_selector: Mapping[str, str]
+    pd_disaggregation: bool = False
+    """PD mode (``--pd-disaggregation``): it pairs a prefill worker with a decode worker per request."""
 
     def argv(self) -> list[str]:
         """The router's command line."""
@@ -59,6 +61,7 @@ class RouterPod:
             *("--host", self.bind, "--port", str(router.port), "--policy", router.policy),
             *("--health-check-interval-secs", str(router.health_check_interval_s), "--log-level", "warn"),
             *("--prometheus-host", self.bind, "--prometheus-port", str(router.metrics_port)),
+            *(["--pd-disaggregation"] if self.pd_disaggregation else []),
         ]
 
     @property
@@ -225,6 +228,7 @@ def fleet_router(
         router=fleet.router,
         bind=bind,
         node_selector=cluster.node_selector,
+        pd_disaggregation=fleet.disaggregation is not None,
     )
     instance = digest({"image": cluster.image, "command": pod.argv(), "release": fleet.router.release})
     deployment = k8s.apps.v1.Deployment(

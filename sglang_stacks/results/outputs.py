@@ -134,6 +134,9 @@ class FleetOutputs(_Outputs):
     decision; none without a canary."""
     launch_flags: LaunchFlags
     """The launch flags every replica shares, by canonical name."""
+    role_canaries: dict[Literal["prefill", "decode"], CanaryVerdict] | None = None
+    """A disaggregated fleet's canary verdicts, per role (the role's first worker judged in a pair
+    beside its second); none without a canary, and for an aggregated fleet (``canary``)."""
     role_flags: dict[Literal["prefill", "decode"], LaunchFlags] | None = None
     """A disaggregated fleet's launch flags per role (the shared ones with the role's own and the
     role flags); none for an aggregated fleet, and in states written before roles existed."""
