@@ -89,6 +89,23 @@ def test_a_role_that_does_not_fit_is_discarded_naming_the_role(tmp_path: Path) -
     assert not any("prefill workers" in reason for reason in split.reasons)
 
 
+def test_a_roles_own_flag_is_an_axis_of_the_disaggregated_candidates_only(tmp_path: Path) -> None:
+    text = (
+        "base: demo-fleet\n"
+        + PD_AXIS.replace("DECODE", "0.9")
+        + "  - {key: fleet.disaggregation.decode.server.max_running_requests, values: [128, 256]}\n"
+        + FLEET_POOL
+    )
+    plan = make_plan("pd", load_campaign(campaign(tmp_path, text)), STACKS_DIR)
+
+    # Aggregated serving has no decode role: its two points make one candidate.
+    labels = [tuple(row.candidate.labels.values()) for row in plan.rows]
+    assert labels == [("aggregated", "128"), ("1P-2D", "128"), ("1P-2D", "256")]
+    split = [row.spec for row in plan.rows[1:]]
+    assert [s.for_host(1).launch_flags().max_running_requests for s in split if s] == [128, 256]
+    assert all(row.verdict == "kept" for row in plan.rows)
+
+
 def test_unsetting_a_section_leaves_out_the_keys_under_it() -> None:
     base: dict[str, object] = {"fleet": {"hosts": []}}
 
