@@ -10,8 +10,6 @@ request, and the prefill workers are never touched.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -76,17 +74,6 @@ class Fleet:
         document["config"]["sglang-stacks:fleet"]["disaggregation"]["decode"]["server"].update(flags)
         self.path.write_text(yaml.safe_dump(document, sort_keys=False))
 
-    def rollout(self) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "sglang_stacks", "rollout", STACK],
-            cwd=self.workspace.path,
-            env=self.workspace.env(),
-            capture_output=True,
-            text=True,
-            timeout=1200,
-            check=False,
-        )
-
 
 PREFILL, DECODE = range(3), range(3, 6)
 
@@ -107,6 +94,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 def test_a_decode_change_is_judged_in_pairs_and_rolls_to_every_decode_worker_under_load(fleet: Fleet) -> None:
     before = fleet.workspace.server_pids(STACK)
     fleet.set_decode(max_running_requests=128)
+    previewed = fleet.workspace.run("preview", "--diff", "-s", STACK)
+    preview = previewed.stdout + previewed.stderr
+    assert preview.count("~ --max-running-requests 256 => 128") == 3, preview
+    assert preview.count("(decode worker, the local host, ") == 3
+    assert preview.count("(prefill worker, the local host, ") == 3
+    assert preview.count("unchanged (serves pd-canary with the same launch flags)") == 3
 
     with Load(fleet.router) as load:
         time.sleep(1)
@@ -135,7 +128,7 @@ def test_a_slower_decode_change_is_caught_by_its_canary_and_rolled_back_the_pref
 
     with Load(fleet.router) as load:
         time.sleep(1)
-        rolled = fleet.rollout()
+        rolled = fleet.workspace.cli("rollout", STACK, timeout_s=1200)
         time.sleep(1)
 
     said = rolled.stdout + rolled.stderr
