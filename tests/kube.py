@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests._ports import free_port
+from tests._ports import free_port, free_ports_in_a_row
 from toolchain.local_cluster import Cluster, ClusterError, running_cluster
 
 LOCK_FILE = "local-cluster.lock"
@@ -80,3 +81,29 @@ def left_after_destroy(listed: Callable[[], list[dict[str, Any]]], timeout_s: fl
         time.sleep(1)
         left = listed()
     return [f"{item['kind']}/{item['metadata']['name']}" for item in left]
+
+
+def cluster_fleet_config(
+    stack: str, cluster: Cluster, namespace: str, folder: str, replicas: int
+) -> dict[str, Any]:
+    """The ``config:`` of the shipped fleet stack ``stack`` on a cluster, pointed at the test's
+    cluster, namespace, free ports (the router's, and ``replicas`` server ports in a row) and
+    ``folder``, its emulator loading 500 times faster than a real server."""
+    root = Path(__file__).resolve().parent.parent
+    config: dict[str, Any] = yaml.safe_load((root / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
+    config["sglang-stacks:host"]["cluster"] |= {
+        "kubeconfig": str(cluster.kubeconfig),
+        "context": cluster.context,
+        "namespace": namespace,
+        "image": cluster.emulator_image,
+        "schedule_timeout_s": 60,
+    }
+    config["sglang-stacks:fleet"]["router"] |= {
+        "port": free_port(),
+        "metrics_port": free_port(),
+        "state_dir": folder,
+    }
+    config["sglang-stacks:server"]["port"] = free_ports_in_a_row(replicas)
+    config["sglang-stacks:environment"]["emulator"]["time_scale"] = 0.002
+    config["sglang-stacks:launch"] = {"ready_timeout_s": 180, "stop_timeout_s": 5}
+    return config

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from sglang_stacks.results.outputs import FleetOutputs
-from tests._ports import free_port, free_ports_in_a_row
-from tests._pulumi import ROOT, Workspace
-from tests.kube import left_after_destroy
+from tests._ports import free_port
+from tests._pulumi import Workspace
+from tests.kube import cluster_fleet_config, left_after_destroy
 
 if TYPE_CHECKING:
     from toolchain.local_cluster import Cluster
@@ -31,21 +31,10 @@ ROLES = ["prefill", "decode", "decode"]
 
 
 def _config(cluster: Cluster, namespace: str, folder: str) -> str:
-    """The shipped stack's config, pointed at the test's cluster, namespace, ports and folder."""
-    config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{STACK}.yaml").read_text())["config"]
-    config["sglang-stacks:host"]["cluster"] |= {
-        "kubeconfig": str(cluster.kubeconfig),
-        "context": cluster.context,
-        "namespace": namespace,
-        "image": cluster.emulator_image,
-        "schedule_timeout_s": 60,
-    }
-    fleet = config["sglang-stacks:fleet"]
-    fleet["router"] |= {"port": free_port(), "metrics_port": free_port(), "state_dir": folder}
-    fleet["disaggregation"]["bootstrap_port"] = free_port()
-    config["sglang-stacks:server"]["port"] = free_ports_in_a_row(3)
-    config["sglang-stacks:environment"]["emulator"]["time_scale"] = 0.002
-    config["sglang-stacks:launch"] = {"ready_timeout_s": 180, "stop_timeout_s": 5}
+    """The shipped stack's config, pointed at the test's cluster, namespace, ports and folder, and a
+    free port for the prefill worker's bootstrap server."""
+    config = cluster_fleet_config(STACK, cluster, namespace, folder, replicas=len(ROLES))
+    config["sglang-stacks:fleet"]["disaggregation"]["bootstrap_port"] = free_port()
     return yaml.safe_dump({"config": config}, sort_keys=False)
 
 

@@ -23,7 +23,7 @@ STACK = "demo-pd"
 
 
 class Demo:
-    """The deployed demo and how to change it."""
+    """The deployed demo: its stack file, router and workers."""
 
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
@@ -48,16 +48,6 @@ class Demo:
         for worker in listed:
             found.setdefault(worker["worker_type"], []).append(worker)
         return found
-
-    def server_pids(self) -> dict[int, int]:
-        return self.workspace.server_pids(STACK)
-
-    def set_decode(self, **flags: Any) -> None:
-        """Sets these flags of the decode role in the stack file, the rest of it as it is."""
-        document = yaml.safe_load(self.path.read_text())
-        role = document["config"]["sglang-stacks:fleet"]["disaggregation"]["decode"]["server"]
-        role.update(flags)
-        self.path.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
 @pytest.fixture(scope="module")

@@ -35,10 +35,10 @@ class RankedTrial:
     """Against the best; None for the best itself."""
     ttft_p50_ms: float | None
     stopped_early: str | None = None
+    """Why it measured only its first repetitions (campaign ``early_stop``), or None."""
     tpot_p50_ms: float | None = None
     """The median time per output token at the objective's level: how fast each stream decodes (a
     prefill batched beside the decodes slows it; a decode worker of its own does not)."""
-    """Why it measured only its first repetitions (campaign ``early_stop``), or None."""
 
     @property
     def change_pct(self) -> float:

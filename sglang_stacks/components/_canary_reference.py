@@ -40,17 +40,10 @@ def _served(router_url: str, worker_type: str | None) -> dict[str, str]:
     serves ({} without a router)."""
     import httpx
 
-    if not router_url:
-        return {}
     try:
-        listed = router_workers.workers(router_url)
+        return router_workers.worker_configs(router_url, worker_type) if router_url else {}
     except httpx.HTTPError:
         return {}
-    return {
-        w["url"].rstrip("/"): str((w.get("metadata") or {}).get(router_workers.CONFIG_LABEL, ""))
-        for w in listed
-        if worker_type is None or w.get("worker_type") == worker_type
-    }
 
 
 def pick_reference(

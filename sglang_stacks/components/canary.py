@@ -119,7 +119,9 @@ def measure_side_by_side(
         return canary.result(), measured.result()
 
 
-def _measure_pairs(inputs: CanaryInputs, reference: Reference) -> tuple[stats.BenchmarkResult, ...]:
+def _measure_pairs(
+    inputs: CanaryInputs, reference: Reference
+) -> tuple[stats.BenchmarkResult, stats.BenchmarkResult]:
     """A disaggregated fleet's canary and reference, each paired with the partner behind a router of
     its own, measured side by side."""
     assert inputs.role is not None and inputs.partner_url is not None  # a disaggregated fleet's gate

@@ -82,14 +82,12 @@ class DisaggregationSpec(FileSection):
     def counted_roles(self, hosts: int) -> list[Role] | None:
         """The hosts' roles in order as the ``workers`` counts give them (prefill first); None when
         neither role counts its workers, ValueError when the counts do not cover ``hosts``."""
-        counted_prefill, counted_decode = self.prefill.workers, self.decode.workers
-        if counted_prefill is None and counted_decode is None:
+        if self.prefill.workers is None and self.decode.workers is None:
             return None
-        if counted_prefill is None:
-            assert counted_decode is not None
-            counted_prefill = hosts - counted_decode
-        prefill = counted_prefill
-        decode = hosts - prefill if counted_decode is None else counted_decode
+        prefill = (
+            self.prefill.workers if self.prefill.workers is not None else hosts - (self.decode.workers or 0)
+        )
+        decode = self.decode.workers if self.decode.workers is not None else hosts - prefill
         if prefill < 1 or decode < 1 or prefill + decode != hosts:
             raise ValueError(
                 f"fleet.disaggregation counts {prefill} prefill and {decode} decode worker(s) for "

@@ -47,12 +47,14 @@ def listed(router_url: str, worker_url: str) -> dict[str, Any] | None:
     return next((w for w in workers(router_url) if w["url"].rstrip("/") == worker_url.rstrip("/")), None)
 
 
-def worker_configs(router_url: str) -> dict[str, str]:
-    """Per worker URL in the router, the configuration digest it was registered with ("" for a
-    worker registered without one)."""
+def worker_configs(router_url: str, worker_type: str | None = None) -> dict[str, str]:
+    """Per worker URL in the router (of ``worker_type`` only, when given: a router in PD mode lists
+    prefill and decode workers), the configuration digest it was registered with ("" for a worker
+    registered without one)."""
     return {
         w["url"].rstrip("/"): str((w.get("metadata") or {}).get(CONFIG_LABEL, ""))
         for w in workers(router_url)
+        if worker_type is None or w.get("worker_type") == worker_type
     }
 
 
