@@ -2,6 +2,7 @@
 deployment (a fleet for a stack with a fleet section, pods for a kubernetes host, both for a fleet
 on a cluster), exports its outputs."""
 
+import os
 from typing import Any
 
 import pulumi
@@ -9,7 +10,7 @@ import pulumi
 from sglang_stacks.components.deployment import DeploymentArgs, SGLangDeployment, connection_args
 from sglang_stacks.config.passphrase import refuse_secrets_under_the_demo_passphrase
 from sglang_stacks.config.spec import SECRET_KEYS, SECTION_KEYS, load_spec
-from sglang_stacks.errors import StacksError
+from sglang_stacks.errors import SpecError, StacksError
 from sglang_stacks.resources.provider_errors import without_the_monitors_echo
 from sglang_stacks.resources.resource import Args
 
@@ -61,6 +62,14 @@ try:
         )
         outputs = deployment.outputs
 except StacksError as error:
+    if isinstance(error, SpecError) and os.environ.get("PULUMI_RUN_PROGRAM", "").lower() in ("1", "true"):
+        # scripts/env.sh runs the program before the refresh, so a typo is refused before the hosts
+        # are read; `pulumi destroy` then runs it too, and a stack file broken since the last
+        # update must still be destroyable.
+        error.message += (
+            f"\nTo destroy the stack as deployed without fixing its file: "
+            f"pulumi destroy -s {stack} --run-program=false"
+        )
     # The message already says what to fix; a traceback would only hide it. Its typed record
     # follows, for a driver (rollout, a sweep) to read back.
     raise pulumi.RunError(error.with_record()) from None

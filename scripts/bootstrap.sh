@@ -80,6 +80,9 @@ export PATH="$ROOT/.venv/bin:$toolchain_dir:\$PATH"
 export PULUMI_SKIP_UPDATE_CHECK=true
 export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true
 export PULUMI_BACKEND_URL="\${PULUMI_BACKEND_URL:-file://\$HOME/.sglang-stacks/state}"
+# The program runs before the refresh that Pulumi.yaml asks for: a stack file's mistake is refused
+# in seconds, before any host is read.
+export PULUMI_RUN_PROGRAM="\${PULUMI_RUN_PROGRAM:-true}"
 ENV
 }
 

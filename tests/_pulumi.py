@@ -78,6 +78,10 @@ class Workspace:
             PULUMI_CONFIG_PASSPHRASE=PASSPHRASE,
             PULUMI_SKIP_UPDATE_CHECK="true",
             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
+            # The program once an operation, not also before its refresh as scripts/env.sh has it:
+            # a second program run costs each update about two CPU-seconds. The tests of that
+            # setting turn it on (tests/test_stack_typo.py).
+            PULUMI_RUN_PROGRAM="false",
             SGLANG_STACKS_HOME=str(ROOT),
         )
         env.update(self.extra_env)

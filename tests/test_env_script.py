@@ -21,7 +21,7 @@ def _in_shell(tmp_path: Path, commands: str) -> str:
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"))
+        if not key.startswith(("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_RUN_PROGRAM"))
     }
     env.update(PULUMI_BACKEND_URL=f"file://{tmp_path / 'state'}", PULUMI_HOME=str(tmp_path / "home"))
     done = subprocess.run(
@@ -68,3 +68,12 @@ def test_a_passphrase_file_exported_after_sourcing_env_is_the_one_used(tmp_path:
         "PULUMI_CONFIG_PASSPHRASE=only-mine pulumi config get key --non-interactive",
     )
     assert shown.splitlines()[-1] == "s3cret"
+
+
+def test_the_program_runs_before_the_refresh_unless_the_user_said_otherwise(tmp_path: Path) -> None:
+    """A stack file's mistake is refused before any host is read (tests/test_stack_typo.py)."""
+    assert _in_shell(tmp_path, "echo $PULUMI_RUN_PROGRAM") == "true"
+    assert (
+        _in_shell(tmp_path, "export PULUMI_RUN_PROGRAM=false && . scripts/env.sh && echo $PULUMI_RUN_PROGRAM")
+        == "false"
+    )
