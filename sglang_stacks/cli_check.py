@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from sglang_stacks.config.spec import load_spec
 from sglang_stacks.config.stackfile import read_stack_file
 from sglang_stacks.errors import StacksError
 from sglang_stacks.exits import ExitCode
+from sglang_stacks.hostops import backend_lock as locks
 from sglang_stacks.hostops.reach import host_answers
 from sglang_stacks.project import find_project_dir, stacks_dir
 
@@ -139,6 +141,7 @@ def _stack_checks(stack: str, folder: Path) -> list[Outcome]:
     found = [Outcome(f"stack {stack}", True, f"valid (SGLang {spec.environment.sglang_release}; {secrets})")]
     if stack_file.secret_keys:
         found.append(_run("secrets", functools.partial(_secrets_kept, stack, stack_file.secret_keys)))
+    found.append(_run("update lock", functools.partial(_lock, stack)))
     findings = run_preflight(spec, spec.environment.sglang_release)
     errors = [f"{f.code}: {f.message}" for f in findings if f.severity == "error"]
     warnings = [f.code for f in findings if f.severity == "warning"]
@@ -154,3 +157,26 @@ def _secrets_kept(stack: str, keys: tuple[str, ...]) -> str:
     """The program's own refusal of secrets under the demo passphrase, said before any update."""
     refuse_secrets_under_the_demo_passphrase(stack, keys)
     return "under a passphrase of your own"
+
+
+def _lock(stack: str) -> str:
+    """Whether an update holds ``stack``'s lock, which would stop the next one: a live one is waited
+    for, a killed one's is let go of by ``recover``."""
+    held = [lock for _, lock in locks.read_locks(locks.backend_url(), stack)]
+    if not held:
+        return "none held (an update can start)"
+    here = socket.gethostname()
+    lock = held[0]
+    since = f" since {lock.timestamp:%Y-%m-%d %H:%M:%S}" if lock.timestamp else ""
+    if lock.hostname != here:
+        raise CheckFailed(
+            f"held by an update on {lock.hostname} (pid {lock.pid}){since}. Let it finish there; if it "
+            f"was killed, run `sglang-stacks recover {stack}` on that machine."
+        )
+    if locks.holds(lock):
+        raise CheckFailed(f"held by an update running now (pid {lock.pid}){since}: let it finish.")
+    raise CheckFailed(
+        f"left by a killed update (pid {lock.pid}{since}, no longer running): the next `pulumi up` stops "
+        f"at it. Run `sglang-stacks recover {stack}`: it lets go of the lock and clears what that update "
+        "left on the host."
+    )

@@ -3,7 +3,9 @@ the exit code saying which kind of problem there is."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 
 from tests._pulumi import Workspace
 
@@ -17,7 +19,7 @@ def test_a_good_setup_and_stack_pass_every_check(workspace: Workspace) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert [line.split(":")[0].split(None, 1)[1] for line in lines] == [
-        "Pulumi CLI", "backend", "passphrase", "stack good", "preflight", "host",
+        "Pulumi CLI", "backend", "passphrase", "stack good", "update lock", "preflight", "host",
     ]  # fmt: skip
     assert all(line.startswith("  ok") for line in lines)
     assert (
@@ -68,3 +70,23 @@ def test_a_secret_under_the_demo_passphrase_fails_the_check_as_the_program_would
         "  FAIL  secrets: Stack 'keyed' holds sglang-stacks:hubToken under the demo passphrase" in done.stdout
     )
     assert "not-for-anyone" not in done.stdout
+
+
+def test_a_held_update_lock_is_named_with_what_to_do(workspace: Workspace) -> None:
+    """`pulumi up` stops at a lock naming only `pulumi cancel`; check says whose it is and, for a
+    killed update's, the command that also clears what that update left."""
+    workspace.init_stack("held", "config:\n  sglang-stacks:host: {kind: emulator}\n" + MODEL + SERVER)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    for pid, hostname, said in (
+        (ended.pid, None, f"left by a killed update (pid {ended.pid}"),
+        (os.getpid(), None, f"held by an update running now (pid {os.getpid()})"),
+        (os.getpid(), "another-machine", f"held by an update on another-machine (pid {os.getpid()})"),
+    ):
+        lock = workspace.leave_lock("held", pid, hostname)
+        done = workspace.cli("check", "held")
+        lock.unlink()
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"  FAIL  update lock: {said}" in done.stdout, done.stdout
+        if hostname is None and pid == ended.pid:
+            assert "Run `sglang-stacks recover held`: it lets go of the lock" in done.stdout, done.stdout

@@ -155,6 +155,24 @@ def test_the_lock_of_a_killed_update_is_let_go_first_and_a_live_ones_never(
     assert automation.cancel_dead_lock(automation.select_stack(project.path, "tuned")) is None  # no lock
 
 
+def test_an_update_the_tool_runs_into_a_killed_updates_lock_names_recover(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """Pulumi's refusal names `pulumi cancel`, which leaves the killed update's pending operations
+    and servers; the tool's own commands that run an update name `recover` after it."""
+    workspace.init_stack("locked", emulator_stack(port=free_port(), state_dir=tmp_path))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    workspace.leave_lock("locked", ended.pid)
+
+    done = workspace.cli("rollout", "locked")
+
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "the stack is currently locked" in said, said
+    assert "`sglang-stacks recover locked` lets go of its lock and clears what it left" in said, said
+
+
 def test_a_preview_warns_of_the_pending_operations_pulumi_keeps(workspace: Workspace, tmp_path: Path) -> None:
     workspace.init_stack("kept", emulator_stack(port=free_port(), state_dir=tmp_path))
     # Two killed updates' creates, which `pulumi up` and `preview` keep without a word of their own.

@@ -42,15 +42,19 @@ __all__ = [
 ]
 
 
-def for_people(stream: TextIO) -> Callable[[str], None]:
+def for_people(stream: TextIO, stack: str | None = None) -> Callable[[str], None]:
     """Writes the lines of Pulumi's output a person reads to ``stream``: the tagged record that
     follows each error of this tool (`sglang_stacks.errors.FAILURE_TAG`) is left out. It repeats
     the message printed just above it, for a driver to read back, and the driver reads it from the
-    engine's events or its own log, not from what it shows."""
+    engine's events or its own log, not from what it shows. Pulumi's refusal of ``stack``'s update
+    lock, which names only `pulumi cancel`, is followed by the one command that also clears what a
+    killed update left."""
 
     def write(line: str) -> None:
         if FAILURE_TAG not in line:
             print(line, file=stream, flush=True)
+        if stack is not None and locks.LOCKED in line:
+            print(locks.recover_advice(stack), file=stream, flush=True)
 
     return write
 

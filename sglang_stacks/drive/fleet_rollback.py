@@ -99,8 +99,8 @@ class FleetRollout:
         self.say(f"pulumi up -s {self.target.name}" + (" (rolling back)" if options else ""))
         try:
             return self.target.up(
-                on_output=for_people(self.out),
-                on_error=for_people(self.err),
+                on_output=for_people(self.out, self.target.name),
+                on_error=for_people(self.err, self.target.name),
                 on_event=on_event,
                 color="always" if self.out.isatty() else "never",
                 **options,

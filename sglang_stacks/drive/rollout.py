@@ -56,8 +56,8 @@ class _Rollout:
         self.say(f"pulumi up -s {stack.name}")
         try:
             return stack.up(
-                on_output=for_people(self.out),
-                on_error=for_people(self.err),
+                on_output=for_people(self.out, stack.name),
+                on_error=for_people(self.err, stack.name),
                 color="always" if self.out.isatty() else "never",
             )
         except auto.CommandError:

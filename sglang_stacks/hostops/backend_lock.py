@@ -24,11 +24,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sglang_stacks.hostops import lifetime
 
 __all__ = [
+    "LOCKED",
     "LOCK_HOLDER_EXIT_S",
     "Lock",
     "backend_url",
     "holds",
     "read_locks",
+    "recover_advice",
     "release_dead_locks",
     "release_when_the_engine_is_gone",
 ]
@@ -46,6 +48,18 @@ class Lock(BaseModel):
     pid: int
     hostname: str
     timestamp: datetime | None = None
+
+
+LOCKED = "the stack is currently locked"
+"""What Pulumi's refusal of an update lock says."""
+
+
+def recover_advice(stack: str) -> str:
+    """What to run when ``stack``'s lock was left by a killed update."""
+    return (
+        f"If that update was killed, `sglang-stacks recover {stack}` lets go of its lock and clears "
+        "what it left on the host (a lock whose update still runs is left to it)."
+    )
 
 
 def backend_url() -> str:
