@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pulumi
 
 from sglang_stacks.components._host_parts import DEFAULT_PORT
-from sglang_stacks.components.benchmark import Benchmark
+from sglang_stacks.components.benchmark import Benchmark, replica_outputs
 from sglang_stacks.components.canary import CanaryArgs, CanaryGate
 from sglang_stacks.components.router import RouterWorker, SGLangRouter
 from sglang_stacks.components.server import SGLangServer
@@ -36,16 +36,8 @@ class Replica:
 
     def outputs(self) -> pulumi.Output[ReplicaOutputs]:
         """What the fleet's outputs say about this replica."""
-        tok_s = (
-            self.benchmark.output(lambda o: o.levels).apply(lambda levels: levels[0].tok_s_mean)
-            if self.benchmark is not None
-            else None
-        )
-        return pulumi.Output.all(self.server.output(lambda o: o.launch_command), tok_s).apply(
-            lambda found: ReplicaOutputs(
-                host=self.index, url=self.url, launch_command=found[0], tok_s=found[1], role=self.role
-            )
-        )
+        launch_command = self.server.output(lambda o: o.launch_command)
+        return replica_outputs(self.index, self.url, launch_command, self.benchmark, self.role)
 
 
 def host_url(spec: StackSpec, host: int) -> str:

@@ -16,12 +16,14 @@ import pulumi
 
 from sglang_stacks.components._benchmark_failure import measured_document
 from sglang_stacks.components._refresh import HOST_READS
+from sglang_stacks.config.disaggregation import Role
 from sglang_stacks.hostops import claim
 from sglang_stacks.resources.benchmark_shape import BenchmarkInputs, BenchmarkOutputs
 from sglang_stacks.resources.engine_status import own_urn
 from sglang_stacks.resources.provider import TypedProvider
 from sglang_stacks.resources.resource import Args, TypedResource, args_for
 from sglang_stacks.results import stats
+from sglang_stacks.results.outputs import ReplicaOutputs
 
 # The results' measurement (the history, the gate) is imported in the functions that use it: a
 # program run or a refresh needs none of it.
@@ -122,3 +124,23 @@ class Benchmark(TypedResource[BenchmarkInputs, BenchmarkOutputs], module="sglang
         urn = own_urn(name, "sglang", "Benchmark", opts.parent if opts else None)
         args = Args(BenchmarkInputs, {**args.values, "own_urn": urn})
         super().__init__(BenchmarkProvider(), name, args, opts)
+
+
+def replica_outputs(
+    index: int,
+    url: pulumi.Input[str],
+    launch_command: pulumi.Input[str],
+    benchmark: Benchmark | None,
+    role: Role | None,
+) -> pulumi.Output[ReplicaOutputs]:
+    """What a fleet's outputs say of one replica, on hosts or on a cluster alike: where it serves,
+    its command, its role and its own benchmark's tok/s at the first level (none for a worker that
+    serves only in a pair, or in a fleet measured through its router only)."""
+    tok_s = (
+        benchmark.output(lambda o: o.levels).apply(lambda levels: levels[0].tok_s_mean) if benchmark else None
+    )
+    return pulumi.Output.all(url, launch_command, tok_s).apply(
+        lambda found: ReplicaOutputs(
+            host=index, url=found[0], launch_command=found[1], tok_s=found[2], role=role
+        )
+    )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from sglang_stacks.components.benchmark import Benchmark
+from sglang_stacks.components.benchmark import Benchmark, replica_outputs
 from sglang_stacks.components.router import RouterWorker
 from sglang_stacks.config.disaggregation import Role
 from sglang_stacks.kube.launch import ServerLaunch
@@ -31,17 +31,6 @@ class KubeReplica:
     role: Role | None = None
 
     def outputs(self) -> pulumi.Output[ReplicaOutputs]:
-        tok_s = (
-            self.benchmark.output(lambda o: o.levels).apply(lambda levels: levels[0].tok_s_mean)
-            if self.benchmark is not None
-            else None
-        )
-        return pulumi.Output.all(self.server.output(lambda o: o.url), tok_s).apply(
-            lambda found: ReplicaOutputs(
-                host=self.index,
-                url=found[0],
-                launch_command=self.launch.command,
-                tok_s=found[1],
-                role=self.role,
-            )
-        )
+        """What the fleet's outputs say about this replica."""
+        url = self.server.output(lambda o: o.url)
+        return replica_outputs(self.index, url, self.launch.command, self.benchmark, self.role)
