@@ -20,6 +20,7 @@ from sglang_stacks.config.stackfile import load_stack_spec, read_stack_file
 from sglang_stacks.errors import SpecError
 from sglang_stacks.exits import ExitCode
 from sglang_world import pool_code
+from tests._pulumi import Workspace, shipped_stack_config
 from tests._stacks import STACKS_DIR
 
 DEMO = read_stack_file("demo-pd", STACKS_DIR).sections
@@ -215,3 +216,34 @@ def test_whether_a_release_resolves_memory_before_the_role_is_read_from_its_serv
     assert not pool_code.pd_after_memory_in(tree("c", memory_first.splitlines()[0]))
     # As recorded from the wheels: 0.5.8 is followed, 0.5.23 is not.
     assert pool_code.pd_planned("0.5.8") and not pool_code.pd_planned("0.5.23")
+
+
+@pytest.mark.integration
+def test_a_fleets_preview_names_each_roles_findings_once(workspace: Workspace, tmp_path: Path) -> None:
+    """Preflight of a fleet judges each server with its role's flags: a warning is shown once per
+    role, not once per host or not at all, and an error names the role it is about."""
+    config = shipped_stack_config("demo-pd", tmp_path).replace(
+        "sglang_release: 0.5.8", "sglang_release: 0.5.23"
+    )
+    workspace.init_stack("pd", config)
+
+    previewed = workspace.run("preview", "-s", "pd")
+
+    said = (previewed.stdout + previewed.stderr).split("Diagnostics:")[1]  # each said once there
+    for role in ("prefill", "decode"):
+        assert said.count(f"{role} workers: SGLang 0.5.23 sizes its KV pool") == 1, said
+    workspace.run(
+        "config",
+        "set",
+        "--path",
+        "sglang-stacks:fleet.disaggregation.decode.server.tp_size",
+        "16",
+        "-s",
+        "pd",
+    )
+
+    refused = workspace.run("preview", "-s", "pd", check=False)
+
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "nothing was launched" in said, said
+    assert "decode workers: " in said and "prefill workers: " not in said.split("Preflight found")[1], said

@@ -12,7 +12,7 @@ marked over budget; the other strategies choose which to run.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +22,7 @@ from sglang_stacks.campaign.axis_values import check_axis_values
 from sglang_stacks.campaign.model import CampaignSpec, load_campaign
 from sglang_stacks.campaign.model_pool import describe_pool
 from sglang_stacks.campaign.model_search import Strategy
-from sglang_stacks.config.preflight import Finding, run_preflight
+from sglang_stacks.config.preflight import stack_findings
 from sglang_stacks.config.spec import StackSpec, load_spec
 from sglang_stacks.config.stackfile import read_stack_file
 from sglang_stacks.errors import SpecError
@@ -99,28 +99,12 @@ def judge(name: str, campaign: CampaignSpec, candidate: Candidate) -> PlanRow:
     except SpecError as error:
         detail = str(error).split("\n", 1)[-1].replace("  - ", "").replace("\n", " ")
         return PlanRow(stack, candidate, "discarded", (f"invalid-stack: {detail}",))
-    findings = _preflight(spec)
+    findings = stack_findings(spec)
     errors = tuple(f"{f.code}: {f.message}" for f in findings if f.severity == "error")
     if errors:
         return PlanRow(stack, candidate, "discarded", errors, spec=spec)
     warnings = tuple(f.code for f in findings if f.severity == "warning")
     return PlanRow(stack, candidate, "kept", warnings=warnings, spec=spec)
-
-
-def _preflight(spec: StackSpec) -> list[Finding]:
-    """Preflight's findings for the stack's server, or for each server of a fleet (a disaggregated
-    fleet's prefill and decode workers apart, each said once), as ``pulumi up`` runs it."""
-    if spec.fleet is None or not spec.fleet.hosts:
-        return run_preflight(spec, spec.environment.sglang_release)
-    found: dict[tuple[str, str, str], Finding] = {}
-    roles = spec.fleet.roles()
-    for index in range(len(spec.fleet.hosts)):
-        host = spec.for_host(index)
-        for finding in run_preflight(host, host.environment.sglang_release):
-            role = roles[index]
-            said = f"{role} workers: {finding.message}" if role else finding.message
-            found.setdefault((finding.severity, finding.code, said), replace(finding, message=said))
-    return list(found.values())
 
 
 def _check_pool_fits(campaign: CampaignSpec, base: dict[str, Any]) -> None:

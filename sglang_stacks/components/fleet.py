@@ -68,9 +68,11 @@ class Fleet(pulumi.ComponentResource):
         warn_pending(args.stack, self)
         if fleet is None:
             raise SpecError("A Fleet needs a stack with a sglang-stacks:fleet section.")
-        for index in range(len(fleet.hosts)):
-            found = preflight.run_preflight(spec.for_host(index), spec.environment.sglang_release)
-            preflight.raise_on_errors(found)
+        found = preflight.stack_findings(spec)
+        preflight.raise_on_errors(found)
+        for finding in found:
+            if finding.severity == "warning":
+                pulumi.log.warn(finding.sentence(), self)
         self._update_id = uuid.uuid4().hex[:12]
         self._config_digest = config_digest(spec)
         self._name, self._args = name, args

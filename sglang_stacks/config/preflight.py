@@ -20,7 +20,7 @@ from sglang_stacks.config.speculative import speculative
 from sglang_stacks.errors import FlagError, PreflightError
 from sglang_world.pool_code import pool_approximation
 
-__all__ = ["Finding", "raise_on_errors", "run_preflight"]
+__all__ = ["Finding", "raise_on_errors", "run_preflight", "stack_findings"]
 
 
 def _release(spec: StackSpec, release: str) -> Iterable[Finding]:
@@ -254,6 +254,23 @@ def run_preflight(spec: StackSpec, release: str) -> list[Finding]:
     findings = [finding for rule in _RULES for finding in rule(spec, release)]
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order[f.severity])
+
+
+def stack_findings(spec: StackSpec) -> list[Finding]:
+    """Every finding for the stack's server, or for each server of a fleet on hosts: a finding of
+    a disaggregated fleet's worker names its role (``decode workers: ...``), and each is said once
+    however many servers it holds for."""
+    if spec.fleet is None or not spec.fleet.hosts:
+        return run_preflight(spec, spec.environment.sglang_release)
+    found: dict[tuple[str, str, str], Finding] = {}
+    roles = spec.fleet.roles()
+    for index in range(len(spec.fleet.hosts)):
+        host = spec.for_host(index)
+        for finding in run_preflight(host, host.environment.sglang_release):
+            said = f"{roles[index]} workers: {finding.message}" if roles[index] else finding.message
+            found.setdefault((finding.severity, finding.code, said), replace(finding, message=said))
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(found.values(), key=lambda f: order[f.severity])
 
 
 def raise_on_errors(findings: Iterable[Finding]) -> None:
