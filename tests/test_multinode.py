@@ -19,6 +19,7 @@ import httpx
 import pytest
 import yaml
 
+from sglang_stacks.results.outputs import FleetOutputs
 from tests._pulumi import ROOT, Workspace, shipped_stack_config
 
 pytestmark = pytest.mark.integration
@@ -95,7 +96,7 @@ def test_a_two_node_tp16_server_deploys_serves_and_benchmarks(deployed: Deployed
     # within the benchmark's 95 % interval, rounded as written.
     promised = re.search(r"two-node server benchmarks at about (\d+) tok/s for one stream", README)
     assert promised, "the README names the two-node server's tok/s"
-    low, high = outputs["benchmark_levels"][0]["tok_s_ci95"]
+    low, high = FleetOutputs.model_validate(outputs).levels[0].tok_s_ci95
     assert low - 0.5 <= float(promised.group(1)) <= high + 0.5, (promised.group(0), low, high)
     commands = [s["launch_command"] for s in deployed.servers().values()]
     assert sorted(c.split("--node-rank ")[1].split()[0] for c in commands) == ["0", "1"]

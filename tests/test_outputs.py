@@ -181,5 +181,28 @@ def test_tok_s_walks_from_the_load_generators_document_to_the_stack_output_round
 
     assert outputs.tok_s == round(statistics.fmean(exact), 2) == 88.3
     # The stack carries it once: the benchmark's first level is the same number.
-    assert outputs.benchmark.tok_s_mean == outputs.benchmark_levels[0].tok_s_mean == outputs.tok_s
+    assert outputs.benchmark.tok_s_mean == outputs.levels[0].tok_s_mean == outputs.tok_s
+    assert outputs.benchmark_levels == []  # the one level is `benchmark`, not printed twice
     assert outputs.benchmark.tok_s_runs == (88.3, 88.3, 88.3)
+
+
+def test_outputs_written_in_the_longer_form_of_earlier_versions_read_the_same(tmp_path: Path) -> None:
+    """A stack deployed by an earlier version printed a latency's percentiles as a map and kept a
+    copy of its only level in ``benchmark_levels``; read back, both forms are the same result."""
+    document = _document(RUN_TOK_S)
+    outputs = deploy(
+        load_stack_spec("baseline-bs128", ROOT / "stacks"), _Engine(document, tmp_path / "h.sqlite")
+    )
+    written = outputs.model_dump(mode="json")
+    assert isinstance(written["benchmark"]["ttft_ms"], str) and isinstance(
+        written["benchmark"]["tok_s_runs"], str
+    )
+    earlier = {
+        **written,
+        "benchmark": outputs.benchmark.model_dump(mode="json", exclude_none=True),
+        "benchmark_levels": [outputs.benchmark.model_dump(mode="json", exclude_none=True)],
+    }
+
+    assert DeploymentOutputs.model_validate(written) == outputs
+    assert DeploymentOutputs.model_validate(earlier).benchmark == outputs.benchmark
+    assert DeploymentOutputs.model_validate(earlier).levels == outputs.levels == [outputs.benchmark]

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from sglang_stacks.results import history
+from sglang_stacks.results.outputs import DeploymentOutputs
 from sglang_stacks.results.stats import compare_runs
 from tests._pulumi import ROOT, Workspace, free_port
 
@@ -122,8 +123,7 @@ class Walk:
 
     def tok_s_runs(self, stack: str) -> list[float]:
         """The tok/s of each repetition of the stack's last benchmark, from its outputs."""
-        runs: list[float] = self.workspace.outputs(stack)["benchmark"]["tok_s_runs"]
-        return runs
+        return list(DeploymentOutputs.model_validate(self.workspace.outputs(stack)).benchmark.tok_s_runs)
 
 
 def change_interval(runs: list[float], reference: list[float]) -> tuple[float, float]:
@@ -213,7 +213,7 @@ def test_the_stacks_table_gives_each_deployed_stacks_tok_s_as_measured(walk: Wal
     for stack, row in rows.items():
         said = re.search(r"about ([\d.]+) tok/s", row.split("|")[3])
         assert said, row
-        low, high = walk.workspace.outputs(stack)["benchmark"]["tok_s_ci95"]
+        low, high = DeploymentOutputs.model_validate(walk.workspace.outputs(stack)).benchmark.tok_s_ci95
         within(float(said.group(1)), (low, high), said.group(1))
     eagle = rows["eagle3-bs128"]
     against_baseline = re.search(r"`baseline` says about -([\d.]+) %, significant", eagle)

@@ -149,7 +149,7 @@ class TrialRunner:
         else:
             outputs = automation.outputs_of(done.outputs, DeploymentOutputs)
         # The campaign's state keeps each level as the JSON of its result.
-        return [level.model_dump(mode="json") for level in outputs.benchmark_levels] if outputs else []
+        return [level.model_dump(mode="json") for level in outputs.levels] if outputs else []
 
     @staticmethod
     def _benchmark_urn(stack: auto.Stack) -> str:

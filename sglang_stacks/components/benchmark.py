@@ -16,6 +16,7 @@ import pulumi
 
 from sglang_stacks.components._benchmark_failure import measured_document
 from sglang_stacks.components._refresh import HOST_READS
+from sglang_stacks.config.benchmark_spec import BenchmarkSpec
 from sglang_stacks.config.disaggregation import Role
 from sglang_stacks.hostops import claim
 from sglang_stacks.resources.benchmark_shape import BenchmarkInputs, BenchmarkOutputs
@@ -144,3 +145,21 @@ def replica_outputs(
             host=index, url=found[0], launch_command=found[1], tok_s=found[2], role=role
         )
     )
+
+
+def measured_outputs(
+    benchmark: TypedResource[Any, BenchmarkOutputs], workload: BenchmarkSpec
+) -> dict[str, pulumi.Output[Any]]:
+    """What a stack on one host or on a cluster says of its benchmark: ``tok_s``, ``goodput`` and
+    ``benchmark`` at the first level, and ``benchmark_levels`` when the workload has more than one
+    (a second copy of the only level would double the summary `pulumi up` ends with)."""
+    levels = benchmark.output(lambda o: o.levels)
+    first = levels.apply(lambda found: found[0])
+    said: dict[str, pulumi.Output[Any]] = {
+        "tok_s": first.apply(lambda result: result.tok_s_mean),
+        "benchmark": first,
+        "goodput": first.apply(lambda result: result.goodput),
+    }
+    if len(workload.levels) > 1:
+        said["benchmark_levels"] = levels
+    return said

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 
 from sglang_stacks.components._host_parts import DEFAULT_PORT, HostPlan, build_host_parts, measured_server
-from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs
+from sglang_stacks.components.benchmark import Benchmark, BenchmarkArgs, measured_outputs
 from sglang_stacks.config import preflight
 from sglang_stacks.config.flags import ServerFlags
 from sglang_stacks.config.memory import plan_memory
@@ -108,13 +108,8 @@ class SGLangDeployment(pulumi.ComponentResource):
             ),
             pulumi.ResourceOptions(parent=self),
         )
-        levels = benchmark.output(lambda o: o.levels)
-        first = levels.apply(lambda found: found[0])
         self.outputs = DeploymentExports(
-            tok_s=first.apply(lambda result: result.tok_s_mean),
-            benchmark=first,
-            benchmark_levels=levels,
-            goodput=first.apply(lambda result: result.goodput),
+            **measured_outputs(benchmark, spec.benchmark),
             launch_command=server.output(lambda o: o.launch_command),
             launch_flags=parts.launch_flags,
             sglang_version=environment.output(lambda o: o.sglang_version),

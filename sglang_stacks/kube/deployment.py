@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from sglang_stacks.components.benchmark import measured_outputs
 from sglang_stacks.components.deployment import DEFAULT_PORT, DeploymentExports
 from sglang_stacks.config import preflight
 from sglang_stacks.config.findings import Finding
@@ -153,13 +154,8 @@ class KubeDeployment(pulumi.ComponentResource):
             child=child,
             after=[server],
         )
-        levels = benchmark.output(lambda o: o.levels)
-        first = levels.apply(lambda measured: measured[0])
         self.outputs = DeploymentExports(
-            tok_s=first.apply(lambda result: result.tok_s_mean),
-            benchmark=first,
-            benchmark_levels=levels,
-            goodput=first.apply(lambda result: result.goodput),
+            **measured_outputs(benchmark, spec.benchmark),
             launch_command=launch.command,
             launch_flags=flags,
             sglang_version=release,

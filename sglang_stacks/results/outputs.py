@@ -14,29 +14,27 @@ import shlex
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
 from sglang_stacks.config.findings import Finding
 from sglang_stacks.config.flags import LaunchFlags
 from sglang_stacks.config.memory import MemoryPlan
 from sglang_stacks.hostops.facts import FoundFacts
+from sglang_stacks.results.output_form import benchmark_read, benchmark_written, memory_written
 from sglang_stacks.results.stats import BenchmarkResult, Goodput
 from sglang_stacks.results.verdict import CanaryVerdict
 
 __all__ = ["DeploymentOutputs", "FleetOutputs", "ReplicaOutputs"]
 
-MemoryPlanOutput = Annotated[MemoryPlan, PlainSerializer(lambda plan: plan.as_output())]
-"""The memory plan as the stack output shows it: its figures, derived ones included, on a line each."""
+MemoryPlanOutput = Annotated[MemoryPlan, PlainSerializer(memory_written)]
+"""The memory plan as the stack output shows it: its headline figures, a line each (the whole plan is
+``sglang-stacks render``'s)."""
 
-Levels = Annotated[
-    list[BenchmarkResult],
-    PlainSerializer(lambda levels: [level.model_dump(mode="json", exclude_none=True) for level in levels]),
-]
-Result = Annotated[
-    BenchmarkResult, PlainSerializer(lambda result: result.model_dump(mode="json", exclude_none=True))
-]
-"""Benchmark results as the stack output shows them: what was not measured (no SLO, no price, no
-speculative decoding) left out rather than printed as null."""
+Result = Annotated[BenchmarkResult, BeforeValidator(benchmark_read), PlainSerializer(benchmark_written)]
+"""A benchmark result as the stack output shows it: what was not measured (no SLO, no price, no
+speculative decoding) left out rather than printed as null, each latency's percentiles and the runs
+on one line (`sglang_stacks.results.output_form`)."""
+Levels = list[Result]
 
 
 class _Outputs(BaseModel):
@@ -72,7 +70,7 @@ class DeploymentOutputs(_Outputs):
     benchmark: Result
     """Every metric of the first load level."""
     benchmark_levels: Levels = Field(default_factory=list)
-    """The metrics at each load level."""
+    """The metrics at each load level, when there is more than one (the one is ``benchmark``)."""
     goodput: Goodput | None = None
     """Throughput within the benchmark's SLO at the first level; none without an SLO."""
     launch_command: str
@@ -97,6 +95,11 @@ class DeploymentOutputs(_Outputs):
         if not isinstance(outputs, Mapping):
             return outputs
         return {**outputs, "launch_flags": _upgraded_flags(outputs)}
+
+    @property
+    def levels(self) -> list[BenchmarkResult]:
+        """The metrics at each load level, the one of a single-level benchmark included."""
+        return list(self.benchmark_levels) or [self.benchmark]
 
 
 class ReplicaOutputs(_Outputs):
@@ -142,3 +145,8 @@ class FleetOutputs(_Outputs):
     role flags); none for an aggregated fleet, and in states written before roles existed."""
     sglang_version: str | None = None
     """The SGLang release the replicas run; none in states written before it was recorded."""
+
+    @property
+    def levels(self) -> list[BenchmarkResult]:
+        """The benchmark through the router at each load level (as `DeploymentOutputs.levels`)."""
+        return list(self.benchmark_levels)
