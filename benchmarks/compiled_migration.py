@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from control_plane import DYNAMIC_PROGRAM, build_compiled_floor, use_plugins
+from pulumi_floors import DYNAMIC_PROGRAM, build_compiled_floor, use_plugins
 
 from tests._pulumi import Workspace
 

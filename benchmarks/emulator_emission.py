@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -31,6 +30,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cpu_time import own_cpu_s, process_cpu_s
 
 from sglang_emulator.launch import parse_launch_flags, resolve_launch
 from sglang_emulator.launcher import RunningEmulator, start_emulator
@@ -90,11 +91,6 @@ def _profile_at_target(folder: Path) -> tuple[Path, float]:
     return path, shift_ms
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _stream(client: httpx.Client, max_new_tokens: int, prompt: str) -> StreamResult:
     body = {
         "text": prompt,
@@ -120,7 +116,7 @@ def _run_concurrent(
     limits = httpx.Limits(max_connections=streams + 4, max_keepalive_connections=streams + 4)
     with httpx.Client(base_url=server.base_url, limits=limits) as client:
         _stream(client, 8, "warm up")
-        cpu_before = _cpu_s(server.process.pid)
+        cpu_before = process_cpu_s(server.process.pid)
 
         def worker(index: int) -> None:
             result = _stream(client, max_new_tokens, f"request {index} asks a question")
@@ -132,7 +128,7 @@ def _run_concurrent(
             thread.start()
         for thread in threads:
             thread.join()
-        cpu_used = _cpu_s(server.process.pid) - cpu_before
+        cpu_used = process_cpu_s(server.process.pid) - cpu_before
     return results, cpu_used
 
 
@@ -175,9 +171,9 @@ def _run_single(server: RunningEmulator, tokens: int, repeats: int) -> tuple[lis
     """One warm-up request, then `repeats` requests one after another; with the emulator's CPU."""
     with httpx.Client(base_url=server.base_url) as client:
         _stream(client, 8, "warm up")
-        cpu_before = _cpu_s(server.process.pid)
+        cpu_before = process_cpu_s(server.process.pid)
         singles = [_stream(client, tokens, f"single {i}") for i in range(repeats)]
-        return singles, _cpu_s(server.process.pid) - cpu_before
+        return singles, process_cpu_s(server.process.pid) - cpu_before
 
 
 def main() -> int:
@@ -213,10 +209,7 @@ def main() -> int:
             report["EAGLE 1 stream"] = _report(
                 "EAGLE, 1 stream", singles, cpu, eagle_model.single_stream_tok_s(), 1
             )
-    client_cpu = resource.getrusage(resource.RUSAGE_SELF)
-    print(
-        f"\nbenchmark client CPU: {client_cpu.ru_utime + client_cpu.ru_stime:.2f} s; cores: {os.cpu_count()}"
-    )
+    print(f"\nbenchmark client CPU: {own_cpu_s():.2f} s; cores: {os.cpu_count()}")
     print(json.dumps(report, indent=1))
     return 0
 

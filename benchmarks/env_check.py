@@ -25,7 +25,7 @@ import time
 import venv
 from pathlib import Path
 
-from control_plane import cpu_s
+from cpu_time import children_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = (ROOT / "sglang_stacks" / "hostops" / "programs" / "sglang_installed.py").read_text()
@@ -77,9 +77,9 @@ def run(python: Path, code: str) -> subprocess.CompletedProcess[str]:
 
 def timed(python: Path, code: str) -> tuple[float, float, subprocess.CompletedProcess[str]]:
     """(wall seconds, CPU seconds of the child, its result)."""
-    cpu, started = cpu_s(), time.perf_counter()
+    cpu, started = children_cpu_s(), time.perf_counter()
     done = run(python, code)
-    return time.perf_counter() - started, cpu_s() - cpu, done
+    return time.perf_counter() - started, children_cpu_s() - cpu, done
 
 
 def summary(values: list[float]) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cpu_time import own_cpu_s, process_cpu_s
+
 from sglang_emulator.launcher import RunningEmulator, free_port, start_emulator
 from sglang_loadgen import client, contract
 
@@ -40,13 +41,6 @@ FLAGS = [
     "--model-path", "/shared/kimi-k2.5-int4", "--tp", "8", "--trust-remote-code",
     "--cuda-graph-max-bs", "128", "--disable-custom-all-reduce",
 ]  # fmt: skip
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_s(pid: int) -> float:
-    """User plus system CPU seconds of process ``pid`` (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime: fields 14 and 15
 
 
 def cpu_pressure_s() -> float | None:
@@ -57,11 +51,6 @@ def cpu_pressure_s() -> float | None:
     except OSError:
         return None
     return int(some.rsplit("total=", 1)[1]) / 1e6
-
-
-def own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass

@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import socket
 import subprocess
 import sys
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cpu_time import own_cpu_s, process_cpu_s
 
 from sglang_emulator.launcher import free_port
 from sglang_loadgen import client, contract
@@ -125,16 +126,6 @@ async def _serve(port: int, step_s: float) -> None:
             streams[:] = [stream for stream in streams if not stream.token()]
 
 
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _child_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(
     url: str, route: Endpoint, streams: int, output_len: int, requests: int, source: int
 ) -> dict[str, float]:
@@ -144,10 +135,10 @@ def measure(
         url=url, endpoint=route, input_len=8, output_len=output_len, concurrency=(streams,),
         warmup_requests=streams, repetitions=1, requests_per_repetition=requests,
     )  # fmt: skip
-    cpu_before, source_before, wall_before = _cpu_s(), _child_cpu_s(source), time.perf_counter()
+    cpu_before, source_before, wall_before = own_cpu_s(), process_cpu_s(source), time.perf_counter()
     document = client.run(workload)
-    cpu_s, wall_s = _cpu_s() - cpu_before, time.perf_counter() - wall_before
-    source_s = _child_cpu_s(source) - source_before
+    cpu_s, wall_s = own_cpu_s() - cpu_before, time.perf_counter() - wall_before
+    source_s = process_cpu_s(source) - source_before
     (level,) = document.levels
     tokens = level.completion_tokens * (1 + streams / requests)  # the warmup's tokens cost CPU too
     return {

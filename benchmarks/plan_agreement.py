@@ -29,7 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from emulated_trials import LaunchStopped, PrefillOutOfMemory, _ClosedLoop, _Engine, launch, prefill_guard
+from emulated_trials import LaunchStopped, launch
+from virtual_benchmark import ClosedLoop, NotifyingEngine, PrefillOutOfMemory, prefill_guard
 
 from sglang_emulator.engine import Request
 from sglang_emulator.memory import MemoryPlan
@@ -78,7 +79,7 @@ def _outcome(spec: StackSpec) -> Outcome:
         return Outcome("start" if stop.at_start else "launch", stop.message)
     config, profile, plan = launched.config, launched.profile, launched.plan
     limits, rules = launched.pool_limits(), launched.scheduling_rules()
-    engine = _Engine(config, profile, limits, rules, prefill_guard(plan))
+    engine = NotifyingEngine(config, profile, limits, rules, prefill_guard(plan))
     bench = spec.benchmark
     try:
         probe = list(range(1, _probe_tokens(plan, limits) + 1))
@@ -88,9 +89,7 @@ def _outcome(spec: StackSpec) -> Outcome:
         if refusal is not None:
             return Outcome("workload", refusal)
         streams = bench.concurrency[0]
-        _ClosedLoop(
-            engine, bench.input_len, bench.output_len, bench.requests_per_repetition, streams, 1
-        ).run()
+        ClosedLoop(engine, bench.input_len, bench.output_len, bench.requests_per_repetition, streams, 1).run()
     except PrefillOutOfMemory as crash:
         return Outcome("prefill", str(crash))
     return Outcome("served")

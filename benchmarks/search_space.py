@@ -6,8 +6,8 @@ and the memory planner) and worked out once by the emulator's own code in virtua
 (``emulated_trials.emulate``). Working a space out takes minutes of CPU, so each candidate's outcome
 is kept in a cache file per space, by candidate stack (whose name digests the stack's sections), in
 a file named by a digest of the code an outcome depends on (the emulator, the world model, the flag
-tables, the project's config code and ``emulated_trials``); a candidate missing from it is worked
-out and added.
+tables, the project's config code, ``emulated_trials`` and ``virtual_benchmark``); a candidate
+missing from it is worked out and added.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ class Space:
 def _source_digest() -> str:
     """A digest of the code the worked-out outcomes depend on (files' names and content)."""
     digest = hashlib.sha256(sys.version.encode())
-    files = [Path(__file__).with_name("emulated_trials.py")]
+    files = [Path(__file__).with_name(name) for name in ("emulated_trials.py", "virtual_benchmark.py")]
     for folder in _SOURCES:
         files += sorted(p for p in (ROOT / folder).rglob("*") if p.suffix in (".py", ".json") and p.is_file())
     for path in files:
