@@ -133,7 +133,7 @@ def run_mtpe(space: Space, seed: int, host: Host, stop: StopRule) -> None:
 # --- ours: the campaign's own Sweep, its Pulumi deploys replaced by emulated trials ---
 
 
-def _levels(space: Space, runs: Sequence[float]) -> list[dict[str, Any]]:
+def _levels(space: Space, runs: Sequence[float]) -> list[BenchmarkResult]:
     """A trial's benchmark levels, as the load generator's summary makes them, from its runs."""
     workload = space.campaign.workload
     assert workload is not None
@@ -149,7 +149,7 @@ def _levels(space: Space, runs: Sequence[float]) -> list[dict[str, Any]]:
         requests=len(runs) * workload.requests_per_repetition,
         errors=0,
     )
-    return [result.model_dump(mode="json")]
+    return [result]
 
 
 def ours_campaign(space: Space, seed: int) -> CampaignSpec:
@@ -183,7 +183,7 @@ class EmulatedTrials:
         overrides: dict[str, Any] | None = None,
         *,
         benchmark_again: bool = False,
-    ) -> list[dict[str, Any]]:
+    ) -> list[BenchmarkResult]:
         if not benchmark_again:
             self.running = self.host.launch(self.space.by_stack[row.stack])
         assert self.running is not None
@@ -219,7 +219,7 @@ def run_ours(space: Space, seed: int, host: Host, stop: StopRule, *, opening: bo
         search.study.sampler = search.study.sampler.model
     trials = EmulatedTrials(space, host)
     with tempfile.TemporaryDirectory(prefix="search-efficiency-") as folder:
-        sweep = Sweep(plan, ROOT, Path(folder), Path(folder) / "history.sqlite", search, trials)  # type: ignore[arg-type]
+        sweep = Sweep(plan, ROOT, Path(folder), Path(folder) / "history.sqlite", search, trials)  # type: ignore[arg-type]  # a stand-in TrialRunner
         sweep.prepare()
         pool_host = campaign.pool[0]
         while not stop.done(host):

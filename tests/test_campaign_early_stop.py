@@ -8,7 +8,6 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,20 +22,22 @@ from sglang_stacks.results.stats import BenchmarkResult, Noise, ci95
 from tests._pulumi import emulator_stack
 
 
-def _level(runs: list[float], concurrency: int = 1) -> dict[str, Any]:
-    return {
-        "concurrency": concurrency,
-        "input_len": 32,
-        "output_len": 48,
-        "repetitions": len(runs),
-        "tok_s_mean": sum(runs) / len(runs),
-        "tok_s_stdev": 0.0,
-        "tok_s_ci95": [0.0, 0.0],
-        "tok_s_runs": runs,
-        "requests": len(runs),
-        "errors": 0,
-        "ttft_ms": {"p50": 40.0, "p90": 41.0, "p99": 42.0},
-    }
+def _level(runs: list[float], concurrency: int = 1) -> BenchmarkResult:
+    return BenchmarkResult.model_validate(
+        {
+            "concurrency": concurrency,
+            "input_len": 32,
+            "output_len": 48,
+            "repetitions": len(runs),
+            "tok_s_mean": sum(runs) / len(runs),
+            "tok_s_stdev": 0.0,
+            "tok_s_ci95": [0.0, 0.0],
+            "tok_s_runs": runs,
+            "requests": len(runs),
+            "errors": 0,
+            "ttft_ms": {"p50": 40.0, "p90": 41.0, "p99": 42.0},
+        }
+    )
 
 
 BEST = ("fast", [88.0, 88.4, 87.9, 88.2])
@@ -102,10 +103,10 @@ def test_without_a_full_trial_yet_every_candidate_goes_on(tmp_path: Path) -> Non
 def test_the_two_parts_of_a_trial_join_into_one_result_over_all_runs() -> None:
     [joined] = merge_levels([_level([88.0, 88.4])], [_level([87.9, 88.2])])
 
-    assert joined["tok_s_runs"] == [88.0, 88.4, 87.9, 88.2]
-    assert joined["repetitions"] == 4 and joined["requests"] == 4
-    assert abs(joined["tok_s_mean"] - 88.125) < 1e-9
-    assert tuple(joined["tok_s_ci95"]) == ci95([88.0, 88.4, 87.9, 88.2])
+    assert joined.tok_s_runs == (88.0, 88.4, 87.9, 88.2)
+    assert joined.repetitions == 4 and joined.requests == 4
+    assert abs(joined.tok_s_mean - 88.125) < 1e-9
+    assert tuple(joined.tok_s_ci95) == ci95([88.0, 88.4, 87.9, 88.2])
 
 
 class _NothingDeployed:
@@ -143,7 +144,7 @@ def test_an_interrupted_trial_keeps_its_recorded_result_unless_it_may_be_a_first
     stack = picked.attributes.stack
     write_attributes(search.study, picked.trial._trial_id, started_at=time.time() - 60)
     # The interruption came after a benchmark wrote its row: with early stop, maybe a first part's.
-    history.record(db, stack, "digest", "0.5.8", "cmd", BenchmarkResult.model_validate(_level([88.0, 88.4])))
+    history.record(db, stack, "digest", "0.5.8", "cmd", _level([88.0, 88.4]))
 
     if how == "killed":
         write_attributes(search.study, picked.trial._trial_id, driver=_gone())
@@ -154,7 +155,7 @@ def test_an_interrupted_trial_keeps_its_recorded_result_unless_it_may_be_a_first
     of_stack = [r for r in records(search.study) if r.stack == stack]
     if kept:
         assert [r.status for r in of_stack if r.state == "COMPLETE"] == ["done"]
-        assert [r.levels[0]["tok_s_runs"] for r in of_stack if r.state == "COMPLETE"] == [[88.0, 88.4]]
+        assert [r.levels[0].tok_s_runs for r in of_stack if r.state == "COMPLETE"] == [(88.0, 88.4)]
     else:
         assert [r.state for r in of_stack] == ["FAIL", "WAITING"]  # queued to run again, from the start
         assert of_stack[1].replaces == of_stack[0].number and of_stack[0].status == "interrupted"

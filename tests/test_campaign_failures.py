@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pulumi import automation as auto
@@ -22,6 +21,7 @@ from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.campaign.trial import TrialFailure, TrialRunner
 from sglang_stacks.errors import HostError, SpecError
+from sglang_stacks.results.stats import BenchmarkResult
 from tests.test_campaign_sweep import _plan
 
 LOCKED = (
@@ -69,7 +69,7 @@ class _Failing:
 
     def deploy(
         self, row: PlanRow, host: object, overrides: object = None, **_: object
-    ) -> list[dict[str, Any]]:
+    ) -> list[BenchmarkResult]:
         self.updates.pop(0)(self.real, row.stack)
         return []
 

@@ -21,21 +21,24 @@ from sglang_stacks.campaign.frontier import (
     serving_curves,
     titles,
 )
+from sglang_stacks.results.stats import BenchmarkResult
 
 
-def level(concurrency: int, tok_s: float) -> dict[str, Any]:
-    return {
-        "concurrency": concurrency,
-        "input_len": 32,
-        "output_len": 64,
-        "repetitions": 2,
-        "tok_s_mean": tok_s,
-        "tok_s_stdev": 1.0,
-        "tok_s_ci95": (tok_s - 9, tok_s + 9),
-        "tok_s_runs": (tok_s - 0.5, tok_s + 0.5),
-        "requests": 2 * concurrency,
-        "errors": 0,
-    }
+def level(concurrency: int, tok_s: float) -> BenchmarkResult:
+    return BenchmarkResult.model_validate(
+        {
+            "concurrency": concurrency,
+            "input_len": 32,
+            "output_len": 64,
+            "repetitions": 2,
+            "tok_s_mean": tok_s,
+            "tok_s_stdev": 1.0,
+            "tok_s_ci95": (tok_s - 9, tok_s + 9),
+            "tok_s_runs": (tok_s - 0.5, tok_s + 0.5),
+            "requests": 2 * concurrency,
+            "errors": 0,
+        }
+    )
 
 
 def record(number: int, stack: str, status: str, **fields: Any) -> TrialRecord:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
@@ -21,6 +20,7 @@ from sglang_stacks.campaign.samplers import admitted_share
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.space import SearchSpace
 from sglang_stacks.config.stackfile import read_stack_file
+from sglang_stacks.results.stats import BenchmarkResult
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ROOT / "stacks"
@@ -39,20 +39,22 @@ def _seeds_tpe() -> Plan:
 
 def _level(
     tok_s: float, concurrency: int = 1, input_len: int = 1024, repetitions: int = 5, output_len: int = 512
-) -> dict[str, Any]:
+) -> BenchmarkResult:
     runs = [tok_s] * repetitions
-    return {
-        "concurrency": concurrency,
-        "input_len": input_len,
-        "output_len": output_len,
-        "repetitions": repetitions,
-        "tok_s_mean": tok_s,
-        "tok_s_stdev": 0.0,
-        "tok_s_ci95": [tok_s, tok_s],
-        "tok_s_runs": runs,
-        "requests": 2 * repetitions,
-        "errors": 0,
-    }
+    return BenchmarkResult.model_validate(
+        {
+            "concurrency": concurrency,
+            "input_len": input_len,
+            "output_len": output_len,
+            "repetitions": repetitions,
+            "tok_s_mean": tok_s,
+            "tok_s_stdev": 0.0,
+            "tok_s_ci95": [tok_s, tok_s],
+            "tok_s_runs": runs,
+            "requests": 2 * repetitions,
+            "errors": 0,
+        }
+    )
 
 
 def _seeds_tok_s(labels: dict[str, str], tweak: dict[str, float]) -> float:

@@ -21,6 +21,7 @@ from sglang_stacks.campaign.plan import Plan, make_plan
 from sglang_stacks.campaign.rank import rank
 from sglang_stacks.config.spec import EMULATOR_HOST_FACTS
 from sglang_stacks.errors import SpecError
+from sglang_stacks.results.stats import BenchmarkResult
 from tests._pulumi import Workspace, emulator_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -305,18 +306,20 @@ def test_the_shipped_schema_is_the_models() -> None:
 
 
 def _trial(stack: str, runs: list[float]) -> TrialRecord:
-    level = {
-        "concurrency": 1,
-        "input_len": 32,
-        "output_len": 48,
-        "repetitions": len(runs),
-        "tok_s_mean": 0.0,
-        "tok_s_stdev": 0.0,
-        "tok_s_ci95": [0.0, 0.0],
-        "tok_s_runs": runs,
-        "requests": len(runs),
-        "errors": 0,
-    }
+    level = BenchmarkResult.model_validate(
+        {
+            "concurrency": 1,
+            "input_len": 32,
+            "output_len": 48,
+            "repetitions": len(runs),
+            "tok_s_mean": 0.0,
+            "tok_s_stdev": 0.0,
+            "tok_s_ci95": [0.0, 0.0],
+            "tok_s_runs": runs,
+            "requests": len(runs),
+            "errors": 0,
+        }
+    )
     return TrialRecord(
         stack=stack,
         labels={"x": stack},

@@ -21,6 +21,7 @@ from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.space import SearchSpace
 from sglang_stacks.campaign.study import open_study
 from sglang_stacks.config.stackfile import read_stack_file
+from sglang_stacks.results.stats import BenchmarkResult
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ROOT / "stacks"
@@ -33,21 +34,23 @@ def _campaign(tmp_path: Path, text: str) -> CampaignSpec:
     return load_campaign(path)
 
 
-def _level(concurrency: int, runs: list[float], ttft_p99: float = 100.0) -> dict[str, Any]:
+def _level(concurrency: int, runs: list[float], ttft_p99: float = 100.0) -> BenchmarkResult:
     mean = sum(runs) / len(runs)
-    return {
-        "concurrency": concurrency,
-        "input_len": 32,
-        "output_len": 48,
-        "repetitions": len(runs),
-        "tok_s_mean": mean,
-        "tok_s_stdev": 0.0,
-        "tok_s_ci95": [mean, mean],
-        "tok_s_runs": runs,
-        "requests": len(runs),
-        "errors": 0,
-        "ttft_ms": {"p50": ttft_p99 / 2, "p90": ttft_p99 * 0.9, "p99": ttft_p99},
-    }
+    return BenchmarkResult.model_validate(
+        {
+            "concurrency": concurrency,
+            "input_len": 32,
+            "output_len": 48,
+            "repetitions": len(runs),
+            "tok_s_mean": mean,
+            "tok_s_stdev": 0.0,
+            "tok_s_ci95": [mean, mean],
+            "tok_s_runs": runs,
+            "requests": len(runs),
+            "errors": 0,
+            "ttft_ms": {"p50": ttft_p99 / 2, "p90": ttft_p99 * 0.9, "p99": ttft_p99},
+        }
+    )
 
 
 def _base() -> dict[str, Any]:

@@ -28,6 +28,7 @@ from sglang_stacks.campaign.study import database_of
 from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.campaign.trial import TrialFailure
 from sglang_stacks.errors import Cause
+from sglang_stacks.results.stats import BenchmarkResult
 from tests._pulumi import emulator_stack
 
 SIZES = [16, 32, 64, 128, 256, 512]
@@ -45,19 +46,21 @@ def _plan(tmp_path: Path, extra: str = "") -> Plan:
     return make_plan("c", load_campaign(campaign), tmp_path)
 
 
-def _level(tok_s: float = 88.0) -> dict[str, Any]:
-    return {
-        "concurrency": 1,
-        "input_len": 32,
-        "output_len": 48,
-        "repetitions": 2,
-        "tok_s_mean": tok_s,
-        "tok_s_stdev": 0.1,
-        "tok_s_ci95": [tok_s - 0.9, tok_s + 0.9],
-        "tok_s_runs": [tok_s - 0.1, tok_s + 0.1],
-        "requests": 2,
-        "errors": 0,
-    }
+def _level(tok_s: float = 88.0) -> BenchmarkResult:
+    return BenchmarkResult.model_validate(
+        {
+            "concurrency": 1,
+            "input_len": 32,
+            "output_len": 48,
+            "repetitions": 2,
+            "tok_s_mean": tok_s,
+            "tok_s_stdev": 0.1,
+            "tok_s_ci95": [tok_s - 0.9, tok_s + 0.9],
+            "tok_s_runs": [tok_s - 0.1, tok_s + 0.1],
+            "requests": 2,
+            "errors": 0,
+        }
+    )
 
 
 class _Refused(Exception):
@@ -87,7 +90,7 @@ class _Runner:
 
     def deploy(
         self, row: PlanRow, host: PoolHost, overrides: object = None, **_: object
-    ) -> list[dict[str, Any]]:
+    ) -> list[BenchmarkResult]:
         where = host.machines[0].state_dir
         with self.claims.lock:
             if self.claims.outside.get(where, 0) > 0:
@@ -221,7 +224,7 @@ def test_the_trial_of_a_driver_on_another_machine_is_taken_over_once_its_heartbe
     assert [r.status for r in of_stack[1:]] == ["done"] and of_stack[1].replaces == of_stack[0].number
     # A result the gone driver had saved is kept, not measured again; else the candidate runs here.
     assert (stack in claims.ran) is not saved
-    assert (of_stack[1].levels[0]["tok_s_mean"] == 91.0) is saved
+    assert (of_stack[1].levels[0].tok_s_mean == 91.0) is saved
     assert any(line.startswith(f"{stack}: its driver (pid 4242 on not-") for line in sweep.events)
     assert sorted(r.stack for r in records(shared) if r.status == "done") == sorted(
         r.stack for r in plan.kept()

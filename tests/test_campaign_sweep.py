@@ -24,6 +24,7 @@ from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.sweep import Sweep
 from sglang_stacks.campaign.trial import TrialFailure
 from sglang_stacks.errors import Cause, SpecError
+from sglang_stacks.results.stats import BenchmarkResult
 from tests._pulumi import emulator_stack
 
 SIZES = list(range(8, 488, 8))  # 60 candidates
@@ -41,20 +42,22 @@ def _plan(tmp_path: Path, extra: str = "") -> Plan:
     return make_plan("c", load_campaign(campaign), tmp_path)
 
 
-def _level() -> dict[str, Any]:
-    return {
-        "concurrency": 1,
-        "input_len": 32,
-        "output_len": 48,
-        "repetitions": 2,
-        "tok_s_mean": 88.0,
-        "tok_s_stdev": 0.1,
-        "tok_s_ci95": [87.1, 88.9],
-        "tok_s_runs": [87.9, 88.1],
-        "requests": 2,
-        "errors": 0,
-        "ttft_ms": {"p50": 40.0, "p90": 41.0, "p99": 42.0},
-    }
+def _level() -> BenchmarkResult:
+    return BenchmarkResult.model_validate(
+        {
+            "concurrency": 1,
+            "input_len": 32,
+            "output_len": 48,
+            "repetitions": 2,
+            "tok_s_mean": 88.0,
+            "tok_s_stdev": 0.1,
+            "tok_s_ci95": [87.1, 88.9],
+            "tok_s_runs": [87.9, 88.1],
+            "requests": 2,
+            "errors": 0,
+            "ttft_ms": {"p50": 40.0, "p90": 41.0, "p99": 42.0},
+        }
+    )
 
 
 class _Measured:
@@ -62,7 +65,7 @@ class _Measured:
 
     def deploy(
         self, row: PlanRow, host: object, overrides: object = None, **_: object
-    ) -> list[dict[str, Any]]:
+    ) -> list[BenchmarkResult]:
         return [_level()]
 
     def destroy(self, stack: str, *, clear_pending: bool = False) -> None:
@@ -120,7 +123,7 @@ class _CtrlCEndsTheUpdate(_Measured):
 
     def deploy(
         self, row: PlanRow, host: object, overrides: object = None, **_: object
-    ) -> list[dict[str, Any]]:
+    ) -> list[BenchmarkResult]:
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
         raise auto.CommandError(auto.CommandResult(stdout="", stderr="update canceled", code=255))
 

@@ -31,6 +31,7 @@ from sglang_stacks.campaign.attributes import TrialRecord, read_study_attributes
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.campaign.study import STUDY_FILE
 from sglang_stacks.results import history
+from sglang_stacks.results.stats import BenchmarkResult
 from tests._pulumi import Workspace, emulator_stack, free_port
 
 pytestmark = pytest.mark.integration
@@ -303,7 +304,8 @@ def test_a_campaign_of_the_previous_release_keeps_its_finished_trials(tmp_path: 
         "bs128-nccl-tree": "failed",
     }
     before = {t["labels"]["variant"]: t for t in old["trials"].values()}
-    assert found["bs512"].levels == before["bs512"]["levels"] and found["bs512"].tok_s == 80.026
+    imported = [BenchmarkResult.model_validate(level) for level in before["bs512"]["levels"]]
+    assert found["bs512"].levels == imported and found["bs512"].tok_s == 80.026
     assert found["bs128-nccl-tree"].cause == "nccl" and not found["bs128-nccl-tree"].feasible
     assert history.rows(project.history_path) == []  # nothing was benchmarked
     assert not (folder / "sweep.json").exists() and (folder / "sweep.imported.json").exists()

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, SerializationInfo, ValidationError
 
 from sglang_stacks.campaign.driver import Driver
 from sglang_stacks.campaign.model_search import Strategy
 from sglang_stacks.errors import SpecError
+from sglang_stacks.results.stats import BenchmarkResult
 
 __all__ = [
     "Driver",
@@ -46,6 +47,15 @@ __all__ = [
 TrialStatus = Literal[
     "queued", "running", "measured", "done", "failed", "infeasible", "duplicate", "interrupted", "requeued"
 ]
+
+
+def _whole(result: BenchmarkResult, info: SerializationInfo) -> dict[str, Any]:
+    return result.model_dump(mode=info.mode)
+
+
+Level = Annotated[BenchmarkResult, PlainSerializer(_whole)]
+"""A load level's result as the study keeps it: all its fields, those not measured as null, however
+the attributes are dumped (``exclude_defaults`` would drop them from each level too)."""
 
 
 class TrialAttributes(BaseModel):
@@ -81,8 +91,9 @@ class TrialAttributes(BaseModel):
     """The 95 % interval of that mean."""
     accept_length: float | None = None
     """Speculative decoding's tokens per verify step, at that level."""
-    levels: list[dict[str, Any]] = Field(default_factory=list)
-    """The benchmark's result per load level (``BenchmarkResult`` as JSON)."""
+    levels: list[Level] = Field(default_factory=list)
+    """The benchmark's result per load level, stored as its JSON: a level saved by an earlier
+    version reads as well, its fields added since then at their defaults."""
     cause: str | None = None
     """A failed trial's `sglang_stacks.errors.Cause`, or a discarded one's preflight rule (kept as
     text: a campaign's saved state is read by later versions)."""

@@ -13,8 +13,7 @@ busy with their first), every candidate gets all repetitions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import optuna
 from optuna.pruners import BasePruner
@@ -84,20 +83,16 @@ class IntervalPruner(BasePruner):
         return self.reason(study, trial) is not None
 
 
-def merge_levels(
-    first: Sequence[Mapping[str, Any]], rest: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
+def merge_levels(first: Sequence[BenchmarkResult], rest: Sequence[BenchmarkResult]) -> list[BenchmarkResult]:
     """The two updates' levels as one result per concurrency: their runs joined, the mean, spread
     and interval computed over all of them; latencies from the second update (the larger one)."""
-    earlier = {BenchmarkResult.model_validate(level).concurrency: level for level in first}
-    merged: list[dict[str, Any]] = []
-    for level in rest:
-        later = BenchmarkResult.model_validate(level)
-        before = earlier.get(later.concurrency)
-        if before is None:
-            merged.append(dict(level))
+    earlier = {level.concurrency: level for level in first}
+    merged: list[BenchmarkResult] = []
+    for later in rest:
+        prior = earlier.get(later.concurrency)
+        if prior is None:
+            merged.append(later)
             continue
-        prior = BenchmarkResult.model_validate(before)
         runs = (*prior.tok_s_runs, *later.tok_s_runs)
         joined = later.model_copy(
             update={
@@ -110,5 +105,5 @@ def merge_levels(
                 "errors": prior.errors + later.errors,
             }
         )
-        merged.append(joined.model_dump(mode="json"))
+        merged.append(joined)
     return merged

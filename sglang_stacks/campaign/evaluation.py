@@ -7,14 +7,13 @@ a trial that failed on its host), so the samplers learn to stay away from both.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sglang_stacks.campaign.model import CampaignSpec
 from sglang_stacks.campaign.model_goals import ConstraintSpec
 from sglang_stacks.campaign.objective import measure, unit
-from sglang_stacks.results.stats import mean
+from sglang_stacks.results.stats import BenchmarkResult, mean
 
 __all__ = [
     "LAUNCH",
@@ -85,7 +84,7 @@ def _relative_excess(spec: ConstraintSpec, measured: float) -> float:
     return max(0.0, (spec.min - measured) / (abs(spec.min) or 1.0))
 
 
-def evaluate(campaign: CampaignSpec, levels: Sequence[Mapping[str, Any]], gpus: int = 1) -> Evaluation:
+def evaluate(campaign: CampaignSpec, levels: Sequence[BenchmarkResult], gpus: int = 1) -> Evaluation:
     """The objectives and constraints of a trial that measured ``levels`` with a server on ``gpus``
     GPUs. Raises BenchmarkError when a level or metric the campaign reads is missing."""
     per_goal = [measure(goal.metric, goal.level, levels, gpus) for goal in campaign.goals]

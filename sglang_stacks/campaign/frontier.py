@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
-from typing import Any, Literal
+from typing import Literal
 
 from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.objective import READERS
@@ -59,15 +59,15 @@ def _level(result: BenchmarkResult) -> str:
 def serving_curve(
     stack: str,
     labels: Mapping[str, str],
-    levels: Sequence[Mapping[str, Any]],
+    levels: Sequence[BenchmarkResult],
     gpus: int,
     *,
     feasible: bool = True,
 ) -> ServingCurve:
-    """A trial's curve from its benchmark levels (``BenchmarkResult`` as JSON) and the GPUs its
-    server uses, with tok/s per GPU and per user as the campaign's objectives read them."""
+    """A trial's curve from its benchmark levels and the GPUs its server uses, with tok/s per GPU
+    and per user as the campaign's objectives read them."""
     results = sorted(
-        (BenchmarkResult.model_validate(level) for level in levels),
+        levels,
         key=lambda r: (r.request_rate is not None, r.request_rate or 0.0, r.concurrency),
     )
     points = tuple(

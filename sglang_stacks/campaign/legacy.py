@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from sglang_stacks.campaign.attributes import TrialAttributes, read_study_attributes, write_study_attributes
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.errors import BenchmarkError, SpecError
+from sglang_stacks.results.stats import BenchmarkResult
 
 __all__ = ["IMPORTED_FILE", "STATE_FILE", "import_sweep_file"]
 
@@ -39,7 +40,7 @@ class _Trial(BaseModel):
     host: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
-    levels: list[dict[str, Any]] = Field(default_factory=list)
+    levels: list[BenchmarkResult] = Field(default_factory=list)
     cause: str | None = None
     message: str | None = None
     stopped_early: str | None = None

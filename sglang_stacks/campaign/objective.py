@@ -8,8 +8,7 @@ Each ``Metric`` maps to one reader here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from sglang_stacks.campaign.model_goals import METRICS, LoadLevel, ObjectiveSpec
 from sglang_stacks.errors import BenchmarkError
@@ -21,10 +20,9 @@ Reader = Callable[[BenchmarkResult, int], tuple[float, ...]]
 """A metric's samples from one level's result and the GPUs the server uses."""
 
 
-def level_for(level: LoadLevel, levels: Sequence[Mapping[str, Any]]) -> BenchmarkResult:
+def level_for(level: LoadLevel, levels: Sequence[BenchmarkResult]) -> BenchmarkResult:
     """The benchmark level at ``level`` (its concurrency, or its request rate)."""
-    results = [BenchmarkResult.model_validate(found) for found in levels]
-    for result in results:
+    for result in levels:
         if level.request_rate is not None and result.request_rate == level.request_rate:
             return result
         if (
@@ -35,7 +33,7 @@ def level_for(level: LoadLevel, levels: Sequence[Mapping[str, Any]]) -> Benchmar
             return result
     measured = ", ".join(
         f"{r.request_rate:g} req/s" if r.request_rate is not None else f"concurrency {r.concurrency}"
-        for r in results
+        for r in levels
     )
     raise BenchmarkError(
         f"The trial measured {measured or 'no level'}, not {level.describe()}. Add that level to the "
@@ -92,16 +90,14 @@ READERS: dict[str, Reader] = {
 
 
 def measure(
-    metric: str, level: LoadLevel, levels: Sequence[Mapping[str, Any]], gpus: int = 1
+    metric: str, level: LoadLevel, levels: Sequence[BenchmarkResult], gpus: int = 1
 ) -> tuple[float, ...]:
     """The samples of ``metric`` at ``level`` of a trial's levels: one per repetition for
     throughputs, one value for goodput and latencies."""
     return READERS[metric](level_for(level, levels), gpus)
 
 
-def samples(
-    objective: ObjectiveSpec, levels: Sequence[Mapping[str, Any]], gpus: int = 1
-) -> tuple[float, ...]:
+def samples(objective: ObjectiveSpec, levels: Sequence[BenchmarkResult], gpus: int = 1) -> tuple[float, ...]:
     """The objective's samples of a trial."""
     return measure(objective.metric, objective.level, levels, gpus)
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sglang_stacks.campaign.attributes import TrialRecord
 from sglang_stacks.campaign.model_goals import ObjectiveSpec
 from sglang_stacks.campaign.objective import describe, level_for, samples
-from sglang_stacks.results.stats import Difference, Noise, ci95, compare_runs, mean, p_text
+from sglang_stacks.results.stats import BenchmarkResult, Difference, Noise, ci95, compare_runs, mean, p_text
 
 __all__ = ["RankedTrial", "Ranking", "rank"]
 
@@ -122,12 +121,12 @@ def _labels(trial: RankedTrial) -> str:
     return ", ".join(f"{k.split('.')[-1]}={v}" for k, v in trial.labels.items())
 
 
-def _ttft(objective: ObjectiveSpec, levels: list[dict[str, Any]]) -> float | None:
+def _ttft(objective: ObjectiveSpec, levels: Sequence[BenchmarkResult]) -> float | None:
     ttft = level_for(objective.level, levels).ttft_ms
     return ttft.p50 if ttft else None
 
 
-def _tpot(objective: ObjectiveSpec, levels: list[dict[str, Any]]) -> float | None:
+def _tpot(objective: ObjectiveSpec, levels: Sequence[BenchmarkResult]) -> float | None:
     tpot = level_for(objective.level, levels).tpot_ms
     return tpot.p50 if tpot else None
 

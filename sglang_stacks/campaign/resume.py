@@ -23,7 +23,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
@@ -46,6 +45,7 @@ from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.causes import cause_text
 from sglang_stacks.errors import BenchmarkError, PulumiError, StacksError
 from sglang_stacks.results import history
+from sglang_stacks.results.stats import BenchmarkResult
 
 __all__ = ["ORPHAN_S", "Resumption", "settling"]
 
@@ -220,7 +220,7 @@ class Resumption:
             outcome = {"status": "measured", "levels": levels, "finished_at": time.time()}
         return TrialAttributes.model_validate(ran(record, **outcome))
 
-    def recorded_levels(self, attributes: TrialAttributes) -> list[dict[str, Any]]:
+    def recorded_levels(self, attributes: TrialAttributes) -> list[BenchmarkResult]:
         """The levels a trial's benchmark wrote to the history after the trial started, if any.
         None with early stop: the rows may hold the first part of a trial only (it runs again)."""
         if self.plan.campaign.early_stop is not None or attributes.started_at is None:
@@ -229,4 +229,4 @@ class Resumption:
         found = [
             r for r in history.rows(self.db_path, [attributes.stack]) if r.recorded_at.timestamp() >= since
         ]
-        return [row.result.model_dump(mode="json") for row in found]
+        return [row.result for row in found]

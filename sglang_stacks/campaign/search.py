@@ -43,7 +43,7 @@ from sglang_stacks.campaign.plan import Plan, PlanRow, choose_strategy
 from sglang_stacks.campaign.samplers import make_pruner, make_sampler, report_repetitions
 from sglang_stacks.campaign.space import SearchSpace
 from sglang_stacks.campaign.study import asking, open_study
-from sglang_stacks.results.stats import ci95
+from sglang_stacks.results.stats import BenchmarkResult, ci95
 
 __all__ = ["Search"]
 
@@ -139,7 +139,7 @@ class Search:
     def tell_measured(
         self,
         trial: optuna.Trial,
-        levels: Sequence[Mapping[str, Any]],
+        levels: Sequence[BenchmarkResult],
         attributes: Mapping[str, Any],
         *,
         stopped_early: str | None = None,
@@ -190,14 +190,14 @@ class Search:
         )
 
     def _measured(
-        self, attributes: Mapping[str, Any], levels: Sequence[Mapping[str, Any]], stopped_early: str | None
+        self, attributes: Mapping[str, Any], levels: Sequence[BenchmarkResult], stopped_early: str | None
     ) -> tuple[_Outcome, Evaluation]:
         gpus = int(attributes.get("gpus", 1))
         evaluation = evaluate(self.campaign, levels, gpus)
         result = level_for(self.campaign.goals[0].level, levels)
         fields = dict(attributes) | {
             "status": "done",
-            "levels": [dict(level) for level in levels],
+            "levels": list(levels),
             "tok_s": result.tok_s_mean,
             "tok_s_ci95": ci95(result.tok_s_runs),
             "accept_length": result.accept_length,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from sglang_stacks.campaign.search import Search
 from sglang_stacks.campaign.study import Heartbeats
 from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.errors import BenchmarkError, Cause, SpecError, StacksError
+from sglang_stacks.results.stats import BenchmarkResult
 
 __all__ = ["Sweep"]
 
@@ -155,7 +156,7 @@ class Sweep:
             self.run_trial(picked, host)
 
     def _tell_measured(
-        self, picked: Picked, levels: list[dict[str, Any]], stopped: str | None, told: dict[str, Any]
+        self, picked: Picked, levels: Sequence[BenchmarkResult], stopped: str | None, told: dict[str, Any]
     ) -> None:
         stack, host = picked.attributes.stack, picked.attributes.host
         try:
@@ -244,7 +245,7 @@ class Sweep:
 
     def measure(
         self, row: PlanRow, host: PoolHost, trial: optuna.Trial
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> tuple[list[BenchmarkResult], str | None]:
         """Deploy and benchmark a trial: its levels, and why it stopped early (None: it did not).
         With early stop, its first repetitions are reported to the study and its pruner decides."""
         early = self.plan.campaign.early_stop

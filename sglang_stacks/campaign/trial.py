@@ -32,6 +32,7 @@ from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import stacks_dir
 from sglang_stacks.resources.state import resources_of
 from sglang_stacks.results.outputs import DeploymentOutputs, FleetOutputs
+from sglang_stacks.results.stats import BenchmarkResult
 
 __all__ = ["TrialFailure", "TrialRunner", "classify"]
 
@@ -117,7 +118,7 @@ class TrialRunner:
         overrides: dict[str, Any] | None = None,
         *,
         benchmark_again: bool = False,
-    ) -> list[dict[str, Any]]:
+    ) -> list[BenchmarkResult]:
         """Write the trial's stack file for ``host`` and ``pulumi up`` it; its benchmark levels.
         ``overrides`` set ``section.field`` keys of the file; ``benchmark_again`` replaces the
         benchmark even when its workload did not change (the second part of an early-stopping
@@ -148,8 +149,7 @@ class TrialRunner:
             outputs = automation.outputs_of(done.outputs, FleetOutputs)
         else:
             outputs = automation.outputs_of(done.outputs, DeploymentOutputs)
-        # The campaign's state keeps each level as the JSON of its result.
-        return [level.model_dump(mode="json") for level in outputs.levels] if outputs else []
+        return outputs.levels if outputs else []
 
     @staticmethod
     def _benchmark_urn(stack: auto.Stack) -> str:
