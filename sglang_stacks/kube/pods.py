@@ -150,6 +150,14 @@ def restart_failed(access: ClusterAccess, selector: str) -> list[str]:
     return failed
 
 
+def _failed_run_log(access: ClusterAccess, pod: Any, previous: bool, **which: Any) -> str:
+    """The log of a container's failed run: of the run the status named, else of the other one."""
+    name = pod.metadata.name
+    return pod_log(access, name, previous=previous, **which) or pod_log(
+        access, name, previous=not previous, **which
+    )
+
+
 def _container_failure(access: ClusterAccess, pod: Any, what: str) -> Exception | None:
     """The error of a pod whose container cannot start or exited, or None while it may still start."""
     for status in [*(pod.status.init_container_statuses or []), *(pod.status.container_statuses or [])]:
@@ -163,10 +171,12 @@ def _container_failure(access: ClusterAccess, pod: Any, what: str) -> Exception 
         terminated = status.state.terminated or (last if waiting is not None else None)
         if terminated is not None and terminated.exit_code != 0:
             previous = status.state.terminated is None
+            # The kubelet may restart the container between the status read and the log read: the
+            # run that failed is then the previous one (or, the other way, the current one).
             if status.name == DRAFT_CHECK:
-                said = pod_log(access, pod.metadata.name, previous=previous, container=DRAFT_CHECK)
+                said = _failed_run_log(access, pod, previous, container=DRAFT_CHECK)
                 return draft_failure(what, pod, terminated.exit_code, said)
-            log = pod_log(access, pod.metadata.name, previous=previous, lines=_TAIL_LINES)
+            log = _failed_run_log(access, pod, previous, lines=_TAIL_LINES)
             failure = classify_failure(log)
             summary = f"{what} exited before it became ready (exit {terminated.exit_code}, {failure.kind})."
             shown = log.rstrip() or "(the log is empty)"
