@@ -251,9 +251,7 @@ def run_preflight(spec: StackSpec, release: str) -> list[Finding]:
                 f"table with python -m sglang_flags.regenerate {release}.",
             )
         ]
-    findings = [finding for rule in _RULES for finding in rule(spec, release)]
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(findings, key=lambda f: order[f.severity])
+    return _by_severity(finding for rule in _RULES for finding in rule(spec, release))
 
 
 def stack_findings(spec: StackSpec) -> list[Finding]:
@@ -269,8 +267,13 @@ def stack_findings(spec: StackSpec) -> list[Finding]:
         for finding in run_preflight(host, host.environment.sglang_release):
             said = f"{roles[index]} workers: {finding.message}" if roles[index] else finding.message
             found.setdefault((finding.severity, finding.code, said), replace(finding, message=said))
+    return _by_severity(found.values())
+
+
+def _by_severity(findings: Iterable[Finding]) -> list[Finding]:
+    """``findings`` errors first, then warnings, then infos, each kind in the order found."""
     order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(found.values(), key=lambda f: order[f.severity])
+    return sorted(findings, key=lambda f: order[f.severity])
 
 
 def raise_on_errors(findings: Iterable[Finding]) -> None:
