@@ -135,9 +135,9 @@ def launch(spec: StackSpec) -> VirtualLaunch:
     except SystemExit:
         # SGLang's parser rejects the command line before anything is loaded.
         raise LaunchStopped("bad flag", profile.startup.process_start_s, at_start=False) from None
-    config = resolve_launch(release, args, profile, spec.environment.env)
+    config = resolve_launch(release, args, profile, spec.environment.env, argv)
     if config.settings is not None and config.settings.refusal is not None:
-        refusal = f"ValueError: {config.settings.refusal}"
+        refusal = f"{config.settings.refusal_class}: {config.settings.refusal}"
         raise LaunchStopped(refusal, profile.startup.process_start_s, at_start=False)
     plan = plan_memory(config, profile)
     config = served_config(config, plan)

@@ -37,6 +37,7 @@ from sglang_emulator.memory import MemoryPlan
 from sglang_emulator.pool_limits import PoolLimits
 from sglang_stacks.campaign.axes import bind_host, candidate_base, combine
 from sglang_stacks.campaign.model import load_campaign
+from sglang_stacks.config.execution import execute_all
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec, load_spec
 from sglang_stacks.config.stackfile import read_stack_file
@@ -126,9 +127,9 @@ def run(candidates: int, seed: int) -> list[Row]:
     base = candidate_base(campaign, read_stack_file(campaign.base, ROOT / "stacks").sections)
     rng = random.Random(seed)
     points = [axis.points() for axis in campaign.axes]
-    rows: list[Row] = []
+    drawn: list[tuple[dict[str, str], StackSpec]] = []
     seen: set[str] = set()
-    while len(rows) < candidates:
+    while len(drawn) < candidates:
         choice = {axis.title: rng.choice(each) for axis, each in zip(campaign.axes, points, strict=True)}
         candidate = combine(base, choice)
         workload = {key: rng.choice(values) for key, values in WORKLOADS.items()}
@@ -144,6 +145,11 @@ def run(candidates: int, seed: int) -> list[Row]:
             spec = load_spec(sections, f"agreement-{candidate.digest}")
         except SpecError:
             continue  # not a valid stack (the campaign's plan discards it before the memory plan)
+        drawn.append((labels, spec))
+    # Each release's own code resolves every launch drawn, one child interpreter per release.
+    execute_all((spec, spec.environment.sglang_release) for _, spec in drawn)
+    rows: list[Row] = []
+    for labels, spec in drawn:
         plan = plan_memory(spec)
         outcome = _outcome(spec)
         agree, why = _agree(plan.verdict, plan.failure_phase, plan.failure, outcome)

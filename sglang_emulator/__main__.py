@@ -129,12 +129,25 @@ def main(argv: list[str]) -> int:
     )
     print(note, file=sys.stderr, flush=True)
     args = parse_launch_flags(release, argv)
-    config = resolve_launch(release, args, profile)
+    config = resolve_launch(release, args, profile, argv=argv)
     problem = multinode_problem(config) or role_problem(config)
     if problem:
         return _fatal(problem)
     memory_release = world_release(release)
-    if memory_release != release:
+    if config.settings is not None and config.settings.executed:
+        print(
+            f"sglang-emulator: SGLang {release}'s own code resolved the launch (run from its wheel)",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif config.code_not_run:
+        print(
+            f"sglang-emulator: {config.code_not_run}; the emulator goes on with the project's rules for "
+            f"SGLang {memory_release}",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif memory_release != release:
         print(
             f"sglang-emulator: the memory model does not know SGLang {release}'s rules; it plays them with "
             f"{memory_release}'s",
@@ -143,7 +156,7 @@ def main(argv: list[str]) -> int:
         )
     if config.settings is not None and config.settings.refusal is not None:
         # SGLang's ServerArgs refuses the combination before anything starts.
-        print(f"ValueError: {config.settings.refusal}", file=sys.stderr, flush=True)
+        print(f"{config.settings.refusal_class}: {config.settings.refusal}", file=sys.stderr, flush=True)
         return 1
     log, tp0 = make_loggers(config.node_rank * config.gpus_per_node)
     state = state_dir()

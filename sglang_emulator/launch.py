@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_emulator.executed import executed_settings
 from sglang_emulator.profile import Profile
 from sglang_emulator.rendezvous import split_address
 from sglang_emulator.world import model_facts
@@ -106,6 +107,9 @@ class LaunchConfig:
     """The flags that decide memory, as ``sglang_world`` reads them."""
     settings: ServerSettings | None = None
     """What the release resolves from them (``sglang_world``): fraction, chunk, graphs, requests."""
+    code_not_run: str = ""
+    """Why the release's own code did not resolve the launch though the profile names its model's
+    configuration (the release has no model class for it, no wheel here); empty otherwise."""
 
     @property
     def gpus_per_node(self) -> int:
@@ -133,17 +137,23 @@ def world_release(release: str) -> str:
 
 
 def resolve_launch(
-    release: str, args: argparse.Namespace, profile: Profile, environment: Mapping[str, str] | None = None
+    release: str,
+    args: argparse.Namespace,
+    profile: Profile,
+    environment: Mapping[str, str] | None = None,
+    argv: list[str] | None = None,
 ) -> LaunchConfig:
     """Fill the values SGLang derives after parsing, as the release does on this profile's host: the
-    memory settings from ``sglang_world`` (the model preflight plans with), the speculative shape."""
+    memory settings from ``sglang_world`` (the model preflight plans with: the release's own code on
+    ``argv`` when the profile names its model's configuration), the speculative shape."""
     raw = dict(vars(args))
     for name in _SERVER_ARGS_NAMES:
         raw[name] = _get(raw, name)
         for older in spellings(name)[:-1]:
             raw.pop(older, None)
     spec = _resolve_speculative(raw, profile)
-    launch = launch_from_args(raw, os.environ if environment is None else environment)
+    environ = os.environ if environment is None else environment
+    launch = launch_from_args(raw, environ)
     if spec is not None:
         launch = dataclasses.replace(launch, speculative_num_draft_tokens=spec.num_draft_tokens)
     model = model_facts(profile, launch.tp_size)
@@ -151,6 +161,9 @@ def resolve_launch(
     kind = ModelKind(mla=model.mla, vision=model.vision)
     settings = resolve_settings(rules_release, launch, profile.host.memory_total_mib, kind)
     assert settings is not None  # world_release names a release with rules
+    answer = None if argv is None else executed_settings(release, argv, launch, profile, environ)
+    if answer is not None and answer.settings is not None:
+        settings = answer.settings
     seed = raw.get("random_seed")
     seed = profile.random_seed if seed is None else int(seed)
     moe_a2a = str(raw.get("moe_a2a_backend") or "none")
@@ -190,6 +203,7 @@ def resolve_launch(
         page_size=int(raw.get("page_size") or 1),
         launch=launch,
         settings=settings,
+        code_not_run=(answer.not_run or "") if answer is not None else "",
     )
     return _with_server_args(resolved, raw)
 

@@ -153,8 +153,14 @@ def served_config(config: LaunchConfig, plan: MemoryPlan) -> LaunchConfig:
 def plan_memory(config: LaunchConfig, profile: Profile, used_by_others_mib: int = 0) -> MemoryPlan:
     """The plan for one GPU; ``used_by_others_mib`` is memory other processes hold there."""
     device = device_facts(profile, used_by_others_mib)
+    executed = config.settings if config.settings is not None and config.settings.executed else None
     plan = world_plan(
-        world_release(config.release), config.launch, model_facts(profile, config.tp_size), device
+        world_release(config.release),
+        config.launch,
+        model_facts(profile, config.tp_size),
+        device,
+        None,
+        executed,
     )
     assert plan.budget is not None or plan.failure is not None
     numbers = plan.budget

@@ -105,6 +105,9 @@ class ModelSpec:
     """Width of the hidden state each all-reduce sums, per token (bf16: two bytes each)."""
     vision_tower: list[int] = field(default_factory=list)
     """A multimodal model's vision tower: ``[layers, hidden_size]``; empty for text only."""
+    config: str = ""
+    """The public model whose ``config.json`` facts the release's own code is run with at start
+    (``sglang_world.models``: ``kimi-k2.5``); empty: none, the project's rules resolve the settings."""
 
 
 @dataclass(frozen=True)

@@ -87,10 +87,13 @@ class Boot(StartupFailures):
         args = ", ".join(f"{k}={v!r}" for k, v in sorted(self.config.server_args.items()))
         self.log.info("server_args=ServerArgs(%s)", args)
         self.log.info(
-            "sglang-emulator: memory plan per GPU (SGLang %s's rules): static pool %.3f x %.2f GB free "
+            "sglang-emulator: memory plan per GPU (SGLang %s's %s): static pool %.3f x %.2f GB free "
             "after the runtime (%.2f GB) and the driver's reserve and other processes (%.2f GB) = %.2f GB: "
             "weights %.2f GB, KV pool %.2f GB (%d tokens); draft %.2f GB",
-            plan.world.release,
+            self.config.release
+            if self.config.settings and self.config.settings.executed
+            else plan.world.release,
+            "own code" if self.config.settings and self.config.settings.executed else "rules",
             plan.mem_fraction_static,
             plan.avail_before_load_gib,
             plan.runtime_overhead_gib,

@@ -45,16 +45,20 @@ def run_release_child(
     timeout_s: float,
     doing: str,
     env: Mapping[str, str] | None = None,
+    asserts: bool = False,
 ) -> ChildRun:
     """Runs ``module``'s ``main([out, release_dir, *helpers])`` in a child interpreter and reads
     the JSON it writes to ``out``. ``doing`` names the work in the timeout's sentence (``building
-    the parser``); ``env`` adds variables to the bare environment."""
+    the parser``); ``env`` adds variables to the bare environment. ``asserts`` keeps the release's
+    ``assert`` statements, as a server runs them (they are SGLang's refusals); without it the child
+    runs optimized (``-O``)."""
     with tempfile.TemporaryDirectory(prefix="sglang-release-") as scratch:
         out = Path(scratch) / "result.json"
         # A bare environment: SGLANG_* variables change what a release's code decides, and HOME is
         # where imports write caches; neither should depend on who runs this.
         bare = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": scratch, "LANG": "C.UTF-8"}
-        command = [sys.executable, "-S", "-E", "-O", "-c", _BOOT, _PACKAGE_PARENT, module, str(out)]
+        optimized = [] if asserts else ["-O"]
+        command = [sys.executable, "-S", "-E", *optimized, "-c", _BOOT, _PACKAGE_PARENT, module, str(out)]
         command += [str(release_dir), *map(str, helpers)]
         try:
             done = subprocess.run(

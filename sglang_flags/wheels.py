@@ -12,15 +12,28 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["HELPER_WHEELS", "WheelError", "default_cache", "unpacked_helpers", "unpacked_release"]
+__all__ = [
+    "EXECUTION_HELPERS",
+    "HELPER_WHEELS",
+    "WheelError",
+    "default_cache",
+    "unpacked_helpers",
+    "unpacked_release",
+]
 
 HELPER_WHEELS = {"msgspec": "0.23.0"}
 """Small packages whose real code defines parser fields, by pinned version. From 0.5.2x on,
 ``ServerArgs`` is a ``msgspec.defstruct`` whose fields become the options, so msgspec must be real
 for the parser to exist at all. Each is downloaded like a release and put on the path, never
 installed."""
+
+EXECUTION_HELPERS = {**HELPER_WHEELS, "packaging": "25.0"}
+"""The helpers of a release run as a server runs it (``sglang_world.execute``), its asserts kept: some
+releases assert at import on ``packaging``'s comparison of torch's version (0.5.8's fla utilities:
+"Only cuda device is supported for PyTorch version < 2.4.0"), which a stand-in cannot answer."""
 
 _DONE = ".unpacked"  # marks a complete folder
 
@@ -96,9 +109,10 @@ def unpacked_release(release: str, cache: Path) -> Path:
     return _unpack(wheel, cache / "unpacked" / f"sglang-{release}")
 
 
-def unpacked_helpers(cache: Path) -> list[Path]:
-    """The unpacked folders of ``HELPER_WHEELS``, to put on the path before the release."""
+def unpacked_helpers(cache: Path, helpers: Mapping[str, str] = HELPER_WHEELS) -> list[Path]:
+    """The unpacked folders of ``helpers`` (``HELPER_WHEELS`` unless named), to put on the path
+    before the release."""
     return [
         _unpack(_download(name, version, cache), cache / "unpacked" / f"{name}-{version}")
-        for name, version in HELPER_WHEELS.items()
+        for name, version in helpers.items()
     ]

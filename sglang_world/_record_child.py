@@ -21,6 +21,7 @@ import subprocess
 import sys
 import traceback
 import types
+from dataclasses import dataclass
 from typing import Any
 
 from sglang_flags import _inert, _standins
@@ -28,7 +29,19 @@ from sglang_world.grid import GRID, STAND_IN_MODELS, GridPoint, argv_of
 
 _GPU_VARIABLE = "SGLANG_WORLD_STAND_IN_GPU_MIB"
 _POINTS_VARIABLE = "SGLANG_WORLD_RECORD_POINTS"
-_GPU_COUNT = 8
+
+
+@dataclass
+class _Machine:
+    """The stand-in machine: the grid's is eight H100s; a judged stack's is its host (``set_device``)."""
+
+    count: int = 8
+    name: str = "NVIDIA H100 80GB HBM3"
+    capability: tuple[int, int] = (9, 0)
+    sms: int = 132
+
+
+_DEVICE = _Machine()
 _RUNNER_REQUESTS = 4096
 """The request pool the stand-in graph runner reports: SGLang's largest, so no size is cut."""
 _HF_LOADERS = ("get_config",)
@@ -61,7 +74,7 @@ class _HfConfig:
 
 
 class _Device(types.ModuleType):
-    """``torch.cuda`` of a machine with ``_GPU_COUNT`` GPUs of the point's memory; anything else
+    """``torch.cuda`` of ``_DEVICE``, its GPUs of the point's memory; anything else
     it is asked is an inert stand-in, except what only a vendor's plugin adds (``torch.version.musa``)."""
 
     def __getattr__(self, name: str) -> Any:
@@ -75,13 +88,30 @@ def _gpu_bytes() -> int:
 
 
 class _Properties:
-    name = "NVIDIA H100 80GB HBM3"
-    major, minor = 9, 0
-    multi_processor_count = 132
+    @property
+    def name(self) -> str:
+        return _DEVICE.name
+
+    @property
+    def major(self) -> int:
+        return _DEVICE.capability[0]
+
+    @property
+    def minor(self) -> int:
+        return _DEVICE.capability[1]
+
+    @property
+    def multi_processor_count(self) -> int:
+        return _DEVICE.sms
 
     @property
     def total_memory(self) -> int:
         return _gpu_bytes()
+
+
+def set_device(count: int, name: str, capability: tuple[int, int], sms: int) -> None:
+    """The stand-in machine the next resolutions see."""
+    _DEVICE.count, _DEVICE.name, _DEVICE.capability, _DEVICE.sms = count, name, capability, sms
 
 
 def _install_device(finder: _standins.StandInFinder) -> None:
@@ -92,10 +122,10 @@ def _install_device(finder: _standins.StandInFinder) -> None:
         cuda: {
             "__path__": [],
             "is_available": lambda: True,
-            "device_count": lambda: _GPU_COUNT,
+            "device_count": lambda: _DEVICE.count,
             "current_device": lambda: 0,
-            "get_device_capability": lambda *args: (9, 0),
-            "get_device_name": lambda *args: _Properties.name,
+            "get_device_capability": lambda *args: _DEVICE.capability,
+            "get_device_name": lambda *args: _DEVICE.name,
             "get_device_properties": lambda *args: _Properties(),
             "mem_get_info": lambda *args: (_gpu_bytes(), _gpu_bytes()),
         },
@@ -119,7 +149,7 @@ def _nvidia_smi(run: Any) -> Any:
             return run(command, *args, **kwargs)
         if not any(word.startswith("--query-gpu=memory.total") for word in words):
             raise FileNotFoundError(2, "No such file or directory", "nvidia-smi")
-        lines = "".join(f"{os.environ[_GPU_VARIABLE]}\n" for _ in range(_GPU_COUNT))
+        lines = "".join(f"{os.environ[_GPU_VARIABLE]}\n" for _ in range(_DEVICE.count))
         text = kwargs.get("text") or kwargs.get("universal_newlines") or kwargs.get("encoding")
         return subprocess.CompletedProcess(words, 0, lines if text else lines.encode(), "" if text else b"")
 
@@ -188,12 +218,22 @@ def _runtime_sizes(args: Any) -> list[int] | None:
     return list(sizes[0] if isinstance(sizes, tuple) else sizes)
 
 
-def _resolve(server_args: Any, parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
+def resolved_args(server_args: Any, parser: argparse.ArgumentParser, argv: list[str]) -> Any:
+    """The release's ``ServerArgs`` for ``argv``, resolved as its launch resolves them."""
     # One parser serves every point; its default values must not carry one point's edits to the next.
     parsed = argparse.Namespace(**copy.deepcopy(vars(parser.parse_args(argv))))
     args = server_args.ServerArgs.from_cli_args(parsed)
     if hasattr(args, "resolve_once"):
         args.resolve_once()
+    return args
+
+
+def _resolve(server_args: Any, parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, Any]:
+    return settings_of(resolved_args(server_args, parser, argv))
+
+
+def settings_of(args: Any) -> dict[str, Any]:
+    """The memory settings of resolved ``ServerArgs`` (``recorded_store.ROW_FIELDS``)."""
     resolved = args.resolved_dict() if hasattr(args, "resolved_dict") else dict(vars(args))
     max_bs, bs, disabled = _graph_settings(resolved)
     runtime = _runtime_sizes(args) if bs is None and not disabled else None

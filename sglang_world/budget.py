@@ -3,7 +3,8 @@
 In SGLang's order: the driver's reserve and the runtime (CUDA context, cuBLAS, NCCL) are gone
 before the server first measures free memory; the weights load; the KV pool gets what the
 static fraction leaves (``profile_max_num_token``: free after the weights minus the measured
-free memory times ``1 - mem_fraction_static``) and the request-to-token table follows it; the
+free memory times ``1 - mem_fraction_static``; from 0.5.16 the release's own pool code, run from its
+wheel, when the plan could run it) and the request-to-token table follows it; the
 decode CUDA graphs are captured; a draft model loads with its own KV cache and graphs; what is
 left holds a prefill's activations. Each phase either fits or is where the server fails.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from sglang_world.facts import DeviceFacts, Launch, ModelFacts
 from sglang_world.settings import ServerSettings
 
-__all__ = ["Budget", "budget", "max_request_input_len", "max_request_len"]
+__all__ = ["Budget", "budget", "free_at_start_gib", "loaded_gib", "max_request_input_len", "max_request_len"]
 
 _GIB = 1 << 30
 _REQUEST_SLOT_BYTES = 4
@@ -71,10 +72,15 @@ class Budget:
     """The model's activation memory per prefill token (what a prefill of any size needs)."""
     max_request_input_tokens: int | None
     """SGLang's ``max_req_input_len``: prompts of this many tokens or more are refused."""
+    draft_in_pool: bool = False
+    """The release's own pool code sized the pool (0.5.16 on): the draft's weights were loaded before
+    it, and the draft's KV cache is inside it, charged per token beside the target's."""
 
     def free_after(self, phase: str) -> float | None:
         """Free memory once ``phase`` (``load``, ``kv_pool``, ``graphs``, ``draft``) is done."""
         free = self.free_after_init_gib - self.weights_gib
+        if self.draft_in_pool:
+            free -= self.draft_weights_gib
         if phase == "load":
             return free
         if self.request_pool_gib is None:
@@ -89,6 +95,8 @@ class Budget:
             return free
         if self.draft_kv_gib is None or self.draft_cuda_graph_gib is None:
             return None
+        if self.draft_in_pool:
+            return free - self.draft_cuda_graph_gib
         return free - self.draft_weights_gib - self.draft_kv_gib - self.draft_cuda_graph_gib
 
 
@@ -122,12 +130,38 @@ def _captured(settings: ServerSettings, slots: int | None) -> tuple[int, ...] | 
     return tuple(sorted(bs for bs in sizes if bs <= slots))
 
 
+def free_at_start_gib(device: DeviceFacts) -> float:
+    """What SGLang measures free before loading: the total less the driver, other processes, the runtime."""
+    return (device.total_mib - device.driver_reserved_mib - device.others_mib - device.runtime_mib) / 1024
+
+
+def loaded_gib(launch: Launch, model: ModelFacts, device: DeviceFacts) -> float:
+    """What is free once the target's weights and a draft model's are loaded."""
+    draft = model.draft.weights_gib if launch.has_draft_model and model.draft else 0.0
+    return free_at_start_gib(device) - model.weights_gib - draft
+
+
+def _draft_cell(launch: Launch, model: ModelFacts) -> int | None:
+    draft = model.draft
+    if not launch.has_draft_model or draft is None or draft.kv is None:
+        return None
+    return draft.kv.bytes_per_token(launch.tp_size, launch.kv_cache_dtype)
+
+
 def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: DeviceFacts) -> Budget:
-    """The per-GPU budget of ``settings`` for ``model`` on ``device``."""
-    free = (device.total_mib - device.driver_reserved_mib - device.others_mib - device.runtime_mib) / 1024
+    """The per-GPU budget of ``settings`` for ``model`` on ``device``: the KV cache gets what the
+    release's own pool code gave it when it was run (``settings.kv_budget_gib``), a draft's KV then
+    inside it; else what 0.5.8's arithmetic gives."""
+    free = free_at_start_gib(device)
     fraction = settings.mem_fraction_static
-    rest = fraction * free - model.weights_gib
+    in_pool = settings.kv_budget_gib is not None
+    rest = (
+        settings.kv_budget_gib if settings.kv_budget_gib is not None else fraction * free - model.weights_gib
+    )
     cell = model.kv.bytes_per_token(launch.tp_size, launch.kv_cache_dtype) if model.kv else None
+    draft_cell = _draft_cell(launch, model)
+    if in_pool and launch.has_draft_model:
+        cell = cell + draft_cell if cell is not None and draft_cell is not None else None
     tokens = _tokens(rest, cell, launch)
     context = launch.context_length or model.context_length
     slots = _request_pool(tokens, context, settings)
@@ -150,9 +184,6 @@ def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: 
     if launch.has_draft_model:
         draft = model.draft
         draft_weights = draft.weights_gib if draft else 0.0
-        draft_cell = (
-            draft.kv.bytes_per_token(launch.tp_size, launch.kv_cache_dtype) if draft and draft.kv else None
-        )
         draft_kv = tokens * draft_cell / _GIB if tokens is not None and draft_cell is not None else None
         per_size = draft.cuda_graph_mib_per_size if draft else None
         draft_graphs = (
@@ -185,4 +216,5 @@ def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: 
         prefill_activation_gib=activation,
         activation_mib_per_token=model.activation_mib_per_token,
         max_request_input_tokens=longest,
+        draft_in_pool=in_pool and launch.has_draft_model,
     )

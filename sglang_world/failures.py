@@ -80,6 +80,11 @@ def first_failure(
         fix = "Use more GPUs (a larger tp_size) or free the GPUs other processes hold."
         return _oom("load", numbers.weights_gib, numbers.free_after_init_gib, total, fix), None
     tokens = numbers.max_total_num_tokens
+    if settings.pool_refusal is not None:
+        fix = "Raise mem_fraction_static as SGLang says, so the static pool holds the weights and a KV cache."
+        return Failure(
+            "kv_pool", settings.pool_refusal, fix, numbers.weights_gib, numbers.static_pool_gib, "raise"
+        ), None
     if numbers.kv_pool_gib <= 0 or (tokens is not None and tokens <= 0):
         message = (
             "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "

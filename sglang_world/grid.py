@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_world.facts import Launch
+from sglang_world.models import KIMI_K2_TEXT, LLAMA_3_1_8B
 from sglang_world.settings import ModelKind
 
 __all__ = ["GRID", "STAND_IN_MODELS", "GridPoint", "StandInModel", "argv_of", "launch_of", "model_kind_of"]
@@ -42,45 +43,8 @@ class StandInModel:
     """The vision tower's layers and hidden size, for a multimodal model."""
 
 
-_DEEPSEEK_V3_TEXT: dict[str, Any] = {
-    "model_type": "deepseek_v3",
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "hidden_size": 7168,
-    "intermediate_size": 18432,
-    "moe_intermediate_size": 2048,
-    "num_hidden_layers": 61,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 64,
-    "n_routed_experts": 384,
-    "n_shared_experts": 1,
-    "num_experts_per_tok": 8,
-    "first_k_dense_replace": 1,
-    "kv_lora_rank": 512,
-    "q_lora_rank": 1536,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "max_position_embeddings": 262144,
-    "vocab_size": 163840,
-    "rope_theta": 50000.0,
-    "rope_scaling": None,
-    "torch_dtype": "bfloat16",
-}
-
-_LLAMA_3_1_8B: dict[str, Any] = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "max_position_embeddings": 131072,
-    "vocab_size": 128256,
-    "rope_theta": 500000.0,
-    "torch_dtype": "bfloat16",
-}
+_DEEPSEEK_V3_TEXT = KIMI_K2_TEXT
+_LLAMA_3_1_8B = LLAMA_3_1_8B
 _QWEN2_5_VL_7B: dict[str, Any] = {
     "model_type": "qwen2_5_vl",
     "architectures": ["Qwen2_5_VLForConditionalGeneration"],

@@ -125,21 +125,23 @@ def plan_memory(
     model: ModelFacts,
     device: DeviceFacts,
     workload: Workload | None = None,
+    settings: ServerSettings | None = None,
 ) -> MemoryPlan:
     """The plan of ``launch`` with ``release`` for ``model`` on one GPU of ``device``.
 
-    A launch the project cannot judge (``unjudged_reason``) still gets the settings, budget and
-    failure the model predicts when the release's rules are known (the emulator runs on them); only
-    its verdict is ``unknown``.
+    ``settings`` are what the release's own code resolved for the launch (``execute.py``), used in
+    place of the project's rules for it. A launch the project cannot judge (``unjudged_reason``)
+    still gets the settings, budget and failure the model predicts when the release's rules are known
+    (the emulator runs on them); only its verdict is ``unknown``.
     """
     kind = ModelKind(mla=model.mla, vision=model.vision)
-    settings = resolve_settings(release, launch, device.total_mib, kind)
+    settings = settings or resolve_settings(release, launch, device.total_mib, kind)
     reason = unjudged_reason(release, launch)
     if settings is None:
         return MemoryPlan(release, launch, None, None, "unknown", unknown_reason=reason)
     if settings.refusal is not None:
         refused = Failure(
-            "launch", f"ValueError: {settings.refusal}", "Change the flags the release refuses."
+            "launch", f"{settings.refusal_class}: {settings.refusal}", "Change the flags the release refuses."
         )
         verdict: Verdict = "unknown" if reason else "does_not_fit"
         return MemoryPlan(release, launch, settings, None, verdict, refused, reason)
@@ -151,19 +153,41 @@ def plan_memory(
 
 
 def fitting_fractions(
-    release: str, launch: Launch, model: ModelFacts, device: DeviceFacts, workload: Workload | None = None
+    release: str,
+    launch: Launch,
+    model: ModelFacts,
+    device: DeviceFacts,
+    workload: Workload | None = None,
+    settings: ServerSettings | None = None,
 ) -> tuple[float | None, float | None]:
     """The smallest and largest ``mem_fraction_static`` (two decimals) at which the plan fits;
-    (None, None) when none does or the plan cannot be judged.
+    (None, None) when none does or the plan cannot be judged. ``settings``: as for ``plan_memory``,
+    each fraction tried in their place.
 
     A larger fraction only ever grows the KV pool and shrinks what is left beside it, so the
     fractions that fit are one interval: each end is found by bisection on which way a plan fails.
     """
 
-    def failing(step: int, direction: str) -> bool:
-        plan = plan_memory(
-            release, dataclasses.replace(launch, mem_fraction_static=step / 100), model, device, workload
+    def at(step: int) -> MemoryPlan:
+        fraction = step / 100
+        tried = None
+        if settings is not None:
+            budget_at = settings.kv_budget_by_step[step - 1] if settings.kv_budget_by_step else None
+            refused = settings.kv_budget_by_step and budget_at is None
+            tried = dataclasses.replace(
+                settings,
+                mem_fraction_static=fraction,
+                fraction_source="set",
+                reserved_mib=None,
+                kv_budget_gib=budget_at,
+                pool_refusal="the release's pool code refuses this fraction" if refused else None,
+            )
+        return plan_memory(
+            release, dataclasses.replace(launch, mem_fraction_static=fraction), model, device, workload, tried
         )
+
+    def failing(step: int, direction: str) -> bool:
+        plan = at(step)
         return plan.failure is not None and plan.failure.direction == direction
 
     low, high = 1, 99
@@ -176,12 +200,7 @@ def fitting_fractions(
         middle = (low + high + 1) // 2
         low, high = (low, middle - 1) if failing(middle, "lower") else (middle, high)
     last = low
-    ends = [
-        plan_memory(
-            release, dataclasses.replace(launch, mem_fraction_static=step / 100), model, device, workload
-        )
-        for step in (first, last)
-    ]
+    ends = [at(step) for step in (first, last)]
     if all(plan.fits for plan in ends):
         return first / 100, last / 100
     return None, None

@@ -50,6 +50,18 @@ class ServerSettings:
     """What the automatic fraction kept outside the static pool; None when the fraction was set."""
     refusal: str | None = None
     """Why the release refuses this launch (its own message); the other fields are then moot."""
+    refusal_class: str = "ValueError"
+    """What the release raises with ``refusal`` (``AssertionError`` for an ``assert``)."""
+    executed: bool = False
+    """Resolved by the release's own code, run from its wheel (``execute.py``), not by the project's rules."""
+    kv_budget_gib: float | None = None
+    """What the release's own pool code leaves the KV cache once the weights (target and draft) are
+    loaded; None when it was not run (the plan then sizes the pool as 0.5.8 does)."""
+    pool_refusal: str | None = None
+    """What the release's pool code raises when the loaded weights leave the KV cache nothing."""
+    kv_budget_by_step: tuple[float | None, ...] = ()
+    """The release's KV budget at ``mem_fraction_static`` 0.01 to 0.99 (None where it refuses), the
+    same code run at each; empty when it was not run."""
 
 
 def _fraction(

@@ -146,10 +146,35 @@ def test_a_second_server_on_busy_gpus_runs_out_of_memory(tmp_path: Path) -> None
 
 
 def test_release_0_5_23_starts_with_its_own_flags(tmp_path: Path) -> None:
-    flags = ["--model", "/m", "--tp-size", "8", "--cuda-graph-max-bs-decode", "64"]
+    flags = [
+        "--model",
+        "/m",
+        "--tp-size",
+        "8",
+        "--cuda-graph-max-bs-decode",
+        "64",
+        "--mem-fraction-static",
+        "0.8",
+    ]
     env = {"SGLANG_EMULATOR_RELEASE": "0.5.23"}
     with start_emulator(flags, state_dir=str(tmp_path), env=env) as server:
         assert server.wait_ready(30), server.log()
         info = httpx.get(server.base_url + "/server_info").json()
     assert info["version"] == "0.5.23" and info["cuda_graph_max_bs_decode"] == 64
     assert "emulating SGLang 0.5.23" in server.log()
+    assert "SGLang 0.5.23's own code resolved the launch" in server.log()
+
+
+def test_release_0_5_23_refuses_at_start_what_its_own_pool_code_refuses(tmp_path: Path) -> None:
+    """Kimi-K2.5 at 0.5.23's automatic fraction on this host: the release's own pool code finds the
+    loaded weights leave no KV cache; the emulator stops with its words, as preflight refuses it."""
+    flags = ["--model", "/m", "--tp-size", "8", "--cuda-graph-max-bs-decode", "64"]
+    env = {"SGLANG_EMULATOR_RELEASE": "0.5.23"}
+    with start_emulator(flags, state_dir=str(tmp_path), env=env) as server:
+        assert not server.wait_ready(30)
+        log = server.log()
+    assert (
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.7"
+        in log
+    )
+    assert "Raise --mem-fraction-static above 0.770" in log

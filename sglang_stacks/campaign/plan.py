@@ -22,6 +22,7 @@ from sglang_stacks.campaign.axis_values import check_axis_values
 from sglang_stacks.campaign.model import CampaignSpec, load_campaign
 from sglang_stacks.campaign.model_pool import describe_pool
 from sglang_stacks.campaign.model_search import Strategy
+from sglang_stacks.config.execution import execute_all
 from sglang_stacks.config.preflight import stack_findings
 from sglang_stacks.config.spec import StackSpec, load_spec
 from sglang_stacks.config.stackfile import read_stack_file
@@ -107,6 +108,22 @@ def judge(name: str, campaign: CampaignSpec, candidate: Candidate) -> PlanRow:
     return PlanRow(stack, candidate, "kept", warnings=warnings, spec=spec)
 
 
+def _execute_together(name: str, campaign: CampaignSpec, candidates: list[Candidate]) -> None:
+    """Each candidate's launch resolved by its release's own code, one child interpreter per release
+    for all of them, before ``judge`` asks one at a time (a child takes seconds to start)."""
+    judged: list[tuple[StackSpec, str]] = []
+    for candidate in candidates:
+        try:
+            spec = load_spec(
+                bind_host(candidate.sections, campaign.pool[0]), trial_stack_name(name, candidate)
+            )
+        except SpecError:
+            continue  # judge says why
+        servers = [spec] if spec.fleet is None else [spec.for_host(i) for i in range(len(spec.fleet.hosts))]
+        judged += [(server, server.environment.sglang_release) for server in servers]
+    execute_all(judged)
+
+
 def _check_pool_fits(campaign: CampaignSpec, base: dict[str, Any]) -> None:
     """SpecError unless the pool's entries are fleets exactly when the base stack is one."""
     fleets = [entry.fleet is not None for entry in campaign.pool]
@@ -138,7 +155,9 @@ def make_plan(name: str, campaign: CampaignSpec, stacks_dir: Path) -> Plan:
     rows: list[PlanRow] = []
     kept = 0
     grid = campaign.search.strategy == "grid"
-    for candidate in expand(campaign, base):
+    candidates = list(expand(campaign, base))
+    _execute_together(name, campaign, candidates)
+    for candidate in candidates:
         row = judge(name, campaign, candidate)
         if row.verdict == "kept":
             kept += 1

@@ -13,11 +13,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
+from sglang_stacks.config.execution import executed
 from sglang_stacks.config.memory_facts import stack_device, stack_launch, stack_model, stack_workload
 from sglang_stacks.config.spec import StackSpec
 from sglang_world import MemoryPlan as WorldPlan
 from sglang_world import fitting_fractions
 from sglang_world import plan_memory as world_plan
+from sglang_world.execute import Answer
 
 __all__ = ["MemoryPlan", "fitting_fraction", "plan_memory"]
 
@@ -72,6 +74,12 @@ class MemoryPlan(BaseModel):
     """What SGLang prints where it fails."""
     fix: str | None = None
     unknown_reason: str | None = None
+    settings_from: str | None = None
+    """Who resolved the settings: ``SGLang 0.5.23's own code`` (run from its wheel on the stack's
+    launch command), or the project's rules for that release and why its code was not run."""
+    pool_from: str | None = None
+    """Who sized the KV cache's budget: the release's own pool code when it was run, else None (the
+    plan's arithmetic, 0.5.8's)."""
     flags_rendered: bool = True
     """False when the stack's flags cannot be rendered for the release (preflight says why)."""
 
@@ -144,12 +152,29 @@ def plan_memory(spec: StackSpec, release: str | None = None) -> MemoryPlan:
             flags_rendered=False,
         )
     model, device, workload = stack_model(spec), stack_device(spec), stack_workload(spec)
-    plan = world_plan(release, launch, model, device, workload)
+    answer = executed(spec, release)
+    settings = answer.settings if answer is not None else None
+    plan = world_plan(release, launch, model, device, workload, settings)
     figures = _figures(plan)
-    if plan.verdict != "unknown":
-        smallest, largest = fitting_fractions(release, launch, model, device, workload)
+    figures["settings_from"] = _settings_from(release, answer)
+    if settings is not None and (settings.kv_budget_gib is not None or settings.pool_refusal is not None):
+        figures["pool_from"] = f"SGLang {release}'s own pool code"
+    if plan.verdict != "unknown" and not (settings and settings.refusal):
+        smallest, largest = fitting_fractions(release, launch, model, device, workload, settings)
         figures.update(smallest_fitting_fraction=smallest, largest_fitting_fraction=largest)
     return MemoryPlan(**figures)
+
+
+def _settings_from(release: str, answer: Answer | None) -> str:
+    if answer is None:
+        return (
+            f"the project's rules for SGLang {release} (the stack names no model.config to run its code with)"
+        )
+    if answer.not_run is not None:
+        return f"the project's rules for SGLang {release} ({answer.not_run})"
+    if answer.pool_not_run is not None:
+        return f"SGLang {release}'s own code; {answer.pool_not_run}"
+    return f"SGLang {release}'s own code"
 
 
 def fitting_fraction(spec: StackSpec, release: str | None = None) -> float | None:

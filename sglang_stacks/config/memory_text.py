@@ -80,8 +80,9 @@ def explain(plan: MemoryPlan) -> list[str]:
         if plan.captured_batch_sizes:
             sizes = plan.captured_batch_sizes
             graphs = f"CUDA graphs for {len(sizes)} batch sizes up to {max(sizes)}"
+        by = f" ({plan.settings_from})" if plan.settings_from else ""
         lines.append(
-            f"SGLang {plan.release}'s settings: mem_fraction_static {plan.mem_fraction_static:.3g} "
+            f"SGLang {plan.release}'s settings{by}: mem_fraction_static {plan.mem_fraction_static:.3g} "
             f"({_source(plan)}), chunked prefill {plan.chunked_prefill_size} tokens, {graphs}."
         )
     if plan.static_pool_gb is not None and plan.kv_cache_gb is not None:

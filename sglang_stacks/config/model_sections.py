@@ -5,11 +5,12 @@ the memory plan sizes the KV pool and what is beside it with) and the speculativ
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sglang_stacks.config.docstrings import FileSection
+from sglang_world.models import PUBLIC_MODELS, public_model, read_model_config
 
 __all__ = ["DraftModelSpec", "KvCacheSpec", "ModelSpec"]
 
@@ -66,6 +67,30 @@ class ModelSpec(FileSection):
     divided by the sizes captured)."""
     activation_mib_per_prefill_token: float | None = Field(default=None, ge=0)
     """Activation memory a prefill forward takes per token."""
+    config: str | None = Field(default=None, min_length=1, pattern=_NO_CONTROL)
+    """The model's ``config.json`` as SGLang reads it: a public model by name (``kimi-k2.5``,
+    ``deepseek-v3``, ``llama-3.1-8b``, ``qwen3-30b-a3b``) or the path of a ``config.json`` file here.
+    With it, preflight runs the release's own code on the stack's launch command (its settings and
+    refusals are SGLang's); without it, the project's port of that code judges."""
+
+    @field_validator("config")
+    @classmethod
+    def _known_config(cls, value: str | None) -> str | None:
+        if value is None or value in PUBLIC_MODELS:
+            return value
+        if not value.endswith(".json"):
+            raise ValueError(
+                f"{value!r} is neither a model the project carries ({', '.join(PUBLIC_MODELS)}) nor the "
+                "path of a config.json file"
+            )
+        read_model_config(value)
+        return value
+
+    def hf_config(self) -> dict[str, Any] | None:
+        """The model's ``config.json`` facts; None when the stack names none."""
+        if self.config is None:
+            return None
+        return public_model(self.config) if self.config in PUBLIC_MODELS else read_model_config(self.config)
 
     @model_validator(mode="after")
     def _one_weight_size(self) -> ModelSpec:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from sglang_flags import known_releases, nearest_releases
+from sglang_stacks.config.execution import release_code
 from sglang_stacks.config.findings import Finding, Rule, error, info, warning
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.memory_text import explain, fraction_fix, verdict_line
@@ -84,6 +85,12 @@ def _memory(spec: StackSpec, release: str) -> Iterable[Finding]:
     plan = plan_memory(spec, release)
     key = "server.mem_fraction_static"
     approximated = pool_approximation(release)
+    if approximated and plan.pool_from is not None:
+        approximated = (
+            f"The KV cache's budget is {plan.pool_from}'s; its size in tokens divides that budget by the "
+            f"plan's per-token cell (the target's KV and a draft's), which SGLang {release} computes in code "
+            "the plan does not run."
+        )
     if approximated and plan.max_total_num_tokens is not None:
         yield warning(
             "kv-pool-approximated",
@@ -227,6 +234,7 @@ def _workload(spec: StackSpec, release: str) -> Iterable[Finding]:
 _RULES: tuple[Rule, ...] = (
     _release,
     _flags,
+    release_code,
     _gpus,
     _memory,
     _sm120,

@@ -25,6 +25,8 @@ MEMORY_HEADLINE = (
     "verdict",
     "mem_fraction_static",
     "fraction_source",
+    "settings_from",
+    "pool_from",
     "kv_cache_gb",
     "max_total_num_tokens",
     "max_running_requests",

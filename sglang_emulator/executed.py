@@ -1,0 +1,35 @@
+"""The emulated server's settings from its release's own code, as preflight takes them.
+
+When the profile names its model's public ``config.json`` (``model.config``), the release's own
+``ServerArgs`` resolves the launch command on a stand-in machine of the profile's GPUs
+(``sglang_world.execute``): the same question preflight asks for a stack on this host, so the two
+read one kept answer. What the release refuses, the emulator refuses at start in its words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sglang_emulator.profile import Profile
+from sglang_emulator.world import device_facts, model_facts
+from sglang_world import Launch
+from sglang_world.execute import Answer, Machine, Question, execute, measured, server_environment
+from sglang_world.models import PUBLIC_MODELS, public_model
+
+__all__ = ["executed_settings"]
+
+
+def executed_settings(
+    release: str, argv: list[str], launch: Launch, profile: Profile, environment: Mapping[str, str]
+) -> Answer | None:
+    """The release's own resolution of ``argv`` on the profile's host; None when the profile names
+    no public model configuration to run it with."""
+    name = profile.model.config
+    if name not in PUBLIC_MODELS:
+        return None
+    host = profile.host
+    major, minor = (int(part) for part in host.compute_capability.split("."))
+    machine = Machine(host.memory_total_mib, host.gpu_count, host.gpu_name, (major, minor))
+    memory = measured(launch, model_facts(profile, launch.tp_size), device_facts(profile))
+    asked = Question(tuple(argv), public_model(name), machine, server_environment(environment), memory)
+    return execute(release, [asked])[0]

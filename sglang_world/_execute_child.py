@@ -1,0 +1,162 @@
+"""Runs in a fresh interpreter: one release resolves the launch commands it is asked about.
+
+    python -S -E -O -c <bootstrap> <result.json> <release folder> [<helper folder> ...]
+
+with ``SGLANG_WORLD_EXECUTE_QUESTIONS`` naming a JSON list of questions (``execute.Question``). The
+release's own parser reads each command and its own ``ServerArgs`` resolves it, as the grid's
+recording does (``_record_child``), on a stand-in machine of the question's GPUs and with the
+question's model ``config.json``; the answer is what it resolved, or what it raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import re
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+from sglang_flags import _standins
+from sglang_world import _record_child as recording
+
+_QUESTIONS_VARIABLE = "SGLANG_WORLD_EXECUTE_QUESTIONS"
+_VERSIONED = {"torch": "torch", "transformers": "transformers", "flashinfer_python": "flashinfer"}
+"""Distributions whose stand-in answers ``__version__`` with the release's own pin, by module."""
+_PIN = re.compile(r"^Requires-Dist: ([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==([^;\s]+)", re.MULTILINE)
+
+
+def _pins(release_dir: str) -> dict[str, str]:
+    """The versions the release's wheel pins (``Requires-Dist: torch==2.9.1``), by distribution."""
+    pins: dict[str, str] = {}
+    for metadata in Path(release_dir).glob("sglang-*.dist-info/METADATA"):
+        pins.update(_PIN.findall(metadata.read_text(encoding="utf-8")))
+    return pins
+
+
+def _install_versions(release_dir: str, finder: _standins.StandInFinder) -> None:
+    """Stand-ins of the pinned packages report the pinned version: a release compares them
+    (``packaging.version.parse(transformers.__version__)``) while it imports and resolves."""
+    for distribution, version in _pins(release_dir).items():
+        name = _VERSIONED.get(distribution)
+        if name is not None and name in finder.served:
+            setattr(importlib.import_module(name), "__version__", version)  # noqa: B010 (a module's)
+
+
+def _answer(server_args: Any, parser: argparse.ArgumentParser, question: dict[str, Any]) -> dict[str, Any]:
+    machine = question["machine"]
+    recording.set_device(
+        machine["gpu_count"], machine["gpu_name"], tuple(machine["capability"]), machine["sms"]
+    )
+    environ = dict(os.environ)
+    os.environ.update(question["environment"])
+    os.environ[recording._GPU_VARIABLE] = str(machine["gpu_mib"])
+    recording._current["hf"] = recording._HfConfig(question["model_config"])
+    try:
+        args = recording.resolved_args(server_args, parser, list(question["argv"]))
+        answered: dict[str, Any] = {"resolved": recording.settings_of(args)}
+        if question["memory"] is not None:
+            answered.update(_kv_budget(args, *question["memory"]))
+        return answered
+    except SystemExit as error:
+        return {"error": f"SystemExit: {error.code}"}
+    except Exception as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+
+
+def _kv_budget(args: Any, free_gib: float, loaded_gib: float) -> dict[str, Any]:
+    """What the release's own pool code leaves the KV cache once the weights are loaded
+    (``kv_budget_gib``), or what it raises (``pool_error``), at the launch's fraction and at every
+    fraction 0.01 to 0.99 (``kv_budget_by_step``, None where it raises).
+
+    The code is ``KVCacheConfigurator._profile_available_bytes`` (0.5.16 on), run with the launch's
+    resolved arguments published as the server publishes them, its ``ModelConfig`` built from the
+    model's ``config.json``, and the GPU's free memory before loading (``free_gib``) and after
+    (``loaded_gib``) as the stand-in device's measurements. Nothing for a release that sizes its pool
+    in other code."""
+    try:
+        configurator = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
+        context = importlib.import_module("sglang.srt.runtime_context")
+    except ImportError:
+        return {}
+    profile = getattr(getattr(configurator, "KVCacheConfigurator", None), "_profile_available_bytes", None)
+    if profile is None:
+        return {}
+    context.get_context().set_server_args(args)
+    model_config = importlib.import_module("sglang.srt.configs.model_config").ModelConfig.from_server_args(
+        args
+    )
+    # The device's measurement after loading, and no GPU temporaries for gc to free (module globals).
+    setattr(configurator, "get_available_gpu_memory", lambda *args, **kwargs: loaded_gib)  # noqa: B010
+    setattr(configurator, "gc", types.SimpleNamespace(collect=lambda: 0))  # noqa: B010
+    runner = types.SimpleNamespace(
+        device="cuda",
+        gpu_id=0,
+        model_config=model_config,
+        mambaish_config=configurator.mambaish_config(model_config),
+        post_capture_kv_active=False,
+    )
+
+    def at(fraction: float | None) -> float | str:
+        context.get_context().set_server_args(args)
+        if fraction is not None:  # the release's own way to change a resolved setting
+            context.get_context().override(
+                "sglang-stacks: the plan's fractions", mem_fraction_static=fraction
+            )
+        try:
+            return float(profile(runner, free_gib)) / (1 << 30)
+        except ValueError as error:
+            return f"ValueError: {error}"
+
+    # A single process has no process groups; the world group is asked for only its CPU group.
+    try:
+        with context.get_parallel().override(world_group=types.SimpleNamespace(cpu_group=None)):
+            launched = at(None)
+            by_step = [at(step / 100) for step in range(1, 100)]
+    except Exception as error:  # the stand-ins fall short of this release's pool code
+        return {"pool_not_run": f"its pool code could not be run here ({type(error).__name__}: {error})"}
+    finally:
+        context.get_context().set_server_args(args)
+    answered: dict[str, Any] = {"kv_budget_by_step": [b if isinstance(b, float) else None for b in by_step]}
+    answered["kv_budget_gib" if isinstance(launched, float) else "pool_error"] = launched
+    return answered
+
+
+def answer(release_dir: str, questions: list[dict[str, Any]]) -> dict[str, Any]:
+    finder = _standins.install(release_dir, protected=["sglang", "sglang_flags", "sglang_world", "msgspec"])
+    recording._install_device(finder)
+    absent = [
+        name
+        for name in _VERSIONED.values()
+        if name not in sys.modules and importlib.util.find_spec(name) is None
+    ]
+    finder.served.update(absent)
+    _install_versions(release_dir, finder)
+    server_args = importlib.import_module("sglang.srt.server_args")
+    recording._install_model()
+    parser = argparse.ArgumentParser(prog="launch_server.py")
+    server_args.ServerArgs.add_cli_args(parser)
+    return {"answers": [_answer(server_args, parser, question) for question in questions]}
+
+
+def main(argv: list[str]) -> int:
+    """Answer the questions with the release folder ``argv[1]``; write the answers to ``argv[0]``."""
+    out, release_dir, helpers = argv[0], argv[1], argv[2:]
+    sys.path[:0] = [release_dir, *helpers]
+    with open(os.environ[_QUESTIONS_VARIABLE], encoding="utf-8") as handle:
+        questions = json.load(handle)
+    try:
+        result = answer(release_dir, questions)
+    except BaseException as error:  # the release could not be imported or set up at all
+        result = {"refused": [f"{type(error).__name__}: {error}", traceback.format_exc(limit=-3)]}
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+    return 0

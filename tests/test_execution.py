@@ -1,0 +1,178 @@
+"""Judgement by execution: a stack that names its model's config.json is judged by its release's own
+code, run from the release's wheel (``sglang_world.execute``), and preflight, the plan and the emulator
+take its settings and its refusals, in SGLang's words."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglang_flags import release_child
+from sglang_stacks.config.execution import execute_all, executed
+from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.memory_facts import stack_launch
+from sglang_stacks.config.preflight import run_preflight
+from sglang_stacks.config.spec import StackSpec
+from sglang_stacks.config.stackfile import load_stack_spec
+from sglang_stacks.errors import SpecError
+from sglang_world import Launch, ModelKind, resolve_settings
+from sglang_world.models import public_model
+from tests._stacks import STACKS_DIR
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from emulated_trials import Workload, emulate
+
+ONE_REQUEST = Workload(input_len=64, output_len=8, concurrency=(1,), warmup_requests=0, repetitions=1,
+                       requests_per_repetition=1)  # fmt: skip
+
+
+def _pinned(stack: str, release: str, **server: object) -> StackSpec:
+    spec = load_stack_spec(stack, STACKS_DIR)
+    environment = spec.environment.model_copy(update={"sglang_release": release})
+    return spec.model_copy(
+        update={"environment": environment, "server": spec.server.model_copy(update=server)}
+    )
+
+
+def _emulate(spec: StackSpec) -> str | None:
+    """How the emulator, launching ``spec`` in virtual time, fails (None: it serves)."""
+    failure: str | None = emulate(spec, ONE_REQUEST).failure
+    return failure
+
+
+def test_the_shipped_ep_a2a_stack_is_refused_with_sglangs_own_assertion() -> None:
+    """0.5.23's argument resolution asserts the flashinfer all-to-all needs attention DP over every
+    TP rank: preflight refuses it in those words, nothing launched, and the emulator stops there."""
+    spec = load_stack_spec("ep-a2a", STACKS_DIR)
+    refused = [f for f in run_preflight(spec, "0.5.23") if f.code == "release-refuses"]
+    assert len(refused) == 1 and refused[0].severity == "error", refused
+    said = refused[0].message
+    assert "AssertionError: Flashinfer MoE A2A requires --attn-dp-size equal to --tp-size" in said
+    assert refused[0].key == "server.attn_dp_size" and "Nothing was launched" in refused[0].fix
+    failure = _emulate(spec)
+    assert failure is not None and failure.startswith("AssertionError: Flashinfer MoE A2A requires")
+
+
+def test_the_seeds_baseline_on_0_5_23_is_refused_where_its_pool_code_refuses() -> None:
+    """Before, the plan said "fits" with 3,210 tokens (its 0.5.8 arithmetic and a fraction 0.014
+    too high); 0.5.23's own code picks 0.7578 and its pool code finds no room for the KV cache."""
+    spec = _pinned("baseline", "0.5.23")
+    plan = plan_memory(spec)
+    assert plan.settings_from == "SGLang 0.5.23's own code"
+    assert plan.mem_fraction_static == pytest.approx(0.7578, abs=5e-4)
+    model = ModelKind(mla=True, vision=(27, 1152))
+    launch_fraction = resolve_settings("0.5.23", _launch(spec), spec.host.memory_per_gpu_mib, model)
+    assert launch_fraction is not None and launch_fraction.mem_fraction_static != plan.mem_fraction_static
+    assert plan.verdict == "does_not_fit" and plan.failure_phase == "kv_pool"
+    assert plan.failure is not None and plan.failure.startswith(
+        "ValueError: Loaded weights leave no GPU memory for the KV cache"
+    )
+    assert "Raise --mem-fraction-static above 0.770" in plan.failure
+    assert plan.smallest_fitting_fraction == 0.78  # the fix preflight names, above SGLang's 0.770
+    errors = [f.code for f in run_preflight(spec, "0.5.23") if f.severity == "error"]
+    assert errors == ["memory-does-not-fit"]
+    failure = _emulate(spec)
+    assert failure is not None and failure.startswith("ValueError: Loaded weights leave no GPU memory")
+
+
+def test_the_fraction_preflight_names_runs_on_0_5_23() -> None:
+    spec = _pinned("baseline", "0.5.23", mem_fraction_static=0.78)
+    plan = plan_memory(spec)
+    assert plan.verdict == "fits" and plan.pool_from == "SGLang 0.5.23's own pool code"
+    assert plan.kv_cache_gb is not None and 0 < plan.kv_cache_gb < 1.0
+    assert [f.code for f in run_preflight(spec, "0.5.23") if f.severity == "error"] == []
+    assert _emulate(spec) is None
+
+
+def _launch(spec: StackSpec) -> Launch:
+    launch = stack_launch(spec, spec.environment.sglang_release)
+    assert launch is not None
+    return launch
+
+
+def test_a_release_without_the_models_class_says_so_and_plans_by_the_rules() -> None:
+    """0.5.8 has no Kimi-K2.5 model class (it arrived in 0.5.9): its code's settings for the model
+    would not be a served model's, so the plan keeps the project's rules and preflight warns."""
+    spec = load_stack_spec("baseline", STACKS_DIR)
+    answer = executed(spec, "0.5.8")
+    assert answer is not None and answer.unserved and answer.settings is None
+    lacks = [f for f in run_preflight(spec, "0.5.8") if f.code == "release-lacks-model"]
+    assert len(lacks) == 1 and lacks[0].key == "model.config"
+    assert "Model architectures ['KimiK25ForConditionalGeneration'] are not supported" in lacks[0].message
+    assert (plan_memory(spec).settings_from or "").startswith("the project's rules for SGLang 0.5.8")
+
+
+def test_a_model_config_file_is_read_and_run(tmp_path: Path) -> None:
+    """A model the project does not carry: its config.json file is what the release's code reads."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(public_model("llama-3.1-8b")))
+    spec = load_stack_spec("baseline", STACKS_DIR)
+    model = spec.model.model_copy(update={"config": str(config)})
+    llama = spec.model_copy(update={"model": model})
+    answer = executed(llama, "0.5.8")
+    assert answer is not None and answer.settings is not None and answer.settings.executed
+    assert plan_memory(llama).settings_from == "SGLang 0.5.8's own code"
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [("kimi-k3", "neither a model the project carries"), ("/nowhere/config.json", "cannot read")],
+)
+def test_a_model_config_that_is_not_one_is_refused_naming_the_key(value: str, said: str) -> None:
+    from sglang_stacks.config.spec import load_spec
+
+    raw = load_stack_spec("baseline", STACKS_DIR).model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["model"]["config"] = value
+    with pytest.raises(SpecError) as refused:
+        load_spec(raw, "typo")
+    assert "model.config" in str(refused.value) and said in str(refused.value)
+
+
+def test_answers_are_kept_so_a_stack_judged_once_starts_no_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _pinned("baseline", "0.5.23", cuda_graph_max_bs=96)
+    first = executed(spec, "0.5.23")
+
+    def no_child(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a kept answer was asked of a child again")
+
+    monkeypatch.setattr(release_child, "run_release_child", no_child)
+    again = executed(spec, "0.5.23")
+    assert first is not None and again is not None and again.settings == first.settings
+
+
+def test_a_campaign_asks_one_child_per_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    children: list[str] = []
+    real = release_child.run_release_child
+
+    def counted(module: str, *args: Any, **kwargs: Any) -> release_child.ChildRun:
+        children.append(module)
+        return real(module, *args, **kwargs)
+
+    monkeypatch.setattr(release_child, "run_release_child", counted)
+    # Questions no earlier run has asked, so none has a kept answer.
+    fractions = [round(random.uniform(0.8, 0.9), 6) for _ in range(4)]
+    specs = [_pinned("baseline", "0.5.23", mem_fraction_static=f) for f in fractions]
+    specs += [_pinned("baseline", "0.5.10", mem_fraction_static=f) for f in fractions]
+    execute_all((spec, spec.environment.sglang_release) for spec in specs)
+    assert children == ["sglang_world._execute_child"] * 2
+    assert all(executed(spec, spec.environment.sglang_release) is not None for spec in specs)
+    assert len(children) == 2
+
+
+def test_a_release_whose_wheel_cannot_be_had_says_which_approximation_it_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SGLANG_STACKS_CACHE", str(tmp_path))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    spec = _pinned("baseline", "0.5.23", cuda_graph_max_bs=80)
+    warned = [f for f in run_preflight(spec, "0.5.23") if f.code == "release-code-not-run"]
+    assert len(warned) == 1 and "pip could not download a wheel of sglang==0.5.23" in warned[0].message
+    assert "the project's rules for SGLang 0.5.23, an approximation" in warned[0].message
+    assert (plan_memory(spec).settings_from or "").startswith("the project's rules for SGLang 0.5.23")
