@@ -26,6 +26,8 @@ from sglang_flags import _standins
 from sglang_world import _record_child as recording
 
 _QUESTIONS_VARIABLE = "SGLANG_WORLD_EXECUTE_QUESTIONS"
+_REFUSALS = (ValueError, AssertionError, RuntimeError, NotImplementedError)
+"""What SGLang raises to refuse a launch; other errors are the stand-ins' shortfall."""
 _VERSIONED = {"torch": "torch", "transformers": "transformers", "flashinfer_python": "flashinfer"}
 """Distributions whose stand-in answers ``__version__`` with the release's own pin, by module."""
 _PIN = re.compile(r"^Requires-Dist: ([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==([^;\s]+)", re.MULTILINE)
@@ -65,8 +67,12 @@ def _answer(server_args: Any, parser: argparse.ArgumentParser, question: dict[st
         return answered
     except SystemExit as error:
         return {"error": f"SystemExit: {error.code}"}
-    except Exception as error:
+    except _REFUSALS as error:
         return {"error": f"{type(error).__name__}: {error}"}
+    except Exception as error:  # what the stand-ins could not answer, not a refusal of the release
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        at = f"{Path(where.filename).name}:{where.lineno}"
+        return {"shortfall": f"the stand-ins fell short at {at} ({type(error).__name__}: {error})"}
     finally:
         os.environ.clear()
         os.environ.update(environ)
@@ -106,7 +112,6 @@ def _kv_budget(args: Any, free_gib: float, loaded_gib: float) -> dict[str, Any]:
     )
 
     def at(fraction: float | None) -> float | str:
-        context.get_context().set_server_args(args)
         if fraction is not None:  # the release's own way to change a resolved setting
             context.get_context().override(
                 "sglang-stacks: the plan's fractions", mem_fraction_static=fraction
@@ -119,7 +124,7 @@ def _kv_budget(args: Any, free_gib: float, loaded_gib: float) -> dict[str, Any]:
     # A single process has no process groups; the world group is asked for only its CPU group.
     try:
         with context.get_parallel().override(world_group=types.SimpleNamespace(cpu_group=None)):
-            launched = at(None)
+            launched = at(None)  # as resolved and published above
             by_step = [at(step / 100) for step in range(1, 100)]
     except Exception as error:  # the stand-ins fall short of this release's pool code
         return {"pool_not_run": f"its pool code could not be run here ({type(error).__name__}: {error})"}

@@ -60,7 +60,8 @@ class _HfConfig:
     def __init__(self, values: dict[str, Any]) -> None:
         self._keys = list(values)
         for key, value in values.items():
-            nested = isinstance(value, dict) and key.endswith("_config")
+            # transformers keeps quantization_config a dict; the other *_config keys are configs.
+            nested = isinstance(value, dict) and key.endswith("_config") and key != "quantization_config"
             object.__setattr__(self, key, _HfConfig(value) if nested else value)
 
     def to_dict(self) -> dict[str, Any]:

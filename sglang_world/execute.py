@@ -29,7 +29,7 @@ __all__ = ["Answer", "Machine", "Question", "execute", "measured", "server_envir
 
 _CHILD_TIMEOUT_S = 600
 _CLASS = re.compile(r"^class (\w+)\(", re.MULTILINE)
-_ANSWERS_FORMAT = 4
+_ANSWERS_FORMAT = 5
 """Bumped when what a child answers changes, so older kept answers are not read."""
 
 
@@ -151,6 +151,8 @@ def _answer(release: str, question: Question, raw: dict[str, Any]) -> Answer:
         return Answer(release, settings=_refused(release, question, raw["error"]), refusal=raw["error"])
     if "not_run" in raw:
         return Answer(release, not_run=raw["not_run"])
+    if "shortfall" in raw:
+        return Answer(release, not_run=f"SGLang {release}'s code could not resolve it: {raw['shortfall']}")
     if "unserved" in raw:
         return Answer(release, not_run=raw["unserved"], unserved=True)
     settings = replace(

@@ -80,13 +80,14 @@ def _on(value: str) -> bool:
     return value.strip().lower() not in ("", "0", "false", "no", "off")
 
 
-def unjudged_reason(release: str, launch: Launch) -> str | None:
-    """Why the project cannot judge ``launch`` on ``release``, or None when it can."""
-    if rules_for(release) is None:
+def unjudged_reason(release: str, launch: Launch, executed: bool = False) -> str | None:
+    """Why the project cannot judge ``launch`` on ``release``, or None when it can. ``executed``: the
+    settings are the release's own code's, which resolves a disaggregated worker's role itself."""
+    if rules_for(release) is None and not executed:
         return f"the project does not know SGLang {release}'s memory rules"
     if launch.enable_piecewise_cuda_graph:
         return "piecewise CUDA graphs are not in the project's model"
-    if launch.disaggregation_mode != "null" and not pd_planned(release):
+    if launch.disaggregation_mode != "null" and not pd_planned(release) and not executed:
         return (
             f"SGLang {release} sizes a {launch.disaggregation_mode} worker in code the project's model does"
             " not follow (it resolves the worker's role before or inside its memory settings; read from its"
@@ -136,7 +137,7 @@ def plan_memory(
     """
     kind = ModelKind(mla=model.mla, vision=model.vision)
     settings = settings or resolve_settings(release, launch, device.total_mib, kind)
-    reason = unjudged_reason(release, launch)
+    reason = unjudged_reason(release, launch, executed=settings is not None and settings.executed)
     if settings is None:
         return MemoryPlan(release, launch, None, None, "unknown", unknown_reason=reason)
     if settings.refusal is not None:

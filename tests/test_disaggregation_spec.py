@@ -185,13 +185,18 @@ def test_a_prefill_workers_plan_has_no_cuda_graphs_where_its_release_turns_them_
 
 
 def test_a_release_whose_role_code_is_not_followed_says_so_instead_of_fits() -> None:
-    spec = load_stack_spec("demo-pd", STACKS_DIR)
-    plan = plan_memory(spec.for_host(1), "0.5.23")
+    """Without the model's config.json the project's rules cannot follow 0.5.23's role code and say
+    so; with it, the release's own code resolves the decode worker and the plan judges it."""
+    decode = load_stack_spec("demo-pd", STACKS_DIR).for_host(1)
+    unnamed = decode.model_copy(update={"model": decode.model.model_copy(update={"config": None})})
+    plan = plan_memory(unnamed, "0.5.23")
     assert plan.verdict == "unknown"
     assert plan.unknown_reason is not None
     assert "SGLang 0.5.23 sizes a decode worker in code the project's model does not follow" in (
         plan.unknown_reason
     )
+    executed = plan_memory(decode, "0.5.23")
+    assert executed.settings_from == "SGLang 0.5.23's own code" and executed.verdict == "fits"
 
 
 def test_whether_a_release_resolves_memory_before_the_role_is_read_from_its_server_args(
@@ -231,7 +236,8 @@ def test_a_fleets_preview_names_each_roles_findings_once(workspace: Workspace, t
 
     said = (previewed.stdout + previewed.stderr).split("Diagnostics:")[1]  # each said once there
     for role in ("prefill", "decode"):
-        assert said.count(f"{role} workers: SGLang 0.5.23 sizes its KV pool") == 1, said
+        assert said.count(f"{role} workers: The KV cache's budget is SGLang 0.5.23's own pool code's") == 1, said
+        assert f"{role} workers: Verdict: the plan cannot be judged" not in said, said
     workspace.run(
         "config",
         "set",

@@ -1,0 +1,161 @@
+"""The project's rules against each release's own code, run from its wheel (``sglang_world.execute``).
+
+Two reports, for ``docs/preflight.md``:
+
+- ``--stacks``: every shipped stack on 0.5.8 and 0.5.23, planned by the project's rules (its
+  ``model.config`` left out) and by the release's own code: fraction, KV cache, verdict.
+- ``--grid``: how often the rules give what the release's code resolves (automatic fraction, chunk,
+  captured sizes, running limit; from 0.5.21 the KV budget too) over the public models the project
+  carries (Kimi-K2.5, DeepSeek-V3, Llama-3.1-8B, Qwen3-30B-A3B) x GPU memory x tp x speculative
+  decoding x CUDA-graph size x chunk x KV dtype x attention DP, each release in one child.
+
+Run: ``. .venv/sglang-stacks.env && python benchmarks/execution_report.py --stacks --grid``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sglang_flags import load_table
+from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.spec import StackSpec
+from sglang_stacks.config.stackfile import load_stack_spec
+from sglang_world import DeviceFacts, ModelFacts, ModelKind, resolve_settings
+from sglang_world.execute import Machine, Question, execute, measured
+from sglang_world.launch import launch_from_argv
+from sglang_world.models import PUBLIC_MODELS, public_model
+
+ROOT = Path(__file__).resolve().parent.parent
+RELEASES = ("0.5.8", "0.5.23")
+_VISION = {"kimi-k2.5": (27, 1152)}
+_MLA = {"kimi-k2.5", "deepseek-v3"}
+
+
+def _pinned(spec: StackSpec, release: str, config: str | None) -> StackSpec:
+    environment = spec.environment.model_copy(update={"sglang_release": release})
+    model = spec.model.model_copy(update={"config": config})
+    return spec.model_copy(update={"environment": environment, "model": model})
+
+
+def _cell(spec: StackSpec, release: str, config: str | None) -> str:
+    plan = plan_memory(_pinned(spec, release, config))
+    if plan.failure_phase == "launch":
+        return f"refused: {(plan.failure or '').split(':', 1)[0]}"
+    if plan.mem_fraction_static is None:
+        return "not judged"
+    kv = f"{plan.kv_cache_gb:.2f} GB" if plan.kv_cache_gb is not None else "?"
+    if plan.failure_phase == "kv_pool" and plan.pool_from is not None:
+        kv = "none (its pool code refuses)"
+    verdict = {"fits": "fits", "does_not_fit": "does not fit", "unknown": "not judged"}[plan.verdict]
+    return f"{plan.mem_fraction_static:.4f} ({plan.fraction_source}), KV {kv}, {verdict}"
+
+
+def stacks_report() -> None:
+    print("| stack | release | the project's rules | the release's own code |")
+    print("| --- | --- | --- | --- |")
+    for path in sorted((ROOT / "stacks").glob("Pulumi.*.yaml")):
+        name = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+        spec = load_stack_spec(name, ROOT / "stacks")
+        spec = spec.for_host(0) if spec.fleet is not None and spec.fleet.hosts else spec
+        for release in RELEASES:
+            before, after = _cell(spec, release, None), _cell(spec, release, spec.model.config)
+            print(f"| `{name}` | {release} | {before} | {after} |")
+
+
+def _grid(release: str) -> list[tuple[list[str], str]]:
+    options = {o for flag in load_table(release).flags for o in flag.flags}
+    graphs = (
+        "--cuda-graph-max-bs-decode" if "--cuda-graph-max-bs-decode" in options else "--cuda-graph-max-bs"
+    )
+    points = []
+    for model, gpu, tp, spec, bs, chunk, dtype, dp in itertools.product(
+        PUBLIC_MODELS, (81559, 97887, 143771), (1, 2, 4, 8), (None, "EAGLE3"), (None, 128),
+        (None, 8192), ("auto", "fp8_e4m3"), (False, True),
+    ):  # fmt: skip
+        if dp and tp == 1:
+            continue
+        argv = ["--model-path", f"/models/{model}", "--tp-size", str(tp), "--kv-cache-dtype", dtype]
+        argv += [graphs, str(bs)] if bs else []
+        argv += ["--chunked-prefill-size", str(chunk)] if chunk else []
+        argv += ["--enable-dp-attention", "--dp-size", str(tp)] if dp else []
+        if spec:
+            argv += ["--speculative-algorithm", spec, "--speculative-draft-model-path", "/models/draft"]
+            argv += ["--speculative-num-steps", "2", "--speculative-eagle-topk", "4"]
+            argv += ["--speculative-num-draft-tokens", "4"]
+        points.append((argv, f"{model}@{gpu}"))
+    return points
+
+
+def grid_report() -> None:
+    for release in RELEASES:
+        started = time.monotonic()
+        points = _grid(release)
+        questions, launches = [], []
+        for argv, where in points:
+            model, gpu = where.split("@")
+            launch = launch_from_argv(release, argv)
+            weights = 0.55 * int(gpu) / 1024  # a model that leaves a KV cache at the usual fractions
+            device, facts = DeviceFacts(total_mib=int(gpu)), ModelFacts(weights_gib=weights)
+            machine = Machine(int(gpu), 8, "NVIDIA H100 80GB HBM3", (9, 0))
+            questions.append(
+                Question(tuple(argv), public_model(model), machine, (), measured(launch, facts, device))
+            )
+            launches.append((launch, model, gpu, device, weights))
+        answers = execute(release, questions)
+        equal = {"settings": 0, "kv budget": 0}
+        judged = {"settings": 0, "kv budget": 0}
+        refused: Counter[str] = Counter()
+        for (launch, model, gpu, device, weights), answer in zip(launches, answers, strict=True):
+            if answer.settings is None or answer.refusal is not None:
+                refused[f"{model}: {(answer.refusal or answer.not_run or '')[:90]}"] += 1
+                continue
+            kind = ModelKind(mla=model in _MLA, vision=_VISION.get(model))
+            ours = resolve_settings(release, launch, int(gpu), kind)
+            theirs = answer.settings
+            judged["settings"] += 1
+            if (
+                ours is not None
+                and ours.refusal is None
+                and (
+                    abs(ours.mem_fraction_static - theirs.mem_fraction_static) < 5e-4
+                    and ours.chunked_prefill_size == theirs.chunked_prefill_size
+                    and ours.max_running_requests == theirs.max_running_requests
+                    and tuple(ours.cuda_graph_bs) == tuple(theirs.cuda_graph_bs)
+                )
+            ):
+                equal["settings"] += 1
+            if theirs.kv_budget_gib is not None:
+                judged["kv budget"] += 1
+                free = (device.total_mib - device.driver_reserved_mib - device.runtime_mib) / 1024
+                rules_budget = theirs.mem_fraction_static * free - weights
+                equal["kv budget"] += abs(rules_budget - theirs.kv_budget_gib) < 0.005
+        took = time.monotonic() - started
+        print(
+            f"SGLang {release}: {len(points)} launches in {took:.0f} s, {sum(refused.values())} not resolved:"
+        )
+        for why, count in refused.most_common():
+            print(f"  {count} x {why}")
+        for check in equal:
+            print(f"  {check}: the rules equal the release's code on {equal[check]} of {judged[check]}")
+
+
+def main() -> None:
+    cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    cli.add_argument("--stacks", action="store_true", help="every shipped stack, rules against code")
+    cli.add_argument("--grid", action="store_true", help="how often the rules equal the code")
+    args = cli.parse_args()
+    if args.stacks or not args.grid:
+        stacks_report()
+    if args.grid:
+        grid_report()
+
+
+if __name__ == "__main__":
+    main()
