@@ -141,7 +141,7 @@ def _render_text(
     lines += ["", f"GPU facts ({facts.source}):", f"  {facts.line()}"]
     lines += [
         "",
-        f"Memory plan (per GPU, by SGLang {release}'s own memory rules{_kv_basis(release)}):",
+        f"Memory plan (per GPU, SGLang {release}{_kv_basis(release)}):",
         *(f"  {line}" for line in plan),
         "",
     ]

@@ -121,7 +121,7 @@ def test_doomed_stack_exits_1_with_the_error_and_its_fix():
     assert "[error] memory-does-not-fit" in result.stdout
     assert "fix: Set mem_fraction_static to 0.77 or more (up to 0.97 fits)." in result.stdout
     # render names the release whose memory rules made the plan, and SGLang's own message.
-    assert "Memory plan (per GPU, by SGLang 0.5.8's own memory rules):" in result.stdout
+    assert "Memory plan (per GPU, SGLang 0.5.8):" in result.stdout
     assert "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static" in result.stdout
 
 
@@ -246,7 +246,7 @@ def test_render_of_the_shipped_baseline_gives_each_releases_own_numbers(release,
     assert theirs is not None
 
     main(["render", "baseline", "--release", release])
-    heading = f"Memory plan (per GPU, by SGLang {release}'s own memory rules"
+    heading = f"Memory plan (per GPU, SGLang {release}"
     approximated = (
         "; its KV pool approximated: kv-pool-approximated below" if pool_code(release) != PLANNED_WITH else ""
     )
@@ -255,6 +255,12 @@ def test_render_of_the_shipped_baseline_gives_each_releases_own_numbers(release,
     plan = json.loads(capsys.readouterr().out)["memory"]
 
     assert plan["release"] == release and plan["fraction_source"] == "auto"
+    if release_key(release) >= (0, 5, 9, 0):
+        # The release serves Kimi-K2.5 (baseline's model.config): its own code resolved the launch
+        # with the model's real config.json, not the grid's Kimi-VL-shaped stand-in.
+        assert plan["settings_from"].startswith(f"SGLang {release}'s own code")
+        return
+    assert plan["settings_from"].startswith(f"the project's rules for SGLang {release}")
     assert plan["mem_fraction_static"] == pytest.approx(theirs["mem_fraction_static"], abs=5e-5)
     for key in ("chunked_prefill_size", "max_prefill_tokens", "cuda_graph_max_bs"):
         assert plan[key] == theirs[key], key

@@ -236,7 +236,9 @@ def test_a_fleets_preview_names_each_roles_findings_once(workspace: Workspace, t
 
     said = (previewed.stdout + previewed.stderr).split("Diagnostics:")[1]  # each said once there
     for role in ("prefill", "decode"):
-        assert said.count(f"{role} workers: The KV cache's budget is SGLang 0.5.23's own pool code's") == 1, said
+        assert said.count(f"{role} workers: The KV cache's budget is SGLang 0.5.23's own pool code's") == 1, (
+            said
+        )
         assert f"{role} workers: Verdict: the plan cannot be judged" not in said, said
     workspace.run(
         "config",

@@ -105,7 +105,7 @@ class MemoryPlan(BaseModel):
 def _figures(plan: WorldPlan) -> dict[str, Any]:
     figures: dict[str, Any] = {"release": plan.release, "verdict": plan.verdict}
     settings, numbers = plan.settings, plan.budget
-    if settings is not None:
+    if settings is not None and settings.refusal is None:  # a refusal's settings are moot
         figures.update(
             mem_fraction_static=settings.mem_fraction_static,
             fraction_source=settings.fraction_source,

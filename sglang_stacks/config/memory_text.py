@@ -60,6 +60,8 @@ def verdict_line(plan: MemoryPlan) -> str:
         )
     why = _PHASES.get(plan.failure_phase or "", "it runs out of memory")
     said = (plan.failure or "").splitlines()[0] if plan.failure else ""
+    if plan.failure_phase == "launch":
+        return f"Verdict: does not start: SGLang {plan.release} refuses the launch before it loads: {said}"
     return (
         f"Verdict: does not fit at {fraction} ({_source(plan)}): {why}; SGLang stops with {said} "
         f"The smallest fraction that fits is {_fraction(plan.smallest_fitting_fraction)}, the largest "
