@@ -5,7 +5,7 @@ Two reports, for ``docs/preflight.md``:
 - ``--stacks``: every shipped stack on 0.5.8 and 0.5.23, planned by the project's rules (its
   ``model.config`` left out) and by the release's own code: fraction, KV cache, verdict.
 - ``--grid``: how often the rules give what the release's code resolves (automatic fraction, chunk,
-  captured sizes, running limit; from 0.5.21 the KV budget too) over the public models the project
+  captured sizes, running limit; from 0.5.16 the KV budget too) over the public models the project
   carries (Kimi-K2.5, DeepSeek-V3, Llama-3.1-8B, Qwen3-30B-A3B) x GPU memory x tp x speculative
   decoding x CUDA-graph size x chunk x KV dtype x attention DP, each release in one child.
 

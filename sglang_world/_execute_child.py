@@ -11,6 +11,7 @@ question's model ``config.json``; the answer is what it resolved, or what it rai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -78,6 +79,15 @@ def _answer(server_args: Any, parser: argparse.ArgumentParser, question: dict[st
         os.environ.update(environ)
 
 
+_SINGLE_PROCESS = types.SimpleNamespace(world_size=1, cpu_group=None)
+"""The world group of a server that runs in one process, as the pool code reads it."""
+
+
+def _parallel_fields(context: Any) -> set[str]:
+    fields = getattr(context, "_parallel_fields", None)
+    return set(fields()) if callable(fields) else set()
+
+
 def _kv_budget(args: Any, free_gib: float, loaded_gib: float) -> dict[str, Any]:
     """What the release's own pool code leaves the KV cache once the weights are loaded
     (``kv_budget_gib``), or what it raises (``pool_error``), at the launch's fraction and at every
@@ -96,16 +106,22 @@ def _kv_budget(args: Any, free_gib: float, loaded_gib: float) -> dict[str, Any]:
     profile = getattr(getattr(configurator, "KVCacheConfigurator", None), "_profile_available_bytes", None)
     if profile is None:
         return {}
-    context.get_context().set_server_args(args)
-    model_config = importlib.import_module("sglang.srt.configs.model_config").ModelConfig.from_server_args(
-        args
-    )
-    # The device's measurement after loading, and no GPU temporaries for gc to free (module globals).
+    try:
+        context.get_context().set_server_args(args)
+        model_config_module = importlib.import_module("sglang.srt.configs.model_config")
+        model_config = model_config_module.ModelConfig.from_server_args(args)
+    except Exception as error:  # the stand-ins fall short of this release's model config
+        return {"pool_not_run": f"its model config could not be built here ({type(error).__name__}: {error})"}
+    # The device's measurement after loading, no GPU temporaries for gc to free, and a single
+    # process's world group for releases that ask for it by function (module globals).
     setattr(configurator, "get_available_gpu_memory", lambda *args, **kwargs: loaded_gib)  # noqa: B010
     setattr(configurator, "gc", types.SimpleNamespace(collect=lambda: 0))  # noqa: B010
+    if hasattr(configurator, "get_world_group"):
+        setattr(configurator, "get_world_group", lambda: _SINGLE_PROCESS)  # noqa: B010
     runner = types.SimpleNamespace(
         device="cuda",
         gpu_id=0,
+        server_args=args,
         model_config=model_config,
         mambaish_config=configurator.mambaish_config(model_config),
         post_capture_kv_active=False,
@@ -121,11 +137,17 @@ def _kv_budget(args: Any, free_gib: float, loaded_gib: float) -> dict[str, Any]:
         except ValueError as error:
             return f"ValueError: {error}"
 
-    # A single process has no process groups; the world group is asked for only its CPU group.
     try:
-        with context.get_parallel().override(world_group=types.SimpleNamespace(cpu_group=None)):
+        with contextlib.ExitStack() as stack:
+            parallel = getattr(context, "get_parallel", None)
+            if parallel is not None and "world_group" in _parallel_fields(context):
+                # A single process has no process groups: the world group it asks of its context.
+                stack.enter_context(parallel().override(world_group=_SINGLE_PROCESS))
             launched = at(None)  # as resolved and published above
-            by_step = [at(step / 100) for step in range(1, 100)]
+            # Other fractions through the release's own override of a resolved setting, which
+            # 0.5.16 does not have (its plan then tries other fractions by the project's arithmetic).
+            steps = range(1, 100) if hasattr(context.get_context(), "override") else range(0)
+            by_step = [at(step / 100) for step in steps]
     except Exception as error:  # the stand-ins fall short of this release's pool code
         return {"pool_not_run": f"its pool code could not be run here ({type(error).__name__}: {error})"}
     finally:

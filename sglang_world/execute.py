@@ -29,7 +29,7 @@ __all__ = ["Answer", "Machine", "Question", "execute", "measured", "server_envir
 
 _CHILD_TIMEOUT_S = 600
 _CLASS = re.compile(r"^class (\w+)\(", re.MULTILINE)
-_ANSWERS_FORMAT = 5
+_ANSWERS_FORMAT = 8
 """Bumped when what a child answers changes, so older kept answers are not read."""
 
 
