@@ -5,9 +5,10 @@ Two reports, for ``docs/preflight.md``:
 - ``--stacks``: every shipped stack on 0.5.8 and 0.5.23, planned by the project's rules (its
   ``model.config`` left out) and by the release's own code: fraction, KV cache, verdict.
 - ``--grid``: how often the rules give what the release's code resolves (automatic fraction, chunk,
-  captured sizes, running limit; from 0.5.16 the KV budget too) over the public models the project
-  carries (Kimi-K2.5, DeepSeek-V3, Llama-3.1-8B, Qwen3-30B-A3B) x GPU memory x tp x speculative
-  decoding x CUDA-graph size x chunk x KV dtype x attention DP, each release in one child.
+  captured sizes, running limit; from 0.5.16 the KV budget too) on launches drawn from ``SPACE``
+  (the public models the project carries: Kimi-K2.5, DeepSeek-V3, Llama-3.1-8B, Qwen3-30B-A3B;
+  parallelism, drafts, graphs, chunk, KV dtype and page size, all-to-all, running limit), each
+  release in one child.
 
 Run: ``. .venv/sglang-stacks.env && python benchmarks/execution_report.py --stacks --grid``.
 """
@@ -15,11 +16,15 @@ Run: ``. .venv/sglang-stacks.env && python benchmarks/execution_report.py --stac
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import itertools
+import random
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -69,22 +74,44 @@ def stacks_report() -> None:
             print(f"| `{name}` | {release} | {before} | {after} |")
 
 
-def _grid(release: str) -> list[tuple[list[str], str]]:
+SPACE: dict[str, tuple[Any, ...]] = {
+    "model": tuple(PUBLIC_MODELS),
+    "gpu": (81559, 97887, 143771),
+    "tp": (1, 2, 4, 8),
+    "pp": (1, 2),
+    "speculative": (None, "EAGLE", "EAGLE3"),
+    "graphs": (None, 128),
+    "chunk": (None, 8192),
+    "kv_dtype": ("auto", "fp8_e4m3"),
+    "attention_dp": (False, True),
+    "a2a": ("none", "deepep", "flashinfer"),
+    "page": (1, 64),
+    "running": (None, 64),
+}
+"""What users vary: the public models, GPUs, parallelism (tensor, pipeline, attention DP), the
+speculative draft, CUDA graphs, chunked prefill, the KV cache's dtype and page size, the MoE
+all-to-all backend and the running limit: 165,888 launches, sampled."""
+
+
+def _grid(release: str, sample: int, seed: int) -> list[tuple[list[str], str]]:
     options = {o for flag in load_table(release).flags for o in flag.flags}
-    graphs = (
+    graphs_flag = (
         "--cuda-graph-max-bs-decode" if "--cuda-graph-max-bs-decode" in options else "--cuda-graph-max-bs"
     )
+    every = list(itertools.product(*SPACE.values()))
     points = []
-    for model, gpu, tp, spec, bs, chunk, dtype, dp in itertools.product(
-        PUBLIC_MODELS, (81559, 97887, 143771), (1, 2, 4, 8), (None, "EAGLE3"), (None, 128),
-        (None, 8192), ("auto", "fp8_e4m3"), (False, True),
-    ):  # fmt: skip
-        if dp and tp == 1:
+    for choice in random.Random(seed).sample(every, sample):
+        model, gpu, tp, pp, spec, graphs, chunk, dtype, dp, a2a, page, running = choice
+        if (dp and tp == 1) or (a2a != "none" and "moe" not in model and model != "deepseek-v3"):
             continue
         argv = ["--model-path", f"/models/{model}", "--tp-size", str(tp), "--kv-cache-dtype", dtype]
-        argv += [graphs, str(bs)] if bs else []
+        argv += ["--pp-size", str(pp)] if pp > 1 else []
+        argv += [graphs_flag, str(graphs)] if graphs else []
         argv += ["--chunked-prefill-size", str(chunk)] if chunk else []
         argv += ["--enable-dp-attention", "--dp-size", str(tp)] if dp else []
+        argv += ["--moe-a2a-backend", a2a, "--ep-size", str(tp)] if a2a != "none" else []
+        argv += ["--page-size", str(page)] if page > 1 else []
+        argv += ["--max-running-requests", str(running)] if running else []
         if spec:
             argv += ["--speculative-algorithm", spec, "--speculative-draft-model-path", "/models/draft"]
             argv += ["--speculative-num-steps", "2", "--speculative-eagle-topk", "4"]
@@ -93,14 +120,20 @@ def _grid(release: str) -> list[tuple[list[str], str]]:
     return points
 
 
-def grid_report() -> None:
+def grid_report(sample: int, seed: int) -> None:
     for release in RELEASES:
         started = time.monotonic()
-        points = _grid(release)
+        points = _grid(release, sample, seed)
         questions, launches = [], []
+        unparsed = 0
         for argv, where in points:
             model, gpu = where.split("@")
-            launch = launch_from_argv(release, argv)
+            try:
+                with contextlib.redirect_stderr(io.StringIO()):  # the parser's usage text
+                    launch = launch_from_argv(release, argv)
+            except SystemExit:  # the release's parser refuses a flag (0.5.8 has no flashinfer a2a)
+                unparsed += 1
+                continue
             weights = 0.55 * int(gpu) / 1024  # a model that leaves a KV cache at the usual fractions
             device, facts = DeviceFacts(total_mib=int(gpu)), ModelFacts(weights_gib=weights)
             machine = Machine(int(gpu), 8, "NVIDIA H100 80GB HBM3", (9, 0))
@@ -138,7 +171,8 @@ def grid_report() -> None:
                 equal["kv budget"] += abs(rules_budget - theirs.kv_budget_gib) < 0.005
         took = time.monotonic() - started
         print(
-            f"SGLang {release}: {len(points)} launches in {took:.0f} s, {sum(refused.values())} not resolved:"
+            f"SGLang {release}: {len(points)} launches in {took:.0f} s, {unparsed} refused by its parser, "
+            f"{sum(refused.values())} by its code or not resolved:"
         )
         for why, count in refused.most_common():
             print(f"  {count} x {why}")
@@ -150,11 +184,13 @@ def main() -> None:
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("--stacks", action="store_true", help="every shipped stack, rules against code")
     cli.add_argument("--grid", action="store_true", help="how often the rules equal the code")
+    cli.add_argument("--sample", type=int, default=3000, help="launches drawn from the space (default 3000)")
+    cli.add_argument("--seed", type=int, default=1)
     args = cli.parse_args()
     if args.stacks or not args.grid:
         stacks_report()
     if args.grid:
-        grid_report()
+        grid_report(args.sample, args.seed)
 
 
 if __name__ == "__main__":
