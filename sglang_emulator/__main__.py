@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from sglang_emulator.engine import Engine, Request
+from sglang_emulator.executed import resolution_note
 from sglang_emulator.fault_events import FaultEvents, crash
 from sglang_emulator.faults import FaultError, load_faults
 from sglang_emulator.http_plumbing import EmulatorHttpServer
@@ -133,27 +134,9 @@ def main(argv: list[str]) -> int:
     problem = multinode_problem(config) or role_problem(config)
     if problem:
         return _fatal(problem)
-    memory_release = world_release(release)
-    if config.settings is not None and config.settings.executed:
-        print(
-            f"sglang-emulator: SGLang {release}'s own code resolved the launch (run from its wheel)",
-            file=sys.stderr,
-            flush=True,
-        )
-    elif config.code_not_run:
-        print(
-            f"sglang-emulator: {config.code_not_run}; the emulator goes on with the project's rules for "
-            f"SGLang {memory_release}",
-            file=sys.stderr,
-            flush=True,
-        )
-    elif memory_release != release:
-        print(
-            f"sglang-emulator: the memory model does not know SGLang {release}'s rules; it plays them with "
-            f"{memory_release}'s",
-            file=sys.stderr,
-            flush=True,
-        )
+    resolved_by = resolution_note(release, config.settings, config.code_not_run, world_release(release))
+    if resolved_by:
+        print(f"sglang-emulator: {resolved_by}", file=sys.stderr, flush=True)
     if config.settings is not None and config.settings.refusal is not None:
         # SGLang's ServerArgs refuses the combination before anything starts.
         print(f"{config.settings.refusal_class}: {config.settings.refusal}", file=sys.stderr, flush=True)

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 
 from sglang_emulator.profile import Profile
 from sglang_emulator.world import device_facts, model_facts
-from sglang_world import Launch
+from sglang_world import Launch, ServerSettings
 from sglang_world.execute import Answer, Machine, Question, execute, measured, server_environment
 from sglang_world.models import PUBLIC_MODELS, public_model
 
-__all__ = ["executed_settings"]
+__all__ = ["executed_settings", "resolution_note"]
 
 
 def executed_settings(
@@ -33,3 +33,19 @@ def executed_settings(
     memory = measured(launch, model_facts(profile, launch.tp_size), device_facts(profile))
     asked = Question(tuple(argv), public_model(name), machine, server_environment(environment), memory)
     return execute(release, [asked])[0]
+
+
+def resolution_note(
+    release: str, settings: ServerSettings | None, code_not_run: str, memory_release: str
+) -> str | None:
+    """Who resolved the launch's settings, said at start when it is not the release's own rules:
+    its code, or why its code did not run, or the release whose rules play it."""
+    if settings is not None and settings.executed:
+        return f"SGLang {release}'s own code resolved the launch (run from its wheel)"
+    if code_not_run:
+        return f"{code_not_run}; the emulator goes on by the project's rules for {memory_release}"
+    if memory_release != release:
+        return (
+            f"the memory model does not know SGLang {release}'s rules; it plays them with {memory_release}'s"
+        )
+    return None

@@ -89,25 +89,11 @@ def _gpu_bytes() -> int:
 
 
 class _Properties:
-    @property
-    def name(self) -> str:
-        return _DEVICE.name
+    """What ``torch.cuda.get_device_properties`` answers: a GPU of the stand-in machine."""
 
-    @property
-    def major(self) -> int:
-        return _DEVICE.capability[0]
-
-    @property
-    def minor(self) -> int:
-        return _DEVICE.capability[1]
-
-    @property
-    def multi_processor_count(self) -> int:
-        return _DEVICE.sms
-
-    @property
-    def total_memory(self) -> int:
-        return _gpu_bytes()
+    def __init__(self) -> None:
+        self.name, self.multi_processor_count, self.total_memory = _DEVICE.name, _DEVICE.sms, _gpu_bytes()
+        self.major, self.minor = _DEVICE.capability
 
 
 def set_device(count: int, name: str, capability: tuple[int, int], sms: int) -> None:
