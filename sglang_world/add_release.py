@@ -32,10 +32,10 @@ from dataclasses import asdict
 from sglang_flags import load_table, release_key
 from sglang_world.grid import GRID, launch_of, model_kind_of
 from sglang_world.pool_code import pool_code
-from sglang_world.recorded_store import RecordedRow, recorded_releases, recorded_rows
+from sglang_world.recorded_store import recorded_releases, recorded_rows, row_compared, settings_compared
 from sglang_world.releases import judged_releases, rules_for
 from sglang_world.scheduling import scheduling_rules
-from sglang_world.settings import ServerSettings, resolve_with_rules
+from sglang_world.settings import resolve_with_rules
 
 __all__ = ["main"]
 
@@ -43,32 +43,6 @@ __all__ = ["main"]
 def _previous(release: str, releases: list[str]) -> str | None:
     older = [r for r in releases if release_key(r) < release_key(release)]
     return older[-1] if older else None
-
-
-def _ours(settings: ServerSettings) -> dict[str, object]:
-    return {
-        "mem_fraction_static": settings.mem_fraction_static,
-        "chunked_prefill_size": settings.chunked_prefill_size,
-        "max_prefill_tokens": settings.max_prefill_tokens,
-        "max_running_requests": settings.max_running_requests,
-        "cuda_graph_max_bs": settings.cuda_graph_max_bs,
-        "cuda_graph_bs": list(settings.cuda_graph_bs),
-    }
-
-
-def _theirs(row: RecordedRow) -> dict[str, object] | None:
-    if row.values is None:
-        return None
-    values = row.values
-    sizes = (
-        values["cuda_graph_bs"] if values["cuda_graph_bs"] is not None else values["runtime_cuda_graph_bs"]
-    )
-    return {key: values[key] for key in _ours_keys()} | {"cuda_graph_bs": list(sizes or [])}
-
-
-def _ours_keys() -> tuple[str, ...]:
-    return ("mem_fraction_static", "chunked_prefill_size", "max_prefill_tokens", "max_running_requests",
-            "cuda_graph_max_bs")  # fmt: skip
 
 
 def prove_rules(release: str, rules_of: str) -> list[str]:
@@ -83,12 +57,12 @@ def prove_rules(release: str, rules_of: str) -> list[str]:
         ours = resolve_with_rules(
             release, rules, launch_of(point), point.gpu_mib, model_kind_of(point), default_prefill
         )
-        theirs = _theirs(row)
+        theirs = row_compared(row.values) if row.values is not None else None
         if theirs is None:
             if row.error != "SystemExit: 2" and not (ours.refusal and ours.refusal in (row.error or "")):
                 differing.append(f"{point}: the release raised {row.error!r}, the rules {ours.refusal!r}")
-        elif ours.refusal is not None or _ours(ours) != theirs:
-            differing.append(f"{point}: the rules {_ours(ours)}, the release {theirs}")
+        elif ours.refusal is not None or settings_compared(ours) != theirs:
+            differing.append(f"{point}: the rules {settings_compared(ours)}, the release {theirs}")
     return differing
 
 

@@ -18,8 +18,10 @@ from typing import Any
 
 from sglang_flags import release_key
 from sglang_world.grid import GRID
+from sglang_world.settings import ServerSettings
 
 __all__ = [
+    "COMPARED",
     "RECORDED",
     "ROW_FIELDS",
     "RecordedRow",
@@ -28,6 +30,8 @@ __all__ = [
     "read_index",
     "recorded_releases",
     "recorded_rows",
+    "row_compared",
+    "settings_compared",
     "store_recordings",
 ]
 
@@ -49,6 +53,34 @@ _ABOUT = (
     "sglang_world.grid.GRID (releases with identical results share a file), each file's sha256, and "
     "releases that could not be recorded. Written by python -m sglang_world.record; do not edit by hand."
 )
+
+
+COMPARED = (
+    "mem_fraction_static",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "max_running_requests",
+    "cuda_graph_max_bs",
+    "cuda_graph_bs",
+)
+"""What the project's rules are checked on against a recorded row."""
+
+
+def settings_compared(settings: ServerSettings) -> dict[str, Any]:
+    """``settings`` as they are compared with a recorded row (``COMPARED``)."""
+    return {
+        key: list(settings.cuda_graph_bs) if key == "cuda_graph_bs" else getattr(settings, key)
+        for key in COMPARED
+    }
+
+
+def row_compared(values: dict[str, Any]) -> dict[str, Any]:
+    """A recorded row's values as they are compared with settings: the captured sizes are the
+    runtime's where the release left them to its graph runner (0.5.1, 0.5.2)."""
+    sizes = (
+        values["cuda_graph_bs"] if values["cuda_graph_bs"] is not None else values["runtime_cuda_graph_bs"]
+    )
+    return {key: values[key] for key in COMPARED} | {"cuda_graph_bs": list(sizes or [])}
 
 
 @dataclass(frozen=True)

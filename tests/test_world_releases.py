@@ -9,40 +9,18 @@ wheel by ``python -m sglang_world.record``. The project's rules must give the sa
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from sglang_flags import known_releases
 from sglang_world import judged_releases, resolve_settings
 from sglang_world.grid import GRID, launch_of, model_kind_of
-from sglang_world.recorded_store import read_index, recorded_releases, recorded_rows
-from sglang_world.settings import ServerSettings
-
-
-def _ours(settings: ServerSettings) -> dict[str, Any]:
-    return {
-        "mem_fraction_static": settings.mem_fraction_static,
-        "chunked_prefill_size": settings.chunked_prefill_size,
-        "max_prefill_tokens": settings.max_prefill_tokens,
-        "max_running_requests": settings.max_running_requests,
-        "cuda_graph_max_bs": settings.cuda_graph_max_bs,
-        "cuda_graph_bs": list(settings.cuda_graph_bs),
-    }
-
-
-def _theirs(values: dict[str, Any]) -> dict[str, Any]:
-    sizes = (
-        values["cuda_graph_bs"] if values["cuda_graph_bs"] is not None else values["runtime_cuda_graph_bs"]
-    )
-    return {
-        "mem_fraction_static": values["mem_fraction_static"],
-        "chunked_prefill_size": values["chunked_prefill_size"],
-        "max_prefill_tokens": values["max_prefill_tokens"],
-        "max_running_requests": values["max_running_requests"],
-        "cuda_graph_max_bs": values["cuda_graph_max_bs"],
-        "cuda_graph_bs": list(sizes or []),
-    }
+from sglang_world.recorded_store import (
+    read_index,
+    recorded_releases,
+    recorded_rows,
+    row_compared,
+    settings_compared,
+)
 
 
 def test_every_shipped_release_is_recorded_or_named_with_why() -> None:
@@ -73,7 +51,7 @@ def test_the_rules_give_what_the_releases_own_code_resolves(release: str) -> Non
                 )
             continue
         assert row.values is not None
-        ours, theirs = _ours(settings), _theirs(row.values)
+        ours, theirs = settings_compared(settings), row_compared(row.values)
         if settings.refusal is not None or ours != theirs:
             differing = {k: (ours[k], theirs[k]) for k in ours if ours[k] != theirs[k]}
             mismatches.append(f"{point}: (ours, the release's) {differing} refusal={settings.refusal!r}")
