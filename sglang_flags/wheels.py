@@ -62,17 +62,26 @@ def _download(package: str, version: str, cache: Path) -> Path:
     wheel = _find_wheel(folder, package, version)
     if wheel is not None:
         return wheel
-    folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
-    command += ["--disable-pip-version-check", "--dest", str(folder), f"{package}=={version}"]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    # Into a private folder first, then renamed into the cache: two runs downloading the same wheel
+    # (the test suite's workers) never see each other's half-written file.
+    private = folder / f".partial-{os.getpid()}"
+    private.mkdir(parents=True, exist_ok=True)
+    try:
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+        command += ["--disable-pip-version-check", "--dest", str(private), f"{package}=={version}"]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        downloaded = _find_wheel(private, package, version)
+        if result.returncode != 0 or downloaded is None:
+            last = (result.stderr.strip().splitlines() or ["pip printed nothing"])[-1]
+            raise WheelError(
+                f"pip could not download a wheel of {package}=={version} ({last}). Check that the release "
+                f"exists (pip index versions {package}) and that the package index is reachable."
+            )
+        os.replace(downloaded, folder / downloaded.name)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     wheel = _find_wheel(folder, package, version)
-    if result.returncode != 0 or wheel is None:
-        last = (result.stderr.strip().splitlines() or ["pip printed nothing"])[-1]
-        raise WheelError(
-            f"pip could not download a wheel of {package}=={version} ({last}). Check that the release "
-            f"exists (pip index versions {package}) and that the package index is reachable."
-        )
+    assert wheel is not None  # renamed into the folder above
     return wheel
 
 

@@ -44,3 +44,22 @@ def test_a_truncated_wheel_is_removed_so_the_next_run_downloads_it_again(tmp_pat
     with pytest.raises(WheelError, match="is not a readable wheel"):
         wheels.unpacked_release("9.9.9", tmp_path)
     assert not broken.exists()
+
+
+def test_a_wheel_being_downloaded_is_not_seen_in_the_cache_until_it_is_whole(monkeypatch, tmp_path):
+    """The suite's workers share one cache: while one downloads a release, another looking for the
+    same wheel must not find (and unzip, and delete as broken) the half-written file."""
+    seen_while_downloading = []
+
+    def pip(command, **kwargs):
+        dest = Path(command[command.index("--dest") + 1])
+        half = dest / "sglang-9.9.9-py3-none-any.whl"
+        half.write_bytes(b"PK\x03\x04 half of it")
+        seen_while_downloading.append(wheels._find_wheel(tmp_path / "downloads", "sglang", "9.9.9"))
+        _wheel(dest)  # the download completes
+        return wheels.subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(wheels.subprocess, "run", pip)
+    assert wheels.unpacked_release("9.9.9", tmp_path) == tmp_path / "unpacked" / "sglang-9.9.9"
+    assert seen_while_downloading == [None]
+    assert [p.name for p in (tmp_path / "downloads").iterdir()] == ["sglang-9.9.9-py3-none-any.whl"]
