@@ -1,5 +1,6 @@
 """The wheel cache: where it is, and unpacking that survives crashes and concurrent runs."""
 
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -57,9 +58,9 @@ def test_a_wheel_being_downloaded_is_not_seen_in_the_cache_until_it_is_whole(mon
         half.write_bytes(b"PK\x03\x04 half of it")
         seen_while_downloading.append(wheels._find_wheel(tmp_path / "downloads", "sglang", "9.9.9"))
         _wheel(dest)  # the download completes
-        return wheels.subprocess.CompletedProcess(command, 0, "", "")
+        return subprocess.CompletedProcess(command, 0, "", "")
 
-    monkeypatch.setattr(wheels.subprocess, "run", pip)
+    monkeypatch.setattr(subprocess, "run", pip)
     assert wheels.unpacked_release("9.9.9", tmp_path) == tmp_path / "unpacked" / "sglang-9.9.9"
     assert seen_while_downloading == [None]
     assert [p.name for p in (tmp_path / "downloads").iterdir()] == ["sglang-9.9.9-py3-none-any.whl"]
