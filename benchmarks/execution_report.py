@@ -33,6 +33,7 @@ from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_world import DeviceFacts, ModelFacts, ModelKind, resolve_settings
+from sglang_world.budget import free_at_start_gib
 from sglang_world.execute import Machine, Question, execute, measured
 from sglang_world.launch import launch_from_argv
 from sglang_world.models import PUBLIC_MODELS, public_model
@@ -166,8 +167,7 @@ def grid_report(sample: int, seed: int) -> None:
                 equal["settings"] += 1
             if theirs.kv_budget_gib is not None:
                 judged["kv budget"] += 1
-                free = (device.total_mib - device.driver_reserved_mib - device.runtime_mib) / 1024
-                rules_budget = theirs.mem_fraction_static * free - weights
+                rules_budget = theirs.mem_fraction_static * free_at_start_gib(device) - weights
                 equal["kv budget"] += abs(rules_budget - theirs.kv_budget_gib) < 0.005
         took = time.monotonic() - started
         print(

@@ -28,8 +28,7 @@ def executed_settings(
     if name not in PUBLIC_MODELS:
         return None
     host = profile.host
-    major, minor = (int(part) for part in host.compute_capability.split("."))
-    machine = Machine(host.memory_total_mib, host.gpu_count, host.gpu_name, (major, minor))
+    machine = Machine.of(host.memory_total_mib, host.gpu_count, host.gpu_name, host.compute_capability)
     memory = measured(launch, model_facts(profile, launch.tp_size), device_facts(profile))
     asked = Question(tuple(argv), public_model(name), machine, server_environment(environment), memory)
     return execute(release, [asked])[0]

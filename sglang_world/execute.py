@@ -17,12 +17,13 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sglang_world.budget import free_at_start_gib, loaded_gib
 from sglang_world.facts import DeviceFacts, Launch, ModelFacts
+from sglang_world.recorded_store import captured_sizes
 from sglang_world.settings import ServerSettings
 
 __all__ = ["Answer", "Machine", "Question", "execute", "measured", "server_environment"]
@@ -43,6 +44,12 @@ class Machine:
     gpu_name: str
     capability: tuple[int, int]
     sms: int = 132
+
+    @classmethod
+    def of(cls, gpu_mib: int, gpu_count: int, gpu_name: str, compute_capability: str) -> Machine:
+        """The machine of a host's declared facts (its compute capability as written: ``"12.0"``)."""
+        major, minor = (int(part) for part in compute_capability.split("."))
+        return cls(gpu_mib, gpu_count, gpu_name, (major, minor))
 
 
 @dataclass(frozen=True)
@@ -80,8 +87,6 @@ class Answer:
     """What the release raised while resolving, in its words (``AssertionError: ...``)."""
     not_run: str | None = None
     """Why the release's code could not be run (no wheel offline, a child that died)."""
-    resolved: dict[str, Any] = field(default_factory=dict)
-    """Everything the child reported, as it reported it."""
     unserved: bool = False
     """The release has no model class for the model (``not_run`` says so in its words): it stops at
     start, and its settings for the model would not be a served model's."""
@@ -108,11 +113,6 @@ def measured(launch: Launch, model: ModelFacts, device: DeviceFacts) -> tuple[fl
 
 
 def _settings(release: str, question: Question, resolved: dict[str, Any]) -> ServerSettings:
-    sizes = (
-        resolved["cuda_graph_bs"]
-        if resolved["cuda_graph_bs"] is not None
-        else resolved["runtime_cuda_graph_bs"]
-    )
     return ServerSettings(
         release=release,
         mem_fraction_static=resolved["mem_fraction_static"],
@@ -120,7 +120,7 @@ def _settings(release: str, question: Question, resolved: dict[str, Any]) -> Ser
         chunked_prefill_size=resolved["chunked_prefill_size"],
         max_prefill_tokens=resolved["max_prefill_tokens"],
         cuda_graph_max_bs=resolved["cuda_graph_max_bs"],
-        cuda_graph_bs=tuple(sizes or ()),
+        cuda_graph_bs=tuple(captured_sizes(resolved)),
         cuda_graph_disabled=resolved["cuda_graph_disabled"],
         max_running_requests=resolved["max_running_requests"],
         executed=True,
@@ -161,7 +161,7 @@ def _answer(release: str, question: Question, raw: dict[str, Any]) -> Answer:
         kv_budget_by_step=tuple(raw.get("kv_budget_by_step", ())),
         pool_refusal=raw.get("pool_error"),
     )
-    return Answer(release, settings=settings, resolved=raw["resolved"], pool_not_run=raw.get("pool_not_run"))
+    return Answer(release, settings=settings, pool_not_run=raw.get("pool_not_run"))
 
 
 def _key(release: str, question: Question) -> str:

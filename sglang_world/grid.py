@@ -43,8 +43,6 @@ class StandInModel:
     """The vision tower's layers and hidden size, for a multimodal model."""
 
 
-_DEEPSEEK_V3_TEXT = KIMI_K2_TEXT
-_LLAMA_3_1_8B = LLAMA_3_1_8B
 _QWEN2_5_VL_7B: dict[str, Any] = {
     "model_type": "qwen2_5_vl",
     "architectures": ["Qwen2_5_VLForConditionalGeneration"],
@@ -61,15 +59,15 @@ _QWEN2_5_VL_7B: dict[str, Any] = {
 }
 
 STAND_IN_MODELS = (
-    StandInModel(name="mha-text", hf_config=_LLAMA_3_1_8B, mla=False, vision=None),
+    StandInModel(name="mha-text", hf_config=LLAMA_3_1_8B, mla=False, vision=None),
     StandInModel(name="mha-vision", hf_config=_QWEN2_5_VL_7B, mla=False, vision=(32, 1280)),
-    StandInModel(name="mla-text", hf_config=_DEEPSEEK_V3_TEXT, mla=True, vision=None),
+    StandInModel(name="mla-text", hf_config=KIMI_K2_TEXT, mla=True, vision=None),
     StandInModel(
         name="mla-vision",
         hf_config={
             "model_type": "kimi_vl",
             "architectures": ["KimiVLForConditionalGeneration"],
-            "text_config": _DEEPSEEK_V3_TEXT,
+            "text_config": KIMI_K2_TEXT,
             "vision_config": {"model_type": "moonvit", "num_hidden_layers": 27, "hidden_size": 1152},
             "torch_dtype": "bfloat16",
         },

@@ -26,6 +26,7 @@ __all__ = [
     "ROW_FIELDS",
     "RecordedRow",
     "Recording",
+    "captured_sizes",
     "grid_digest",
     "read_index",
     "recorded_releases",
@@ -55,14 +56,7 @@ _ABOUT = (
 )
 
 
-COMPARED = (
-    "mem_fraction_static",
-    "chunked_prefill_size",
-    "max_prefill_tokens",
-    "max_running_requests",
-    "cuda_graph_max_bs",
-    "cuda_graph_bs",
-)
+COMPARED = tuple(name for name in ROW_FIELDS if name not in ("cuda_graph_disabled", "runtime_cuda_graph_bs"))
 """What the project's rules are checked on against a recorded row."""
 
 
@@ -74,13 +68,18 @@ def settings_compared(settings: ServerSettings) -> dict[str, Any]:
     }
 
 
-def row_compared(values: dict[str, Any]) -> dict[str, Any]:
-    """A recorded row's values as they are compared with settings: the captured sizes are the
-    runtime's where the release left them to its graph runner (0.5.1, 0.5.2)."""
+def captured_sizes(values: dict[str, Any]) -> list[int]:
+    """The decode batch sizes a row (or a release's resolved settings) captures: the runtime's where
+    the release left them to its graph runner (0.5.1, 0.5.2); none when graphs are off."""
     sizes = (
         values["cuda_graph_bs"] if values["cuda_graph_bs"] is not None else values["runtime_cuda_graph_bs"]
     )
-    return {key: values[key] for key in COMPARED} | {"cuda_graph_bs": list(sizes or [])}
+    return list(sizes or [])
+
+
+def row_compared(values: dict[str, Any]) -> dict[str, Any]:
+    """A recorded row's values as they are compared with settings (``COMPARED``)."""
+    return {key: values[key] for key in COMPARED} | {"cuda_graph_bs": captured_sizes(values)}
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,7 @@ def question(spec: StackSpec, release: str) -> Question | None:
     except (FlagError, SystemExit):
         return None
     host = spec.host
-    major, minor = (int(part) for part in host.compute_capability.split("."))
-    machine = Machine(host.memory_per_gpu_mib, host.gpu_count, host.gpu_model, (major, minor))
+    machine = Machine.of(host.memory_per_gpu_mib, host.gpu_count, host.gpu_model, host.compute_capability)
     launch = launch_from_argv(release, argv, spec.environment.env)
     memory = measured(launch, stack_model(spec), stack_device(spec))
     return Question(tuple(argv), config, machine, server_environment(spec.environment.env), memory)
