@@ -71,7 +71,7 @@ except StacksError as error:
             f"pulumi destroy -s {stack} --run-program=false"
         )
     # The message already says what to fix; a traceback would only hide it. Its typed record
-    # follows, for a driver (rollout, a sweep) to read back.
+    # follows when a driver (rollout, a sweep) asked for it, to read back.
     raise pulumi.RunError(error.with_record()) from None
 
 outputs.export()

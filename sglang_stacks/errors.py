@@ -23,11 +23,14 @@ Code recognises a failure by its type and fields, never by its words. A provider
 process and the program in the language host; the driver (``rollout``, a sweep) only sees the
 Pulumi CLI's text. So at those two edges the error's message is followed by one line,
 ``sglang-stacks-failure: {...}``, the JSON of its `FailureRecord`, and `failure_from_output` reads
-it back into the exception type with its fields.
+it back into the exception type with its fields. Only a driver reads that line: it asks for it by
+setting `RECORDS_ENV` in the environment of the ``pulumi`` it runs (which Pulumi passes on to the
+program and the providers), and a ``pulumi up`` typed by an operator shows the sentence alone.
 """
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -36,15 +39,24 @@ from sglang_stacks.causes import Cause
 
 # fmt: off
 __all__ = [
-    "FAILURE_TAG", "ArtifactError", "BenchmarkError", "CanaryRegressionError", "Cause", "ClaimError",
-    "FailureRecord", "FlagError", "GateError", "HostError", "PreflightError", "PulumiError",
+    "FAILURE_TAG", "RECORDS_ENV", "ArtifactError", "BenchmarkError", "CanaryRegressionError", "Cause",
+    "ClaimError", "FailureRecord", "FlagError", "GateError", "HostError", "PreflightError", "PulumiError",
     "RegressionError", "RouterError", "SchedulingError", "ServerError", "ServingError", "SpecError",
-    "StacksError", "UpdateCancelledError", "failure_from_output", "failures_from_output"
+    "StacksError", "UpdateCancelledError", "failure_from_output", "failures_from_output", "records_wanted",
 ]
 # fmt: on
 
 FAILURE_TAG = "sglang-stacks-failure:"
 """What starts the line of an error's record in a message that crossed the engine."""
+
+RECORDS_ENV = "SGLANG_STACKS_FAILURE_RECORDS"
+"""Set to ``1`` by a driver in the environment of the ``pulumi`` it runs: the program and the
+providers then follow each error's message with its record's tagged line."""
+
+
+def records_wanted() -> bool:
+    """Whether the ``pulumi`` this process runs under was started by a driver that reads records."""
+    return os.environ.get(RECORDS_ENV) == "1"
 
 
 class FailureRecord(BaseModel):
@@ -100,9 +112,9 @@ class StacksError(Exception):
         )
 
     def with_record(self) -> str:
-        """The message followed by the record's tagged line: what a provider or the program says
-        when the error crosses the engine."""
-        return f"{self.message}\n{self.record().line()}"
+        """What the program says when the error crosses the engine: the message, followed by the
+        record's tagged line when a driver asked for records (`records_wanted`)."""
+        return f"{self.message}\n{self.record().line()}" if records_wanted() else self.message
 
 
 class SpecError(StacksError):
@@ -171,12 +183,7 @@ class ServerError(StacksError):
     """The SGLang server failed to start or to become ready."""
 
     def __init__(
-        self,
-        message: str,
-        *,
-        cause: Cause,
-        stack: str | None = None,
-        summary: str | None = None,
+        self, message: str, *, cause: Cause, stack: str | None = None, summary: str | None = None
     ) -> None:
         super().__init__(message, stack=stack, summary=summary)
         self.cause = cause  # type: ignore[misc]  # each server failure has its own class of cause

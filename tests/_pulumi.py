@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sglang_stacks.errors import RECORDS_ENV
 from tests._ports import free_port as free_port  # where the tests find it
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,6 +84,9 @@ class Workspace:
             # setting turn it on (tests/test_stack_typo.py).
             PULUMI_RUN_PROGRAM="false",
             SGLANG_STACKS_HOME=str(ROOT),
+            # The tests read a failed update's typed record as the tool's drivers do; the tests of
+            # what a bare `pulumi up` shows an operator turn it off.
+            **{RECORDS_ENV: "1"},
         )
         env.update(self.extra_env)
         env.update(extra or {})

@@ -28,6 +28,12 @@ from sglang_stacks.errors import (
 )
 
 
+@pytest.fixture(autouse=True)
+def _a_driver_asked_for_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests read the records back as a driver does, which asks for them."""
+    monkeypatch.setenv(errors.RECORDS_ENV, "1")
+
+
 def _every_class(base: type[StacksError] = StacksError) -> list[type[StacksError]]:
     return [base, *(found for sub in base.__subclasses__() for found in _every_class(sub))]
 
@@ -206,3 +212,15 @@ def test_a_record_of_a_class_this_version_does_not_know_keeps_its_cause() -> Non
     found = failure_from_output(record.line())
 
     assert found is not None and (found.cause, found.summary) == (Cause.HANG, "It hung.")
+
+
+def test_the_programs_error_carries_its_record_only_for_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    error = errors.SpecError("sglang-stacks:server.port: expected an integer. Set it to 30000.")
+
+    monkeypatch.setenv(errors.RECORDS_ENV, "1")
+    driven = error.with_record()
+    monkeypatch.delenv(errors.RECORDS_ENV)
+    typed = error.with_record()
+
+    assert isinstance(failure_from_output(driven), errors.SpecError)
+    assert typed == error.message and errors.FAILURE_TAG not in typed

@@ -81,7 +81,9 @@ class _RegressingFleet:
             "$pulumi-python:dynamic/sglang:CanaryGate::fleet-canary"
         )
         error = self.error
-        message = f"sglang_stacks.errors.{type(error).__name__}: {error.with_record()}"
+        # As the engine shows the provider's error to a driver, which asks for the record.
+        said = f"{error.message}\n{error.record().line()}"
+        message = f"sglang_stacks.errors.{type(error).__name__}: {said}"
         if on_event is not None:
             on_event(
                 auto.EngineEvent(

@@ -24,7 +24,7 @@ from pulumi import automation as auto
 from pydantic import BaseModel, ValidationError
 
 from sglang_stacks.config.stackfile import stack_path, write_stack_file
-from sglang_stacks.errors import FAILURE_TAG, PulumiError, SpecError
+from sglang_stacks.errors import FAILURE_TAG, RECORDS_ENV, PulumiError, SpecError
 from sglang_stacks.hostops import backend_lock as locks
 from sglang_stacks.project import find_project_dir, stacks_dir
 
@@ -79,7 +79,8 @@ class _UsersWorkspace(auto.LocalWorkspace):
 
 
 def _open(project_dir: Path, stack: str, *, create: bool) -> auto.Stack:
-    workspace = _UsersWorkspace(work_dir=str(project_dir))
+    # Every `pulumi` of a driver asks for the errors' typed records, which it reads back.
+    workspace = _UsersWorkspace(work_dir=str(project_dir), env_vars={RECORDS_ENV: "1"})
     return auto.Stack.create_or_select(stack, workspace) if create else auto.Stack.select(stack, workspace)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from sglang_stacks.errors import StacksError
+from sglang_stacks.errors import StacksError, records_wanted
 from sglang_stacks.hostops import cancel, lifetime
 from sglang_stacks.resources.engine_status import engine_address
 
@@ -39,10 +39,10 @@ def without_the_monitors_echo() -> None:
 class sentences_only:
     """The project's own errors (a StacksError already says what to fix) reach the user without a
     Python traceback: Pulumi's provider host prints `traceback.format_exc()`, which honours
-    `sys.tracebacklimit`. The process serves one update, which fails here anyway. The error leaves
-    with its typed record as a note (PEP 678), which the printed traceback shows after the message
-    for the driver to read back, while the message itself stays the sentence, on a line after the
-    error's class."""
+    `sys.tracebacklimit`. The process serves one update, which fails here anyway. For a driver
+    (`sglang_stacks.errors.records_wanted`) the error leaves with its typed record as a note (PEP
+    678), which the printed traceback shows after the message for the driver to read back, while the
+    message itself stays the sentence, on a line after the error's class."""
 
     def __enter__(self) -> None:
         # Whatever a provider does on a host ends with the update that asked for it, and stops when
@@ -54,7 +54,7 @@ class sentences_only:
         if isinstance(error, StacksError):
             sys.tracebacklimit = 0
             line = error.record().line()
-            if line not in getattr(error, "__notes__", ()):
+            if records_wanted() and line not in getattr(error, "__notes__", ()):
                 error.add_note(line)
             # In a provider process, its sentence starts on a line of its own: the engine's progress
             # rows show a failed resource's first line (twice: as it fails, and failed), so they name

@@ -18,7 +18,14 @@ from datetime import datetime
 import pytest
 
 from sglang_emulator.faults import FAULT_NAMES
-from sglang_stacks.errors import ServerError, ServingError, StacksError, failure_from_output
+from sglang_stacks.errors import (
+    FAILURE_TAG,
+    RECORDS_ENV,
+    ServerError,
+    ServingError,
+    StacksError,
+    failure_from_output,
+)
 from sglang_stacks.results.outputs import DeploymentOutputs
 from tests.faults.drill import Drill, servers, stack_config
 
@@ -173,6 +180,26 @@ def test_a_failure_is_named_with_its_class_its_log_and_a_fix(drill: Drill, port:
         assert servers(port), "the hung server is still running until it is destroyed"
         drill.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK)
         assert servers(port) == []
+
+
+def test_a_bare_pulumi_up_says_the_failure_in_words_without_the_drivers_record(
+    drill: Drill, port: int
+) -> None:
+    """An operator's own `pulumi up` (no driver asked for records): the failure in words and its fix,
+    no JSON record naming a Python class after it."""
+    case = CASES["port in use"]
+    configure(drill, port, case)
+    drill.workspace.extra_env[RECORDS_ENV] = ""
+    try:
+        result = drill.up(STACK, check=False)
+    finally:
+        del drill.workspace.extra_env[RECORDS_ENV]
+
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "error: port in use failure:" in output and case.fix.format(port=port) in output, output
+    assert FAILURE_TAG not in output and failure_from_output(output) is None, output
+    assert "ServerError" not in output and "sglang_stacks." not in output, output
 
 
 def test_a_hang_at_the_default_request_timeout_is_named_within_a_minute(drill: Drill, port: int) -> None:
