@@ -22,3 +22,21 @@ if [ -z "${PULUMI_CONFIG_PASSPHRASE+set}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_
 fi
 "$_stacks_root/scripts/init-stacks.sh"
 unset _stacks_root
+
+# A `pulumi` command of this shell that fails is followed by what Pulumi's own message leaves out
+# (`sglang-stacks check --after-failure`): a stack file's YAML error with its file, line and fix, or
+# `sglang-stacks recover <stack>` for the lock a killed update left. Its exit code stays Pulumi's.
+pulumi() {
+    command pulumi "$@"
+    local code=$? stack="" previous="" arg
+    if [ "$code" -ne 0 ]; then
+        for arg in "$@"; do
+            case "$previous" in -s | --stack) stack=$arg ;; esac
+            case "$arg" in --stack=*) stack=${arg#--stack=} ;; esac
+            previous=$arg
+        done
+        [ -n "$stack" ] || stack=$(command pulumi stack --show-name 2>/dev/null)
+        [ -z "$stack" ] || sglang-stacks check --after-failure "$stack" || true
+    fi
+    return "$code"
+}

@@ -12,9 +12,12 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from sglang_stacks.config.passphrase import (
     DEMO_PASSPHRASE,
@@ -23,7 +26,8 @@ from sglang_stacks.config.passphrase import (
 )
 from sglang_stacks.config.preflight import run_preflight
 from sglang_stacks.config.spec import load_spec
-from sglang_stacks.config.stackfile import read_stack_file
+from sglang_stacks.config.stackfile import read_stack_file, stack_path
+from sglang_stacks.config.yaml_errors import yaml_error
 from sglang_stacks.errors import StacksError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.hostops import backend_lock as locks
@@ -52,10 +56,18 @@ class Outcome:
 
 def configure_check(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stack", nargs="?", help="also check this stack: its file, spec, preflight, host")
+    parser.add_argument(
+        "--after-failure",
+        action="store_true",
+        help="after a failed `pulumi` command on the stack (scripts/env.sh's shell runs it): say only "
+        "what Pulumi's message leaves out, the stack file's YAML error or a killed update's lock",
+    )
 
 
 def run_check(args: argparse.Namespace) -> int:
     project = find_project_dir()
+    if args.after_failure:
+        return _after_failure(args.stack, stacks_dir(project)) if args.stack else ExitCode.OK
     setup = [
         _run("Pulumi CLI", _cli),
         _run("backend", lambda: _backend(project)),
@@ -151,6 +163,25 @@ def _stack_checks(stack: str, folder: Path) -> list[Outcome]:
     for index, host in enumerate(hosts):
         found.append(_run(f"host {index}" if spec.fleet else "host", functools.partial(host_answers, host)))
     return found
+
+
+def _after_failure(stack: str, folder: Path) -> int:
+    """What a failed ``pulumi`` command's own message leaves out, on stderr, and nothing when all is
+    well: Pulumi names a stack file's YAML error without the file or a fix, and a killed update's lock
+    with only `pulumi cancel`, which leaves its pending operations. The exit code stays Pulumi's."""
+    path = stack_path(stack, folder)
+    try:
+        text = path.read_text(encoding="utf-8")
+        yaml.safe_load(text)
+    except OSError:
+        pass  # Pulumi said that the stack has no file
+    except yaml.YAMLError as error:
+        print(f"sglang-stacks: {yaml_error(f'{folder.name}/{path.name}', text, error)}", file=sys.stderr)
+        return ExitCode.OK
+    held = _run("update lock", functools.partial(_lock, stack))
+    if not held.passed:
+        print(f"sglang-stacks: {stack}'s update lock is {held.said}", file=sys.stderr)
+    return ExitCode.OK
 
 
 def _secrets_kept(stack: str, keys: tuple[str, ...]) -> str:

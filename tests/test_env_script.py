@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._pulumi import ROOT
+from tests._pulumi import PASSPHRASE, ROOT, Workspace, emulator_stack, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -77,3 +77,37 @@ def test_the_program_runs_before_the_refresh_unless_the_user_said_otherwise(tmp_
         _in_shell(tmp_path, "export PULUMI_RUN_PROGRAM=false && . scripts/env.sh && echo $PULUMI_RUN_PROGRAM")
         == "false"
     )
+
+
+def test_a_failed_pulumi_command_is_followed_by_what_its_message_leaves_out(tmp_path: Path) -> None:
+    """In the shell env.sh sets up, Pulumi's "invalid YAML file: yaml: line 17" gains the file, the
+    line with a caret and the fix, and its lock refusal after a killed update gains the one command
+    that clears it; the exit code stays Pulumi's and a command that succeeds gains nothing."""
+    workspace = Workspace.create(tmp_path)  # its backend is the shell's (tmp_path/state)
+    workspace.init_stack("broken", emulator_stack(port=free_port(), state_dir=tmp_path))
+    workspace.init_stack("locked", emulator_stack(port=free_port(), state_dir=tmp_path))
+    broken_file = workspace.path / "stacks" / "Pulumi.broken.yaml"
+    broken_file.write_text(broken_file.read_text().replace("    tp_size: 8\n", "    tp_size: 8\n   port:9\n"))
+    workspace.leave_lock("locked", pid=2**22 + 1)  # a pid no process has: the update was killed
+    commands = [
+        "pulumi preview -s broken",
+        "command pulumi preview -s broken",  # Pulumi alone
+        "pulumi up --yes --stack=locked",
+        "command pulumi up --yes --stack=locked",
+        "pulumi stack ls --json >/dev/null",
+    ]
+    run = " ; echo '==='; ".join("{ " + command + " 2>&1; echo exit $?; }" for command in commands)
+    said = _in_shell(
+        tmp_path, f"export PULUMI_CONFIG_PASSPHRASE={PASSPHRASE} && cd {workspace.path} && {run}"
+    )
+    broken, broken_alone, locked, locked_alone, fine = (part.strip() for part in said.split("==="))
+
+    assert "invalid YAML file: yaml: line 17" in broken, broken  # Pulumi's own line, then the project's
+    assert "sglang-stacks: stacks/Pulumi.broken.yaml, line 16, column 4, is not valid YAML" in broken, broken
+    assert "\n       port:9\n       ^\n" in broken and "`sglang-stacks check <stack>`" in broken, broken
+    assert "the stack is currently locked" in locked, locked
+    assert "left by a killed update" in locked and "`sglang-stacks recover locked`" in locked, locked
+    for with_it, alone in ((broken, broken_alone), (locked, locked_alone)):
+        assert "sglang-stacks:" not in alone and "recover" not in alone, alone
+        assert with_it.splitlines()[-1] == alone.splitlines()[-1] != "exit 0"
+    assert fine == "exit 0"
