@@ -5,7 +5,8 @@ Two reports, for ``docs/preflight.md``:
 - ``--stacks``: every shipped stack on 0.5.8 and 0.5.23, planned by the project's rules (its
   ``model.config`` left out) and by the release's own code: fraction, KV cache, verdict.
 - ``--grid``: how often the rules give what the release's code resolves (automatic fraction, chunk,
-  captured sizes, running limit; from 0.5.16 the KV budget too) on launches drawn from ``SPACE``
+  captured sizes, running limit; from 0.5.16 the KV budget, and the pool in tokens that budget
+  holds by the plan's per-token cell against the release's own pool sizing) on launches drawn from ``SPACE``
   (the public models the project carries: Kimi-K2.5, DeepSeek-V3, Llama-3.1-8B, Qwen3-30B-A3B;
   parallelism, drafts, graphs, chunk, KV dtype and page size, all-to-all, running limit), each
   release in one child.
@@ -32,9 +33,10 @@ from sglang_flags import load_table
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.config.stackfile import load_stack_spec
-from sglang_world import DeviceFacts, ModelFacts, ModelKind, resolve_settings
-from sglang_world.budget import free_at_start_gib
+from sglang_world import DeviceFacts, Launch, ModelFacts, ModelKind, resolve_settings
+from sglang_world.budget import free_at_start_gib, pool_tokens
 from sglang_world.execute import Machine, Question, execute, measured
+from sglang_world.kv import KvCell
 from sglang_world.launch import launch_from_argv
 from sglang_world.models import PUBLIC_MODELS, public_model
 
@@ -121,6 +123,23 @@ def _grid(release: str, sample: int, seed: int) -> list[tuple[list[str], str]]:
     return points
 
 
+def _plan_cell(model: str, launch: Launch, draft_layers: int | None) -> int | None:
+    """The plan's per-token cell for a public model (its ``config.json``), an EAGLE draft's layers of
+    the same shape inside it, as a stack's ``model.kv`` section would give it."""
+    text = public_model(model)
+    text = text.get("text_config", text)
+    layers = int(text["num_hidden_layers"])
+    if "kv_lora_rank" in text:
+        cell = KvCell("mla", layers, latent_dim=int(text["kv_lora_rank"]) + int(text["qk_rope_head_dim"]))
+    else:
+        head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+        cell = KvCell("mha", layers, kv_heads=int(text["num_key_value_heads"]), head_dim=int(head_dim))
+    target = cell.bytes_per_token(launch.tp_size // launch.attn_dp_size, launch.kv_cache_dtype)
+    if target is None or not draft_layers:
+        return target
+    return target + int(target * draft_layers / layers)
+
+
 def grid_report(sample: int, seed: int) -> None:
     for release in RELEASES:
         started = time.monotonic()
@@ -138,15 +157,16 @@ def grid_report(sample: int, seed: int) -> None:
             weights = 0.55 * int(gpu) / 1024  # a model that leaves a KV cache at the usual fractions
             device, facts = DeviceFacts(total_mib=int(gpu)), ModelFacts(weights_gib=weights)
             machine = Machine(int(gpu), 8, "NVIDIA H100 80GB HBM3", (9, 0))
-            questions.append(
-                Question(tuple(argv), public_model(model), machine, (), measured(launch, facts, device))
-            )
-            launches.append((launch, model, gpu, device, weights))
+            draft = 1 if "--speculative-draft-model-path" in argv else None  # a one-layer EAGLE head
+            memory = measured(launch, facts, device)
+            questions.append(Question(tuple(argv), public_model(model), machine, (), memory, draft))
+            launches.append((launch, model, gpu, device, weights, draft))
         answers = execute(release, questions)
-        equal = {"settings": 0, "kv budget": 0}
-        judged = {"settings": 0, "kv budget": 0}
+        equal = {"settings": 0, "kv budget": 0, "kv tokens": 0}
+        judged = {"settings": 0, "kv budget": 0, "kv tokens": 0}
         refused: Counter[str] = Counter()
-        for (launch, model, gpu, device, weights), answer in zip(launches, answers, strict=True):
+        differ: Counter[str] = Counter()
+        for (launch, model, gpu, device, weights, draft), answer in zip(launches, answers, strict=True):
             if answer.settings is None or answer.refusal is not None:
                 refused[f"{model}: {(answer.refusal or answer.not_run or '')[:90]}"] += 1
                 continue
@@ -169,6 +189,14 @@ def grid_report(sample: int, seed: int) -> None:
                 judged["kv budget"] += 1
                 rules_budget = theirs.mem_fraction_static * free_at_start_gib(device) - weights
                 equal["kv budget"] += abs(rules_budget - theirs.kv_budget_gib) < 0.005
+            if theirs.kv_tokens is not None and theirs.kv_budget_gib is not None:
+                judged["kv tokens"] += 1
+                ours_tokens = pool_tokens(theirs.kv_budget_gib, _plan_cell(model, launch, draft), launch)
+                same = ours_tokens == theirs.kv_tokens
+                equal["kv tokens"] += same
+                if not same:
+                    shape = f"tp {launch.tp_size}, attn dp {launch.attn_dp_size}, kv {launch.kv_cache_dtype}"
+                    differ[f"{model}, {shape}: plan {ours_tokens}, release {theirs.kv_tokens}"] += 1
         took = time.monotonic() - started
         print(
             f"SGLang {release}: {len(points)} launches in {took:.0f} s, {unparsed} refused by its parser, "
@@ -178,6 +206,8 @@ def grid_report(sample: int, seed: int) -> None:
             print(f"  {count} x {why}")
         for check in equal:
             print(f"  {check}: the rules equal the release's code on {equal[check]} of {judged[check]}")
+        for what, count in differ.most_common(8):
+            print(f"    {count} x {what}")
 
 
 def main() -> None:

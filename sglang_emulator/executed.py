@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from sglang_emulator.profile import Profile
 from sglang_emulator.world import device_facts, model_facts
 from sglang_world import Launch, ServerSettings
-from sglang_world.execute import Answer, Machine, Question, execute, measured, server_environment
+from sglang_world.execute import (
+    Answer,
+    Machine,
+    Question,
+    draft_layers,
+    execute,
+    measured,
+    server_environment,
+)
 from sglang_world.models import PUBLIC_MODELS, public_model
 
 __all__ = ["executed_settings", "resolution_note"]
@@ -29,8 +37,12 @@ def executed_settings(
         return None
     host = profile.host
     machine = Machine.of(host.memory_total_mib, host.gpu_count, host.gpu_name, host.compute_capability)
-    memory = measured(launch, model_facts(profile, launch.tp_size), device_facts(profile))
-    asked = Question(tuple(argv), public_model(name), machine, server_environment(environment), memory)
+    model = model_facts(profile, launch.tp_size)
+    memory = measured(launch, model, device_facts(profile))
+    environment_asked = server_environment(environment)
+    asked = Question(
+        tuple(argv), public_model(name), machine, environment_asked, memory, draft_layers(launch, model)
+    )
     return execute(release, [asked])[0]
 
 

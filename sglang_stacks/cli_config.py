@@ -21,7 +21,6 @@ from sglang_stacks.config.stackfile import read_stack_file
 from sglang_stacks.errors import FlagError
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.project import find_project_dir, stacks_dir
-from sglang_world.pool_code import pool_approximation
 
 __all__ = ["configure_render", "configure_schema", "run_render", "run_schema"]
 
@@ -121,9 +120,10 @@ def run_render(args: argparse.Namespace) -> int:
     return ExitCode.CONFIG_ERRORS if errors else ExitCode.OK
 
 
-def _kv_basis(release: str) -> str:
-    """What the plan's KV pool is, when it is not the release's own code."""
-    return "; its KV pool approximated: kv-pool-approximated below" if pool_approximation(release) else ""
+def _kv_basis(findings: list[Finding]) -> str:
+    """What the plan's KV pool is, when it is not the release's own code (preflight's warning says)."""
+    approximated = any(finding.code == "kv-pool-approximated" for finding in findings)
+    return "; its KV pool approximated: kv-pool-approximated below" if approximated else ""
 
 
 def _render_text(
@@ -141,7 +141,7 @@ def _render_text(
     lines += ["", f"GPU facts ({facts.source}):", f"  {facts.line()}"]
     lines += [
         "",
-        f"Memory plan (per GPU, SGLang {release}{_kv_basis(release)}):",
+        f"Memory plan (per GPU, SGLang {release}{_kv_basis(findings)}):",
         *(f"  {line}" for line in plan),
         "",
     ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -64,7 +65,8 @@ def _answer(server_args: Any, parser: argparse.ArgumentParser, question: dict[st
         args = recording.resolved_args(server_args, parser, list(question["argv"]))
         answered: dict[str, Any] = {"resolved": recording.settings_of(args)}
         if question["memory"] is not None:
-            answered.update(_kv_budget(args, *question["memory"]))
+            free_gib, loaded_gib = question["memory"]
+            answered.update(_kv_budget(args, free_gib, loaded_gib, question.get("draft_layers")))
         return answered
     except SystemExit as error:
         return {"error": f"SystemExit: {error.code}"}
@@ -88,7 +90,7 @@ def _parallel_fields(context: Any) -> set[str]:
     return set(fields()) if callable(fields) else set()
 
 
-def _kv_budget(args: Any, free_gib: float, loaded_gib: float) -> dict[str, Any]:
+def _kv_budget(args: Any, free_gib: float, loaded_gib: float, draft_layers: int | None) -> dict[str, Any]:
     """What the release's own pool code leaves the KV cache once the weights are loaded
     (``kv_budget_gib``), or what it raises (``pool_error``), at the launch's fraction and at every
     fraction 0.01 to 0.99 (``kv_budget_by_step``, None where it raises).
@@ -96,7 +98,8 @@ def _kv_budget(args: Any, free_gib: float, loaded_gib: float) -> dict[str, Any]:
     The code is ``KVCacheConfigurator._profile_available_bytes`` (0.5.16 on), run with the launch's
     resolved arguments published as the server publishes them, its ``ModelConfig`` built from the
     model's ``config.json``, and the GPU's free memory before loading (``free_gib``) and after
-    (``loaded_gib``) as the stand-in device's measurements. Nothing for a release that sizes its pool
+    (``loaded_gib``) as the stand-in device's measurements; with a budget, the pool it sizes from it
+    (``_pool_sizes``, a draft of ``draft_layers`` inside). Nothing for a release that sizes its pool
     in other code."""
     try:
         configurator = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
@@ -143,7 +146,12 @@ def _kv_budget(args: Any, free_gib: float, loaded_gib: float) -> dict[str, Any]:
             if parallel is not None and "world_group" in _parallel_fields(context):
                 # A single process has no process groups: the world group it asks of its context.
                 stack.enter_context(parallel().override(world_group=_SINGLE_PROCESS))
+            if parallel is not None and hasattr(parallel(), "_v"):
+                # Releases whose context reads attention widths off live process groups (to 0.5.18).
+                stack.enter_context(parallel().override(**_attention_widths(args)))
             launched = at(None)  # as resolved and published above
+            if isinstance(launched, float):
+                sizes = _pool_sizes(configurator, args, model_config, int(launched * (1 << 30)), draft_layers)
             # Other fractions through the release's own override of a resolved setting, which
             # 0.5.16 does not have (its plan then tries other fractions by the project's arithmetic).
             steps = range(1, 100) if hasattr(context.get_context(), "override") else range(0)
@@ -154,7 +162,82 @@ def _kv_budget(args: Any, free_gib: float, loaded_gib: float) -> dict[str, Any]:
         context.get_context().set_server_args(args)
     answered: dict[str, Any] = {"kv_budget_by_step": [b if isinstance(b, float) else None for b in by_step]}
     answered["kv_budget_gib" if isinstance(launched, float) else "pool_error"] = launched
+    if isinstance(launched, float):
+        answered.update(sizes)
     return answered
+
+
+def _attention_widths(args: Any) -> dict[str, int]:
+    """The attention-parallel widths of one rank of the launch, as its process groups would give them."""
+    dp = args.dp_size if args.enable_dp_attention else 1
+    return {"attn_tp_size": args.tp_size // dp, "attn_tp_rank": 0, "attn_dp_size": dp, "attn_dp_rank": 0}
+
+
+_KV_DTYPES = {"auto": None, "bf16": "bfloat16", "bfloat16": "bfloat16", "fp8_e4m3": "float8_e4m3fn",
+              "fp8_e5m2": "float8_e5m2"}  # fmt: skip
+"""torch's dtype of each ``--kv-cache-dtype`` whose pool this code sizes (``auto``: the model's)."""
+_ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def _stand_in_element_sizes(torch: Any) -> None:
+    """torch's ``_utils._element_size`` of the stand-in dtypes (``torch.bfloat16``: 2 bytes), which
+    the pool code multiplies its cell by; the stand-in torch's other answers stay stand-ins."""
+    if "torch._utils" in sys.modules and hasattr(sys.modules["torch._utils"], "_element_size_of"):
+        return
+    utils = _standins._StandInModule("torch._utils")
+
+    def element_size(dtype: Any) -> int:
+        return _ELEMENT_BYTES[str(dtype).rsplit(".", 1)[-1]]
+
+    utils._element_size = element_size  # type: ignore[attr-defined]
+    utils._element_size_of = True  # type: ignore[attr-defined]
+    sys.modules["torch._utils"] = utils
+    torch._utils = utils
+
+
+def _pool_sizes(
+    configurator: Any, args: Any, model_config: Any, budget: int, draft_layers: int | None
+) -> dict[str, Any]:
+    """The KV pool in tokens and the running-request limit the release's own pool code gives a budget
+    of ``budget`` bytes (``KVCacheConfigurator.config_from_budget`` and ``resolve_max_num_reqs``):
+    its per-token cell, the draft's KV in it, page alignment and ``--max-total-tokens``. Nothing (the
+    plan divides by its own cell) for a cache dtype or a pipeline this does not stand in for."""
+    torch = sys.modules.get("torch")
+    dtype = _KV_DTYPES.get(args.kv_cache_dtype, "") if torch is not None else ""
+    if dtype == "" or args.pp_size != 1:
+        return {}
+    model_dtype = str(model_config.hf_config.torch_dtype or "bfloat16").removeprefix("torch.")
+    kv_dtype = getattr(torch, dtype or model_dtype)
+    _stand_in_element_sizes(torch)
+    try:
+        components = "sglang.srt.model_executor.model_runner_components"
+        layers = importlib.import_module(f"{components}.layer_setup")
+        aux = importlib.import_module(f"{components}.spec_aux_hidden_state")
+        speculative = importlib.import_module("sglang.srt.speculative.spec_info")
+        attention = importlib.import_module("sglang.srt.configs.model_config").AttentionArch
+        count = model_config.num_hidden_layers
+        known = {
+            "device": "cuda", "gpu_id": 0, "attn_dp_size": args.dp_size if args.enable_dp_attention else 1,
+            "pp_size": 1, "pp_group": _SINGLE_PROCESS, "model_config": model_config, "server_args": args,
+            "kv_cache_dtype": kv_dtype, "kv_cache_dtype_str": args.kv_cache_dtype,
+            "model_dtype": getattr(torch, model_dtype), "page_size": args.page_size or 1,
+            "spec_algorithm": speculative.SpeculativeAlgorithm.from_string(args.speculative_algorithm),
+            "is_draft_worker": False, "post_capture_kv_active": False, "is_hybrid_swa": False,
+            "is_hybrid_swa_compress": False, "use_mla_backend": model_config.attention_arch == attention.MLA,
+            "spec_aux_config": aux.SpecAuxHiddenStateConfig(eagle_draft_num_layers=draft_layers),
+            "layer_info": layers.ModelLayerInfo(start_layer=0, end_layer=count, num_effective_layers=count),
+            # Releases to 0.5.20 keep the rank's parallel widths in the configurator itself.
+            "ps": types.SimpleNamespace(**_attention_widths(args), pp_size=1, attn_dcp_size=1),
+        }  # fmt: skip
+        kind = configurator.KVCacheConfigurator
+        fields = [f for f in dataclasses.fields(kind) if f.init]
+        kvc = kind(**{f.name: known.get(f.name) for f in fields})
+        tokens = int(kind.config_from_budget(kvc, budget).max_total_num_tokens)
+        return {"kv_tokens": tokens, "running_limit": int(kind.resolve_max_num_reqs(kvc, tokens))}
+    except Exception as error:  # the stand-ins fall short of this release's pool sizing
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        at = f"{Path(where.filename).name}:{where.lineno}"
+        return {"pool_sizes_not_run": f"the stand-ins fell short at {at} ({type(error).__name__}: {error})"}
 
 
 def answer(release_dir: str, questions: list[dict[str, Any]]) -> dict[str, Any]:

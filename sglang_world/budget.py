@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from sglang_world.facts import DeviceFacts, Launch, ModelFacts
 from sglang_world.settings import ServerSettings
 
-__all__ = ["Budget", "budget", "free_at_start_gib", "loaded_gib", "max_request_input_len", "max_request_len"]
+__all__ = [
+    "Budget",
+    "budget",
+    "free_at_start_gib",
+    "loaded_gib",
+    "max_request_input_len",
+    "max_request_len",
+    "pool_tokens",
+]
 
 _GIB = 1 << 30
 _REQUEST_SLOT_BYTES = 4
@@ -100,7 +108,9 @@ class Budget:
         return free - self.draft_weights_gib - self.draft_kv_gib - self.draft_cuda_graph_gib
 
 
-def _tokens(rest_gib: float, cell: int | None, launch: Launch) -> int | None:
+def pool_tokens(rest_gib: float, cell: int | None, launch: Launch) -> int | None:
+    """The KV pool in tokens the plan's arithmetic gives a budget of ``rest_gib`` and a per-token
+    ``cell`` (bytes): capped by ``--max-total-tokens``, aligned to the page size."""
     if cell is None:
         return None
     tokens = int(rest_gib * _GIB) // cell
@@ -145,24 +155,26 @@ def _draft_cell(launch: Launch, model: ModelFacts) -> int | None:
     draft = model.draft
     if not launch.has_draft_model or draft is None or draft.kv is None:
         return None
-    return draft.kv.bytes_per_token(launch.tp_size, launch.kv_cache_dtype)
+    return draft.kv.bytes_per_token(launch.tp_size // launch.attn_dp_size, launch.kv_cache_dtype)
 
 
 def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: DeviceFacts) -> Budget:
     """The per-GPU budget of ``settings`` for ``model`` on ``device``: the KV cache gets what the
     release's own pool code gave it when it was run (``settings.kv_budget_gib``), a draft's KV then
-    inside it; else what 0.5.8's arithmetic gives."""
+    inside it, and holds the tokens that code sized (``settings.kv_tokens``) with the running limit
+    it admits; else what 0.5.8's arithmetic gives."""
     free = free_at_start_gib(device)
     fraction = settings.mem_fraction_static
     in_pool = settings.kv_budget_gib is not None
     rest = (
         settings.kv_budget_gib if settings.kv_budget_gib is not None else fraction * free - model.weights_gib
     )
-    cell = model.kv.bytes_per_token(launch.tp_size, launch.kv_cache_dtype) if model.kv else None
+    attn_tp = launch.tp_size // launch.attn_dp_size
+    cell = model.kv.bytes_per_token(attn_tp, launch.kv_cache_dtype) if model.kv else None
     draft_cell = _draft_cell(launch, model)
     if in_pool and launch.has_draft_model:
         cell = cell + draft_cell if cell is not None and draft_cell is not None else None
-    tokens = _tokens(rest, cell, launch)
+    tokens = settings.kv_tokens if settings.kv_tokens is not None else pool_tokens(rest, cell, launch)
     context = launch.context_length or model.context_length
     slots = _request_pool(tokens, context, settings)
     draft_tokens = launch.speculative_num_draft_tokens or 0
@@ -174,6 +186,8 @@ def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: 
         limit = settings.max_running_requests
         wanted = tokens // _TOKENS_PER_RUNNING_REQUEST if limit is None else limit // launch.attn_dp_size
         running = min(wanted, slots)
+    if settings.running_limit is not None:
+        running = settings.running_limit
     captured = _captured(settings, slots)
     graphs = None
     if captured is not None and (not captured or model.cuda_graph_mib_per_size is not None):

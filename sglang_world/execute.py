@@ -26,11 +26,11 @@ from sglang_world.facts import DeviceFacts, Launch, ModelFacts
 from sglang_world.recorded_store import captured_sizes
 from sglang_world.settings import ServerSettings
 
-__all__ = ["Answer", "Machine", "Question", "execute", "measured", "server_environment"]
+__all__ = ["Answer", "Machine", "Question", "draft_layers", "execute", "measured", "server_environment"]
 
 _CHILD_TIMEOUT_S = 600
 _CLASS = re.compile(r"^class (\w+)\(", re.MULTILINE)
-_ANSWERS_FORMAT = 8
+_ANSWERS_FORMAT = 9
 """Bumped when what a child answers changes, so older kept answers are not read."""
 
 
@@ -66,6 +66,9 @@ class Question:
     memory: tuple[float, float] | None = None
     """One GPU's free memory (GiB) when SGLang first measures it and once the weights (target and
     draft) are loaded: with them, the release's own pool code sizes the KV cache's budget."""
+    draft_layers: int | None = None
+    """The draft model's layers that keep a KV cache (an EAGLE draft's KV lives in the target's pool
+    cell); None without a draft model."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +113,14 @@ def measured(launch: Launch, model: ModelFacts, device: DeviceFacts) -> tuple[fl
     """``Question.memory`` for a launch: free when SGLang first measures, and once loaded (GiB,
     four decimals, so preflight and the emulator ask the same question of the same facts)."""
     return round(free_at_start_gib(device), 4), round(loaded_gib(launch, model, device), 4)
+
+
+def draft_layers(launch: Launch, model: ModelFacts) -> int | None:
+    """``Question.draft_layers`` for a launch of ``model``."""
+    draft = model.draft
+    if not launch.has_draft_model or draft is None or draft.kv is None:
+        return None
+    return draft.kv.layers
 
 
 def _settings(release: str, question: Question, resolved: dict[str, Any]) -> ServerSettings:
@@ -160,6 +171,8 @@ def _answer(release: str, question: Question, raw: dict[str, Any]) -> Answer:
         kv_budget_gib=raw.get("kv_budget_gib"),
         kv_budget_by_step=tuple(raw.get("kv_budget_by_step", ())),
         pool_refusal=raw.get("pool_error"),
+        kv_tokens=raw.get("kv_tokens"),
+        running_limit=raw.get("running_limit"),
     )
     return Answer(release, settings=settings, pool_not_run=raw.get("pool_not_run"))
 

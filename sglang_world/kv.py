@@ -34,15 +34,17 @@ class KvCell:
     dtype: str = "bfloat16"
     """The model's own dtype, which ``--kv-cache-dtype auto`` keeps."""
 
-    def bytes_per_token(self, tp_size: int = 1, kv_cache_dtype: str = "auto") -> int | None:
-        """One token's KV on one GPU; None for a cache dtype the model does not plan (fp4)."""
+    def bytes_per_token(self, attn_tp_size: int = 1, kv_cache_dtype: str = "auto") -> int | None:
+        """One token's KV on one GPU of an attention tensor-parallel group of ``attn_tp_size`` (the
+        tensor parallelism over the attention DP width); None for a cache dtype the model does not
+        plan (fp4)."""
         element = kv_element_bytes(self.dtype if kv_cache_dtype == "auto" else kv_cache_dtype)
         if element is None:
             return None
         if self.attention == "mla":
             return int(self.latent_dim * self.layers * element)
-        # Heads are split over the GPUs; a GPU never holds less than one (they are replicated).
-        heads = max(self.kv_heads // tp_size, 1)
+        # Heads are split over the attention group's GPUs; a GPU never holds less than one.
+        heads = max(self.kv_heads // attn_tp_size, 1)
         return int(heads * self.head_dim * 2 * self.layers * element)
 
 

@@ -38,7 +38,8 @@ def _graphs_disabled(raw: Mapping[str, Any]) -> bool:
 
 def _attn_dp_size(raw: Mapping[str, Any], tp_size: int) -> int:
     width = _int(raw, "attn_dp_size")
-    if width is None and raw.get("enable_dp_attention"):
+    # --enable-dp-attention --dp-size N: releases with --attn-dp-size (default 1) read it as N too.
+    if (width is None or width == 1) and raw.get("enable_dp_attention"):
         width = _int(raw, "dp_size")
     # Attention DP of width 1, or wider than the tensor parallelism, is no attention DP.
     return width if width is not None and 1 < width <= tp_size else 1

@@ -62,6 +62,13 @@ class ServerSettings:
     kv_budget_by_step: tuple[float | None, ...] = ()
     """The release's KV budget at ``mem_fraction_static`` 0.01 to 0.99 (None where it refuses), the
     same code run at each; empty when it was not run."""
+    kv_tokens: int | None = None
+    """The KV pool in tokens the release's own pool code sizes from ``kv_budget_gib`` (its per-token
+    cell with the draft's KV, page alignment, ``--max-total-tokens``); None: the plan divides the
+    budget by its own cell."""
+    running_limit: int | None = None
+    """The running requests the release's pool code admits with ``kv_tokens`` (per attention-DP
+    worker); None when it was not run."""
 
 
 def _fraction(

@@ -21,6 +21,7 @@ from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import SpecError
 from sglang_world import Launch, ModelKind, resolve_settings
+from sglang_world.launch import launch_from_argv
 from sglang_world.models import public_model
 from tests._stacks import STACKS_DIR
 
@@ -87,6 +88,37 @@ def test_the_fraction_preflight_names_runs_on_0_5_23() -> None:
     assert plan.kv_cache_gb is not None and 0 < plan.kv_cache_gb < 1.0
     assert [f.code for f in run_preflight(spec, "0.5.23") if f.severity == "error"] == []
     assert _emulate(spec) is None
+
+
+@pytest.mark.parametrize("release", ["0.5.16", "0.5.20", "0.5.23"])
+def test_the_pool_in_tokens_is_what_the_releases_own_pool_code_sizes(release: str) -> None:
+    """From 0.5.16 the release's own pool sizing (``config_from_budget``, ``resolve_max_num_reqs``)
+    turns its budget into tokens and a running limit; preflight no longer warns that the pool is
+    approximated. The EAGLE-3 draft's one layer of KV is inside the target's 61-layer cell."""
+    spec = _pinned("eagle3-bs128", release)
+    answer = executed(spec, release)
+    assert answer is not None and answer.settings is not None
+    settings = answer.settings
+    assert settings.kv_budget_gib is not None and settings.kv_tokens is not None
+
+    plan = plan_memory(spec)
+
+    cell = 576 * 61 * 2
+    assert settings.kv_tokens == int(settings.kv_budget_gib * 2**30) // (cell + cell // 61)
+    assert (
+        plan.max_total_num_tokens == settings.kv_tokens
+        and plan.tokens_from == f"SGLang {release}'s own pool code"
+    )
+    assert plan.max_running_requests == settings.running_limit == 48  # EAGLE's default limit, as resolved
+    assert "kv-pool-approximated" not in [f.code for f in run_preflight(spec, release)]
+
+
+def test_the_legacy_attention_dp_flags_are_attention_dp_on_a_release_with_attn_dp_size() -> None:
+    """0.5.23 parses --attn-dp-size with a default of 1, and still takes --enable-dp-attention
+    --dp-size 8 as attention DP over 8 ranks, as its ServerArgs resolve it."""
+    argv = ["--model-path", "/m", "--tp-size", "8", "--enable-dp-attention", "--dp-size", "8"]
+    for release in ("0.5.8", "0.5.23"):
+        assert launch_from_argv(release, argv).attn_dp_size == 8
 
 
 def _launch(spec: StackSpec) -> Launch:

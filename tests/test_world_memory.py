@@ -39,17 +39,17 @@ CAMPAIGN_REQUEST = Workload(input_len=1024, output_len=512)
 
 def test_an_mla_cell_is_one_latent_per_layer_on_every_gpu() -> None:
     cell = KvCell("mla", 61, latent_dim=576)
-    assert cell.bytes_per_token(tp_size=1) == cell.bytes_per_token(tp_size=8) == 576 * 61 * 2
+    assert cell.bytes_per_token(attn_tp_size=1) == cell.bytes_per_token(attn_tp_size=8) == 576 * 61 * 2
 
 
 def test_an_mha_cell_splits_its_heads_over_the_gpus_and_fp8_halves_it() -> None:
     llama = KvCell("mha", 32, kv_heads=8, head_dim=128)
     whole = 8 * 128 * 2 * 32 * 2
-    assert llama.bytes_per_token(tp_size=1) == whole
-    assert llama.bytes_per_token(tp_size=2) == whole // 2
+    assert llama.bytes_per_token(attn_tp_size=1) == whole
+    assert llama.bytes_per_token(attn_tp_size=2) == whole // 2
     # More GPUs than KV heads: each GPU keeps one head.
-    assert llama.bytes_per_token(tp_size=16) == llama.bytes_per_token(tp_size=8) == whole // 8
-    assert llama.bytes_per_token(tp_size=1, kv_cache_dtype="fp8_e4m3") == whole // 2
+    assert llama.bytes_per_token(attn_tp_size=16) == llama.bytes_per_token(attn_tp_size=8) == whole // 8
+    assert llama.bytes_per_token(attn_tp_size=1, kv_cache_dtype="fp8_e4m3") == whole // 2
     assert llama.bytes_per_token(kv_cache_dtype="fp4_e2m1") is None
 
 
@@ -140,3 +140,18 @@ def test_what_the_plan_cannot_judge_is_unknown_with_the_reason() -> None:
     post_capture = dataclasses.replace(BASELINE, environment=(("SGLANG_ENABLE_POST_CAPTURE_KV_SIZING", "1"),))
     assert plan_memory("0.5.8", post_capture, KIMI, RTX).verdict == "unknown"
     assert "0.5.8" in judged_releases()
+
+
+def test_with_attention_dp_each_gpu_keeps_every_kv_head_of_its_attention_group() -> None:
+    """Attention DP over the 8 GPUs leaves each GPU an attention group of its own: its pool cell holds
+    all 8 of Llama's KV heads, as SGLang 0.5.23's own pool code sizes it (benchmarks/execution_report.py,
+    580 of 580 pools). The plan divided them over the 8 GPUs and counted 8 times the tokens."""
+    llama = ModelFacts(
+        weights_gib=15.0, kv=KvCell("mha", 32, kv_heads=8, head_dim=128), context_length=131072
+    )
+    whole = 8 * 128 * 2 * 32 * 2
+
+    for attn_dp, cell in ((8, whole), (2, whole // 4), (1, whole // 8)):
+        numbers = plan_memory("0.5.8", Launch(tp_size=8, attn_dp_size=attn_dp), llama, RTX).budget
+        assert numbers is not None and numbers.max_total_num_tokens is not None
+        assert numbers.max_total_num_tokens == int(numbers.kv_pool_gib * 2**30) // cell

@@ -80,6 +80,9 @@ class MemoryPlan(BaseModel):
     pool_from: str | None = None
     """Who sized the KV cache's budget: the release's own pool code when it was run, else None (the
     plan's arithmetic, 0.5.8's)."""
+    tokens_from: str | None = None
+    """Who sized the pool in tokens and its running limit from that budget: the release's own pool
+    code when it was run, else None (the budget divided by the plan's per-token cell)."""
     flags_rendered: bool = True
     """False when the stack's flags cannot be rendered for the release (preflight says why)."""
 
@@ -159,6 +162,8 @@ def plan_memory(spec: StackSpec, release: str | None = None) -> MemoryPlan:
     figures["settings_from"] = _settings_from(release, answer)
     if settings is not None and (settings.kv_budget_gib is not None or settings.pool_refusal is not None):
         figures["pool_from"] = f"SGLang {release}'s own pool code"
+    if settings is not None and settings.kv_tokens is not None:
+        figures["tokens_from"] = f"SGLang {release}'s own pool code"
     if plan.verdict != "unknown" and not (settings and settings.refusal):
         smallest, largest = fitting_fractions(release, launch, model, device, workload, settings)
         figures.update(smallest_fitting_fraction=smallest, largest_fitting_fraction=largest)

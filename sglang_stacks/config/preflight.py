@@ -84,7 +84,7 @@ def _gpus(spec: StackSpec, release: str) -> Iterable[Finding]:
 def _memory(spec: StackSpec, release: str) -> Iterable[Finding]:
     plan = plan_memory(spec, release)
     key = "server.mem_fraction_static"
-    approximated = pool_approximation(release)
+    approximated = pool_approximation(release) if plan.tokens_from is None else None
     if approximated and plan.pool_from is not None:
         approximated = (
             f"The KV cache's budget is {plan.pool_from}'s; its size in tokens divides that budget by the "
