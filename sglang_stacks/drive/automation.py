@@ -12,6 +12,7 @@ look for the file beside Pulumi.yaml.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -78,9 +79,16 @@ class _UsersWorkspace(auto.LocalWorkspace):
         self.pulumi_command.run(list(args), self.work_dir, {**env, **self.env_vars})
 
 
+@functools.cache
+def _cli() -> auto.PulumiCommand:
+    """The `pulumi` on PATH, its version checked once a process: the Automation API runs `pulumi
+    version` for every workspace it opens, and a campaign opens two a trial."""
+    return auto.PulumiCommand()
+
+
 def _open(project_dir: Path, stack: str, *, create: bool) -> auto.Stack:
     # Every `pulumi` of a driver asks for the errors' typed records, which it reads back.
-    workspace = _UsersWorkspace(work_dir=str(project_dir), env_vars={RECORDS_ENV: "1"})
+    workspace = _UsersWorkspace(work_dir=str(project_dir), env_vars={RECORDS_ENV: "1"}, pulumi_command=_cli())
     return auto.Stack.create_or_select(stack, workspace) if create else auto.Stack.select(stack, workspace)
 
 
