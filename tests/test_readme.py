@@ -270,3 +270,18 @@ def test_the_campaigns_plans_count_what_the_readme_says(campaign: str) -> None:
         printed.group(3),
         printed.group(2),
     )
+
+
+def test_the_scripts_say_the_first_run_costs_the_readme_gives() -> None:
+    """What a build says it will take, as it starts, is the README's cost table: a newcomer reading
+    either expects the same wait."""
+    table = section("The two commands").split("What it costs", 1)[1]
+    bootstrap = next(line for line in table.splitlines() if line.startswith("| `scripts/bootstrap.sh`"))
+    provider = next(line for line in table.splitlines() if line.startswith("| pulumi-kubernetes's provider"))
+    said = {
+        "venv": (ROOT / "scripts" / "bootstrap.sh", about(bootstrap, r"venv about (\d+)")),
+        "CLI": (ROOT / "scripts" / "bootstrap.sh", about(bootstrap, r"CLI about (\d+)")),
+        "provider": (ROOT / "scripts" / "ensure-k8s-provider.sh", about(provider, r"\| (\d+) min")),
+    }
+    for what, (script, minutes) in said.items():
+        assert f"(about {minutes:g} minutes" in script.read_text(encoding="utf-8"), (what, minutes, script)
