@@ -13,15 +13,7 @@ from collections.abc import Mapping
 from sglang_emulator.profile import Profile
 from sglang_emulator.world import device_facts, model_facts
 from sglang_world import Launch, ServerSettings
-from sglang_world.execute import (
-    Answer,
-    Machine,
-    Question,
-    draft_layers,
-    execute,
-    measured,
-    server_environment,
-)
+from sglang_world.execute import Answer, Machine, Question, execute
 from sglang_world.models import PUBLIC_MODELS, public_model
 
 __all__ = ["executed_settings", "resolution_note"]
@@ -37,12 +29,8 @@ def executed_settings(
         return None
     host = profile.host
     machine = Machine.of(host.memory_total_mib, host.gpu_count, host.gpu_name, host.compute_capability)
-    model = model_facts(profile, launch.tp_size)
-    memory = measured(launch, model, device_facts(profile))
-    environment_asked = server_environment(environment)
-    asked = Question(
-        tuple(argv), public_model(name), machine, environment_asked, memory, draft_layers(launch, model)
-    )
+    model, device = model_facts(profile, launch.tp_size), device_facts(profile)
+    asked = Question.of(argv, public_model(name), machine, environment, launch, model, device)
     return execute(release, [asked])[0]
 
 

@@ -182,15 +182,12 @@ _ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1,
 def _stand_in_element_sizes(torch: Any) -> None:
     """torch's ``_utils._element_size`` of the stand-in dtypes (``torch.bfloat16``: 2 bytes), which
     the pool code multiplies its cell by; the stand-in torch's other answers stay stand-ins."""
-    if "torch._utils" in sys.modules and hasattr(sys.modules["torch._utils"], "_element_size_of"):
-        return
     utils = _standins._StandInModule("torch._utils")
 
     def element_size(dtype: Any) -> int:
         return _ELEMENT_BYTES[str(dtype).rsplit(".", 1)[-1]]
 
     utils._element_size = element_size  # type: ignore[attr-defined]
-    utils._element_size_of = True  # type: ignore[attr-defined]
     sys.modules["torch._utils"] = utils
     torch._utils = utils
 

@@ -70,6 +70,30 @@ class Question:
     """The draft model's layers that keep a KV cache (an EAGLE draft's KV lives in the target's pool
     cell); None without a draft model."""
 
+    @classmethod
+    def of(
+        cls,
+        argv: Sequence[str],
+        model_config: Mapping[str, Any],
+        machine: Machine,
+        environment: Mapping[str, str],
+        launch: Launch,
+        model: ModelFacts,
+        device: DeviceFacts,
+    ) -> Question:
+        """The question of a launch command of ``model`` on ``device``, as preflight and the emulator
+        ask it: the server's ``SGLANG_*`` environment, the free memory before and after loading, and
+        the draft's KV layers."""
+        memory = measured(launch, model, device)
+        return cls(
+            tuple(argv),
+            model_config,
+            machine,
+            server_environment(environment),
+            memory,
+            draft_layers(launch, model),
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             **asdict(self),

@@ -17,15 +17,7 @@ from sglang_stacks.config.memory_facts import stack_device, stack_model
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import FlagError
-from sglang_world.execute import (
-    Answer,
-    Machine,
-    Question,
-    draft_layers,
-    execute,
-    measured,
-    server_environment,
-)
+from sglang_world.execute import Answer, Machine, Question, execute
 from sglang_world.launch import launch_from_argv
 
 __all__ = ["execute_all", "executed", "question", "release_code"]
@@ -44,10 +36,9 @@ def question(spec: StackSpec, release: str) -> Question | None:
     host = spec.host
     machine = Machine.of(host.memory_per_gpu_mib, host.gpu_count, host.gpu_model, host.compute_capability)
     launch = launch_from_argv(release, argv, spec.environment.env)
-    model = stack_model(spec)
-    memory = measured(launch, model, stack_device(spec))
-    environment = server_environment(spec.environment.env)
-    return Question(tuple(argv), config, machine, environment, memory, draft_layers(launch, model))
+    return Question.of(
+        argv, config, machine, spec.environment.env, launch, stack_model(spec), stack_device(spec)
+    )
 
 
 def executed(spec: StackSpec, release: str) -> Answer | None:
