@@ -5,11 +5,11 @@ Two reports, for ``docs/preflight.md``:
 - ``--stacks``: every shipped stack on 0.5.8 and 0.5.23, planned by the project's rules (its
   ``model.config`` left out) and by the release's own code: fraction, KV cache, verdict.
 - ``--grid``: how often the rules give what the release's code resolves (automatic fraction, chunk,
-  captured sizes, running limit; from 0.5.16 the KV budget, and the pool in tokens that budget
+  captured sizes, running limit; from 0.5.11 the KV budget, and the pool in tokens that budget
   holds by the plan's per-token cell against the release's own pool sizing) on launches drawn from ``SPACE``
   (the public models the project carries: Kimi-K2.5, DeepSeek-V3, Llama-3.1-8B, Qwen3-30B-A3B;
   parallelism, drafts, graphs, chunk, KV dtype and page size, all-to-all, running limit), each
-  release in one child.
+  release in one child (0.5.8 and 0.5.23, or ``--releases``).
 
 Run: ``. .venv/sglang-stacks.env && python benchmarks/execution_report.py --stacks --grid``.
 """
@@ -140,8 +140,8 @@ def _plan_cell(model: str, launch: Launch, draft_layers: int | None) -> int | No
     return target + int(target * draft_layers / layers)
 
 
-def grid_report(sample: int, seed: int) -> None:
-    for release in RELEASES:
+def grid_report(sample: int, seed: int, releases: tuple[str, ...] = RELEASES) -> None:
+    for release in releases:
         started = time.monotonic()
         points = _grid(release, sample, seed)
         questions, launches = [], []
@@ -159,7 +159,9 @@ def grid_report(sample: int, seed: int) -> None:
             machine = Machine(int(gpu), 8, "NVIDIA H100 80GB HBM3", (9, 0))
             draft = 1 if "--speculative-draft-model-path" in argv else None  # a one-layer EAGLE head
             memory = measured(launch, facts, device)
-            questions.append(Question(tuple(argv), public_model(model), machine, (), memory, draft))
+            # The head's weights are left out of the model's (none), as of its measurement.
+            drafted = 0.0 if draft else None
+            questions.append(Question(tuple(argv), public_model(model), machine, (), memory, draft, drafted))
             launches.append((launch, model, gpu, device, weights, draft))
         answers = execute(release, questions)
         equal = {"settings": 0, "kv budget": 0, "kv tokens": 0}
@@ -191,7 +193,8 @@ def grid_report(sample: int, seed: int) -> None:
                 equal["kv budget"] += abs(rules_budget - theirs.kv_budget_gib) < 0.005
             if theirs.kv_tokens is not None and theirs.kv_budget_gib is not None:
                 judged["kv tokens"] += 1
-                ours_tokens = pool_tokens(theirs.kv_budget_gib, _plan_cell(model, launch, draft), launch)
+                in_pool = None if theirs.draft_after_pool else draft  # to 0.5.13 the draft's KV is not in it
+                ours_tokens = pool_tokens(theirs.kv_budget_gib, _plan_cell(model, launch, in_pool), launch)
                 same = ours_tokens == theirs.kv_tokens
                 equal["kv tokens"] += same
                 if not same:
@@ -216,11 +219,14 @@ def main() -> None:
     cli.add_argument("--grid", action="store_true", help="how often the rules equal the code")
     cli.add_argument("--sample", type=int, default=3000, help="launches drawn from the space (default 3000)")
     cli.add_argument("--seed", type=int, default=1)
+    cli.add_argument(
+        "--releases", nargs="+", default=RELEASES, help=f"the grid's releases (default {RELEASES})"
+    )
     args = cli.parse_args()
     if args.stacks or not args.grid:
         stacks_report()
     if args.grid:
-        grid_report(args.sample, args.seed)
+        grid_report(args.sample, args.seed, tuple(args.releases))
 
 
 if __name__ == "__main__":

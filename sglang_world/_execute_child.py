@@ -26,6 +26,14 @@ from typing import Any
 
 from sglang_flags import _standins
 from sglang_world import _record_child as recording
+from sglang_world._execute_pools import (
+    _KV_DTYPES,
+    _SINGLE_PROCESS,
+    _attention_widths,
+    _stand_in_element_sizes,
+    mixin_pool,
+    shortfall,
+)
 
 _QUESTIONS_VARIABLE = "SGLANG_WORLD_EXECUTE_QUESTIONS"
 _REFUSALS = (ValueError, AssertionError, RuntimeError, NotImplementedError)
@@ -66,7 +74,8 @@ def _answer(server_args: Any, parser: argparse.ArgumentParser, question: dict[st
         answered: dict[str, Any] = {"resolved": recording.settings_of(args)}
         if question["memory"] is not None:
             free_gib, loaded_gib = question["memory"]
-            answered.update(_kv_budget(args, free_gib, loaded_gib, question.get("draft_layers")))
+            draft = question.get("draft_layers"), question.get("draft_weights_gib")
+            answered.update(_kv_budget(args, free_gib, loaded_gib, *draft))
         return answered
     except SystemExit as error:
         return {"error": f"SystemExit: {error.code}"}
@@ -81,16 +90,14 @@ def _answer(server_args: Any, parser: argparse.ArgumentParser, question: dict[st
         os.environ.update(environ)
 
 
-_SINGLE_PROCESS = types.SimpleNamespace(world_size=1, cpu_group=None)
-"""The world group of a server that runs in one process, as the pool code reads it."""
-
-
 def _parallel_fields(context: Any) -> set[str]:
     fields = getattr(context, "_parallel_fields", None)
     return set(fields()) if callable(fields) else set()
 
 
-def _kv_budget(args: Any, free_gib: float, loaded_gib: float, draft_layers: int | None) -> dict[str, Any]:
+def _kv_budget(
+    args: Any, free_gib: float, loaded_gib: float, draft_layers: int | None, draft_gib: float | None
+) -> dict[str, Any]:
     """What the release's own pool code leaves the KV cache once the weights are loaded
     (``kv_budget_gib``), or what it raises (``pool_error``), at the launch's fraction and at every
     fraction 0.01 to 0.99 (``kv_budget_by_step``, None where it raises).
@@ -99,13 +106,14 @@ def _kv_budget(args: Any, free_gib: float, loaded_gib: float, draft_layers: int 
     resolved arguments published as the server publishes them, its ``ModelConfig`` built from the
     model's ``config.json``, and the GPU's free memory before loading (``free_gib``) and after
     (``loaded_gib``) as the stand-in device's measurements; with a budget, the pool it sizes from it
-    (``_pool_sizes``, a draft of ``draft_layers`` inside). Nothing for a release that sizes its pool
-    in other code."""
+    (``_pool_sizes``, a draft of ``draft_layers`` inside). A release without it (0.5.15 and before)
+    runs its model runner's pool code instead (``_execute_pools.mixin_pool``, a draft of
+    ``draft_gib`` GiB loaded after the pool to 0.5.13)."""
     try:
         configurator = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator")
         context = importlib.import_module("sglang.srt.runtime_context")
-    except ImportError:
-        return {}
+    except ImportError:  # 0.5.15 and before: the model runner's pool code
+        return mixin_pool(args, free_gib, loaded_gib, draft_layers, draft_gib)
     profile = getattr(getattr(configurator, "KVCacheConfigurator", None), "_profile_available_bytes", None)
     if profile is None:
         return {}
@@ -167,31 +175,6 @@ def _kv_budget(args: Any, free_gib: float, loaded_gib: float, draft_layers: int 
     return answered
 
 
-def _attention_widths(args: Any) -> dict[str, int]:
-    """The attention-parallel widths of one rank of the launch, as its process groups would give them."""
-    dp = args.dp_size if args.enable_dp_attention else 1
-    return {"attn_tp_size": args.tp_size // dp, "attn_tp_rank": 0, "attn_dp_size": dp, "attn_dp_rank": 0}
-
-
-_KV_DTYPES = {"auto": None, "bf16": "bfloat16", "bfloat16": "bfloat16", "fp8_e4m3": "float8_e4m3fn",
-              "fp8_e5m2": "float8_e5m2"}  # fmt: skip
-"""torch's dtype of each ``--kv-cache-dtype`` whose pool this code sizes (``auto``: the model's)."""
-_ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1}
-
-
-def _stand_in_element_sizes(torch: Any) -> None:
-    """torch's ``_utils._element_size`` of the stand-in dtypes (``torch.bfloat16``: 2 bytes), which
-    the pool code multiplies its cell by; the stand-in torch's other answers stay stand-ins."""
-    utils = _standins._StandInModule("torch._utils")
-
-    def element_size(dtype: Any) -> int:
-        return _ELEMENT_BYTES[str(dtype).rsplit(".", 1)[-1]]
-
-    utils._element_size = element_size  # type: ignore[attr-defined]
-    sys.modules["torch._utils"] = utils
-    torch._utils = utils
-
-
 def _pool_sizes(
     configurator: Any, args: Any, model_config: Any, budget: int, draft_layers: int | None
 ) -> dict[str, Any]:
@@ -232,9 +215,7 @@ def _pool_sizes(
         tokens = int(kind.config_from_budget(kvc, budget).max_total_num_tokens)
         return {"kv_tokens": tokens, "running_limit": int(kind.resolve_max_num_reqs(kvc, tokens))}
     except Exception as error:  # the stand-ins fall short of this release's pool sizing
-        where = traceback.extract_tb(error.__traceback__)[-1]
-        at = f"{Path(where.filename).name}:{where.lineno}"
-        return {"pool_sizes_not_run": f"the stand-ins fell short at {at} ({type(error).__name__}: {error})"}
+        return {"pool_sizes_not_run": shortfall(error)}
 
 
 def answer(release_dir: str, questions: list[dict[str, Any]]) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 In SGLang's order: the driver's reserve and the runtime (CUDA context, cuBLAS, NCCL) are gone
 before the server first measures free memory; the weights load; the KV pool gets what the
 static fraction leaves (``profile_max_num_token``: free after the weights minus the measured
-free memory times ``1 - mem_fraction_static``; from 0.5.16 the release's own pool code, run from its
-wheel, when the plan could run it) and the request-to-token table follows it; the
+free memory times ``1 - mem_fraction_static``; from 0.5.10 the release's own pool code, run from
+its wheel, when the plan could run it) and the request-to-token table follows it; the
 decode CUDA graphs are captured; a draft model loads with its own KV cache and graphs; what is
 left holds a prefill's activations. Each phase either fits or is where the server fails.
 """
@@ -81,8 +81,8 @@ class Budget:
     max_request_input_tokens: int | None
     """SGLang's ``max_req_input_len``: prompts of this many tokens or more are refused."""
     draft_in_pool: bool = False
-    """The release's own pool code sized the pool (0.5.16 on): the draft's weights were loaded before
-    it, and the draft's KV cache is inside it, charged per token beside the target's."""
+    """The release's own pool code sized the pool with the draft's KV in it (0.5.14 on): the draft's
+    weights were loaded before it, and its KV cache is charged per token beside the target's."""
 
     def free_after(self, phase: str) -> float | None:
         """Free memory once ``phase`` (``load``, ``kv_pool``, ``graphs``, ``draft``) is done."""
@@ -161,18 +161,21 @@ def _draft_cell(launch: Launch, model: ModelFacts) -> int | None:
 def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: DeviceFacts) -> Budget:
     """The per-GPU budget of ``settings`` for ``model`` on ``device``: the KV cache gets what the
     release's own pool code gave it when it was run (``settings.kv_budget_gib``), a draft's KV then
-    inside it, and holds the tokens that code sized (``settings.kv_tokens``) with the running limit
-    it admits; else what 0.5.8's arithmetic gives."""
+    inside it unless that code sized the pool before the draft loaded (``settings.draft_after_pool``),
+    and holds the tokens that code sized (``settings.kv_tokens``) with the running limit it admits;
+    else what 0.5.8's arithmetic gives."""
     free = free_at_start_gib(device)
     fraction = settings.mem_fraction_static
-    in_pool = settings.kv_budget_gib is not None
+    draft_in_pool = (
+        settings.kv_budget_gib is not None and launch.has_draft_model and not settings.draft_after_pool
+    )
     rest = (
         settings.kv_budget_gib if settings.kv_budget_gib is not None else fraction * free - model.weights_gib
     )
     attn_tp = launch.tp_size // launch.attn_dp_size
     cell = model.kv.bytes_per_token(attn_tp, launch.kv_cache_dtype) if model.kv else None
     draft_cell = _draft_cell(launch, model)
-    if in_pool and launch.has_draft_model:
+    if draft_in_pool:
         cell = cell + draft_cell if cell is not None and draft_cell is not None else None
     tokens = settings.kv_tokens if settings.kv_tokens is not None else pool_tokens(rest, cell, launch)
     context = launch.context_length or model.context_length
@@ -230,5 +233,5 @@ def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: 
         prefill_activation_gib=activation,
         activation_mib_per_token=model.activation_mib_per_token,
         max_request_input_tokens=longest,
-        draft_in_pool=in_pool and launch.has_draft_model,
+        draft_in_pool=draft_in_pool,
     )

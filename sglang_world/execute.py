@@ -30,7 +30,7 @@ __all__ = ["Answer", "Machine", "Question", "draft_layers", "execute", "measured
 
 _CHILD_TIMEOUT_S = 600
 _CLASS = re.compile(r"^class (\w+)\(", re.MULTILINE)
-_ANSWERS_FORMAT = 9
+_ANSWERS_FORMAT = 10
 """Bumped when what a child answers changes, so older kept answers are not read."""
 
 
@@ -69,6 +69,9 @@ class Question:
     draft_layers: int | None = None
     """The draft model's layers that keep a KV cache (an EAGLE draft's KV lives in the target's pool
     cell); None without a draft model."""
+    draft_weights_gib: float | None = None
+    """The draft model's weights in ``memory``'s loaded measurement; None without a draft model. A
+    release that sizes the target's pool before it loads the draft (to 0.5.13) measured them free."""
 
     @classmethod
     def of(
@@ -83,15 +86,11 @@ class Question:
     ) -> Question:
         """The question of a launch command of ``model`` on ``device``, as preflight and the emulator
         ask it: the server's ``SGLANG_*`` environment, the free memory before and after loading, and
-        the draft's KV layers."""
-        memory = measured(launch, model, device)
+        the draft's KV layers and weights."""
+        memory, layers = measured(launch, model, device), draft_layers(launch, model)
+        drafted = model.draft.weights_gib if launch.has_draft_model and model.draft else None
         return cls(
-            tuple(argv),
-            model_config,
-            machine,
-            server_environment(environment),
-            memory,
-            draft_layers(launch, model),
+            tuple(argv), model_config, machine, server_environment(environment), memory, layers, drafted
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -197,6 +196,7 @@ def _answer(release: str, question: Question, raw: dict[str, Any]) -> Answer:
         pool_refusal=raw.get("pool_error"),
         kv_tokens=raw.get("kv_tokens"),
         running_limit=raw.get("running_limit"),
+        draft_after_pool=raw.get("draft_after_pool", False),
     )
     return Answer(release, settings=settings, pool_not_run=raw.get("pool_not_run"))
 

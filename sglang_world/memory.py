@@ -182,6 +182,8 @@ def fitting_fractions(
                 reserved_mib=None,
                 kv_budget_gib=budget_at,
                 pool_refusal="the release's pool code refuses this fraction" if refused else None,
+                kv_tokens=None,  # the launch fraction's pool: another fraction's is its budget's
+                running_limit=None,
             )
         return plan_memory(
             release, dataclasses.replace(launch, mem_fraction_static=fraction), model, device, workload, tried

@@ -227,8 +227,10 @@ def test_whether_a_release_resolves_memory_before_the_role_is_read_from_its_serv
 def test_a_fleets_preview_names_each_roles_findings_once(workspace: Workspace, tmp_path: Path) -> None:
     """Preflight of a fleet judges each server with its role's flags: a warning is shown once per
     role, not once per host or not at all, and an error names the role it is about."""
-    config = shipped_stack_config("demo-pd", tmp_path).replace(
-        "sglang_release: 0.5.8", "sglang_release: 0.5.15"
+    config = (
+        shipped_stack_config("demo-pd", tmp_path)
+        .replace("sglang_release: 0.5.8", "sglang_release: 0.5.15")
+        .replace("disable_custom_all_reduce: true", "disable_custom_all_reduce: false")
     )
     workspace.init_stack("pd", config)
 
@@ -236,10 +238,8 @@ def test_a_fleets_preview_names_each_roles_findings_once(workspace: Workspace, t
 
     said = (previewed.stdout + previewed.stderr).split("Diagnostics:")[1]  # each said once there
     for role in ("prefill", "decode"):
-        # 0.5.15 sizes its pool in code the plan does not run: kv-pool-approximated, once per role.
-        assert (
-            said.count(f"{role} workers: SGLang 0.5.15 sizes its KV pool with MemoryPoolConfigurator") == 1
-        ), said
+        # Custom all-reduce left on over the hosts' PCIe: pcie-custom-all-reduce, once per role.
+        assert said.count(f"{role} workers: SGLang's custom all-reduce kernel runs over PCIe") == 1, said
         assert f"{role} workers: Verdict: the plan cannot be judged" not in said, said
     workspace.run(
         "config",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sglang_flags import release_child
-from sglang_stacks.config.execution import execute_all, executed
+from sglang_stacks.config.execution import execute_all, executed, question
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.memory_facts import stack_launch
 from sglang_stacks.config.preflight import run_preflight
@@ -90,11 +90,12 @@ def test_the_fraction_preflight_names_runs_on_0_5_23() -> None:
     assert _emulate(spec) is None
 
 
-@pytest.mark.parametrize("release", ["0.5.16", "0.5.20", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.15", "0.5.16", "0.5.20", "0.5.23"])
 def test_the_pool_in_tokens_is_what_the_releases_own_pool_code_sizes(release: str) -> None:
-    """From 0.5.16 the release's own pool sizing (``config_from_budget``, ``resolve_max_num_reqs``)
-    turns its budget into tokens and a running limit; preflight no longer warns that the pool is
-    approximated. The EAGLE-3 draft's one layer of KV is inside the target's 61-layer cell."""
+    """From 0.5.14 the release's own pool sizing (its model runner's ``_resolve_memory_pool_config``,
+    from 0.5.16 ``config_from_budget`` and ``resolve_max_num_reqs``) turns its budget into tokens and a
+    running limit; preflight no longer warns that the pool is approximated. The EAGLE-3 draft's one
+    layer of KV is inside the target's 61-layer cell."""
     spec = _pinned("eagle3-bs128", release)
     answer = executed(spec, release)
     assert answer is not None and answer.settings is not None
@@ -111,6 +112,61 @@ def test_the_pool_in_tokens_is_what_the_releases_own_pool_code_sizes(release: st
     )
     assert plan.max_running_requests == settings.running_limit == 48  # EAGLE's default limit, as resolved
     assert "kv-pool-approximated" not in [f.code for f in run_preflight(spec, release)]
+
+
+@pytest.mark.parametrize("release", ["0.5.10", "0.5.11", "0.5.13"])
+def test_releases_to_0_5_13_size_the_targets_pool_before_the_draft_loads(release: str) -> None:
+    """0.5.10 to 0.5.13 size the target's pool (``_resolve_memory_pool_config``) before the EAGLE-3
+    draft loads: the draft's weights are still free when the pool is measured, the cell is the
+    target's 61 layers alone, and the draft's KV of as many tokens follows the pool. The plan's pool
+    and running limit are that code's, and preflight does not warn that they are approximated."""
+    spec = _pinned("eagle3-bs128", release)
+    asked, answer = question(spec, release), executed(spec, release)
+    assert asked is not None and asked.memory is not None and asked.draft_weights_gib is not None
+    assert answer is not None and answer.settings is not None and answer.settings.draft_after_pool
+    settings, drafted = answer.settings, asked.draft_weights_gib
+    free, loaded = asked.memory
+    assert drafted == pytest.approx(2.4 / 8)  # the stack's draft, per GPU
+    rest = loaded + drafted - free * (1 - 0.88)
+    assert settings.kv_tokens == int(rest * 2**30) // (576 * 61 * 2)
+    # 0.5.10 sizes the pool in tokens with profile_max_num_token, which gives no budget.
+    assert settings.kv_budget_gib == (None if release == "0.5.10" else pytest.approx(rest))
+
+    plan = plan_memory(spec)
+
+    assert plan.max_total_num_tokens == settings.kv_tokens
+    assert plan.tokens_from == f"SGLang {release}'s own pool code"
+    assert plan.max_running_requests == settings.running_limit == 48
+    assert plan.draft_kv_cache_gb == pytest.approx(settings.kv_tokens * 576 * 2 / 2**30)
+    assert "kv-pool-approximated" not in [f.code for f in run_preflight(spec, release)]
+
+
+@pytest.mark.parametrize(
+    ("release", "refused"),
+    [
+        ("0.5.13", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
+        (
+            "0.5.15",
+            "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+            "--mem-fraction-static=0.76. Raise --mem-fraction-static above 0.770",
+        ),
+    ],
+)
+def test_a_fraction_the_weights_exceed_is_refused_in_the_words_of_the_releases_pool_code(
+    release: str, refused: str
+) -> None:
+    """At 0.76 the seeds' baseline's 72.33 GB of weights leave the KV cache nothing: 0.5.13's pool
+    code finds no room for a token, 0.5.15's refuses before it sizes anything and names the fraction
+    that would do; preflight and the emulator stop there in those words."""
+    spec = _pinned("baseline", release, mem_fraction_static=0.76)
+    plan = plan_memory(spec)
+    assert plan.verdict == "does_not_fit" and plan.failure_phase == "kv_pool"
+    assert plan.pool_from == f"SGLang {release}'s own pool code"
+    assert plan.failure is not None and plan.failure.startswith(refused)
+    assert plan.smallest_fitting_fraction == 0.77
+    assert [f.code for f in run_preflight(spec, release) if f.severity == "error"] == ["memory-does-not-fit"]
+    failure = _emulate(spec)
+    assert failure is not None and failure.startswith(refused)
 
 
 def test_the_legacy_attention_dp_flags_are_attention_dp_on_a_release_with_attn_dp_size() -> None:

@@ -17,6 +17,7 @@ from sglang_world import (
     judged_releases,
     plan_memory,
 )
+from sglang_world.budget import budget
 
 # The campaign's host and model: 8 x RTX PRO 6000 (97,887 MiB, 611 of it the driver's), Kimi-K2.5
 # INT4 at tp 8 (72.33 GB of weights per GPU, 61 layers of 576-wide latents, a 27 x 1152 vision tower).
@@ -155,3 +156,41 @@ def test_with_attention_dp_each_gpu_keeps_every_kv_head_of_its_attention_group()
         numbers = plan_memory("0.5.8", Launch(tp_size=8, attn_dp_size=attn_dp), llama, RTX).budget
         assert numbers is not None and numbers.max_total_num_tokens is not None
         assert numbers.max_total_num_tokens == int(numbers.kv_pool_gib * 2**30) // cell
+
+
+def test_a_pool_sized_before_the_draft_loads_leaves_the_drafts_weights_and_kv_for_after() -> None:
+    """0.5.10 to 0.5.13's own pool code sizes the target's pool before the draft model loads, as
+    0.5.8's does: the same budget, cell and draft phase. From 0.5.14 the draft's weights are loaded
+    first (its budget 0.3 GB smaller) and its one layer of KV is in the pool's cell."""
+    launch = dataclasses.replace(EAGLE, mem_fraction_static=0.88)
+    plan = plan_memory("0.5.8", launch, KIMI, RTX)
+    assert plan.settings is not None and plan.budget is not None and KIMI.draft is not None
+    rest = plan.budget.kv_pool_gib
+    after = dataclasses.replace(plan.settings, executed=True, kv_budget_gib=rest, draft_after_pool=True)
+    inside = dataclasses.replace(after, kv_budget_gib=rest - KIMI.draft.weights_gib, draft_after_pool=False)
+    before_the_draft, with_the_draft = budget(after, launch, KIMI, RTX), budget(inside, launch, KIMI, RTX)
+    assert before_the_draft == plan.budget and not before_the_draft.draft_in_pool
+    assert with_the_draft.draft_in_pool and with_the_draft.kv_cell_bytes == 576 * 62 * 2
+    loaded = before_the_draft.free_after("load")
+    assert loaded is not None and with_the_draft.free_after("load") == pytest.approx(loaded - 0.3)
+
+
+def test_other_fractions_are_tried_with_their_own_pools_not_the_launchs() -> None:
+    """The release's pool code sized the launch's pool, 15,485 tokens at 0.78: a 30,000-token prompt
+    needs a larger fraction's pool, and each fraction tried is planned with its own."""
+    launch = dataclasses.replace(BASELINE, mem_fraction_static=0.78)
+    plan = plan_memory("0.5.8", launch, KIMI, RTX)
+    numbers = plan.budget
+    assert plan.settings is not None and numbers is not None and numbers.max_total_num_tokens == 15485
+    by_step = tuple(step / 100 * numbers.free_after_init_gib - KIMI.weights_gib for step in range(1, 100))
+    executed = dataclasses.replace(
+        plan.settings,
+        executed=True,
+        kv_budget_gib=numbers.kv_pool_gib,
+        kv_budget_by_step=by_step,
+        kv_tokens=numbers.max_total_num_tokens,
+        running_limit=numbers.max_running_requests,
+    )
+    long_prompt = Workload(input_len=30000, output_len=8)
+    ours = fitting_fractions("0.5.8", launch, KIMI, RTX, long_prompt)
+    assert fitting_fractions("0.5.8", launch, KIMI, RTX, long_prompt, executed) == ours == (0.8, 0.95)
