@@ -33,6 +33,7 @@ from sglang_world._execute_pools import (
     _stand_in_element_sizes,
     mixin_pool,
     shortfall,
+    unsized,
 )
 
 _QUESTIONS_VARIABLE = "SGLANG_WORLD_EXECUTE_QUESTIONS"
@@ -180,12 +181,12 @@ def _pool_sizes(
 ) -> dict[str, Any]:
     """The KV pool in tokens and the running-request limit the release's own pool code gives a budget
     of ``budget`` bytes (``KVCacheConfigurator.config_from_budget`` and ``resolve_max_num_reqs``):
-    its per-token cell, the draft's KV in it, page alignment and ``--max-total-tokens``. Nothing (the
-    plan divides by its own cell) for a cache dtype or a pipeline this does not stand in for."""
-    torch = sys.modules.get("torch")
-    dtype = _KV_DTYPES.get(args.kv_cache_dtype, "") if torch is not None else ""
-    if dtype == "" or args.pp_size != 1:
-        return {}
+    its per-token cell, the draft's KV in it, page alignment and ``--max-total-tokens``. For a cache
+    dtype or a pipeline this does not stand in for, why not (the plan divides by its own cell)."""
+    torch, reason = sys.modules.get("torch"), unsized(args)
+    if torch is None or reason is not None:
+        return {"pool_sizes_not_run": reason or "the release imports no torch to size its cell with"}
+    dtype = _KV_DTYPES[args.kv_cache_dtype]
     model_dtype = str(model_config.hf_config.torch_dtype or "bfloat16").removeprefix("torch.")
     kv_dtype = getattr(torch, dtype or model_dtype)
     _stand_in_element_sizes(torch)

@@ -52,6 +52,18 @@ def _stand_in_element_sizes(torch: Any) -> None:
     torch._utils = utils
 
 
+def unsized(args: Any) -> str | None:
+    """Why the stand-ins cannot size this launch's pool in tokens, or None when they can."""
+    if args.pp_size != 1:
+        return (
+            f"with --pp-size {args.pp_size} each pipeline stage sizes its own pool and the stages "
+            "agree on the smallest over their process groups, which one process does not stand in for"
+        )
+    if _KV_DTYPES.get(args.kv_cache_dtype, "") == "":
+        return f"the stand-in torch has no element size for --kv-cache-dtype {args.kv_cache_dtype}"
+    return None
+
+
 def shortfall(error: BaseException) -> str:
     """Where and how the stand-ins fell short of what the release's code asked of them."""
     where = traceback.extract_tb(error.__traceback__)[-1]
@@ -100,15 +112,16 @@ def mixin_pool(
     (``kv_tokens``, ``running_limit``). ``loaded_gib`` is free once the target's weights and a
     draft's (``draft_gib``, None without one) are loaded: a release that sizes the target's pool
     before loading the draft measures the draft's weights as free (``draft_after_pool``). Nothing
-    for a release without that mixin's pool sizing; no pool in tokens for a cache dtype or a pipeline
-    the stand-ins do not stand in for (``pool_sizes_not_run`` when they fall short)."""
+    for a release without that mixin's pool sizing; for a cache dtype or a pipeline the stand-ins do
+    not stand in for, or when they fall short, why the pool in tokens was not sized
+    (``pool_sizes_not_run``)."""
     try:
         mixin = importlib.import_module(_MIXIN).ModelRunnerKVCacheMixin
     except (ImportError, AttributeError):
         return {}
     with contextlib.suppress(ImportError):  # 0.5.11 on
         importlib.import_module(_CONFIGURATOR)
-    sized = _KV_DTYPES.get(args.kv_cache_dtype, "") != "" and args.pp_size == 1
+    sized = unsized(args) is None
     budgeted = hasattr(mixin, "_profile_available_bytes")  # 0.5.10 gives tokens only
     # 0.5.9 and before size the pool inside init_memory_pool, which allocates it.
     if not hasattr(mixin, "_resolve_memory_pool_config") or not (sized or budgeted):
@@ -130,7 +143,9 @@ def mixin_pool(
             answered.update(_budgets(runner, free_gib, args.mem_fraction_static))
     except Exception as error:  # the stand-ins fall short of this release's pool code
         return {"pool_not_run": f"its pool code could not be run here ({type(error).__name__}: {error})"}
-    if sized and "pool_error" not in answered:
+    if not sized:
+        answered["pool_sizes_not_run"] = unsized(args)
+    elif "pool_error" not in answered:
         sizes = _sizes(runner, free_gib)
         if "pool_error" in sizes:  # the budget holds no token: the release's refusal, not a budget
             answered.pop("kv_budget_gib", None)

@@ -30,7 +30,7 @@ __all__ = ["Answer", "Machine", "Question", "draft_layers", "execute", "measured
 
 _CHILD_TIMEOUT_S = 600
 _CLASS = re.compile(r"^class (\w+)\(", re.MULTILINE)
-_ANSWERS_FORMAT = 10
+_ANSWERS_FORMAT = 11
 """Bumped when what a child answers changes, so older kept answers are not read."""
 
 
@@ -118,18 +118,15 @@ class Answer:
     start, and its settings for the model would not be a served model's."""
     pool_not_run: str | None = None
     """Why the release's pool code was not run for the KV budget though its settings were resolved."""
+    pool_sizes_not_run: str | None = None
+    """Why the release's pool code did not size the pool in tokens (a pipeline, an unknown cache dtype)."""
 
 
 def server_environment(environment: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The server's ``SGLANG_*`` variables (sorted pairs) a release's code reads while resolving;
     the emulator's own (``SGLANG_EMULATOR_*``) are not SGLang's."""
-    return tuple(
-        sorted(
-            (name, value)
-            for name, value in environment.items()
-            if name.startswith("SGLANG_") and not name.startswith("SGLANG_EMULATOR_")
-        )
-    )
+    ours = {name for name in environment if name.startswith("SGLANG_EMULATOR_")}
+    return tuple(sorted((n, v) for n, v in environment.items() if n.startswith("SGLANG_") and n not in ours))
 
 
 def measured(launch: Launch, model: ModelFacts, device: DeviceFacts) -> tuple[float, float]:
@@ -198,7 +195,10 @@ def _answer(release: str, question: Question, raw: dict[str, Any]) -> Answer:
         running_limit=raw.get("running_limit"),
         draft_after_pool=raw.get("draft_after_pool", False),
     )
-    return Answer(release, settings=settings, pool_not_run=raw.get("pool_not_run"))
+    unsized = raw.get("pool_sizes_not_run")
+    return Answer(
+        release, settings=settings, pool_not_run=raw.get("pool_not_run"), pool_sizes_not_run=unsized
+    )
 
 
 def _key(release: str, question: Question) -> str:

@@ -114,6 +114,21 @@ def test_the_pool_in_tokens_is_what_the_releases_own_pool_code_sizes(release: st
     assert "kv-pool-approximated" not in [f.code for f in run_preflight(spec, release)]
 
 
+@pytest.mark.parametrize("release", ["0.5.15", "0.5.23"])
+def test_a_pool_the_release_sized_in_code_not_run_here_says_why(release: str) -> None:
+    """With pipeline parallelism the release's code gives the budget, but its stages agree on the
+    pool over process groups: the plan divides the budget by its own cell and the warning says why
+    the release's sizing was not run."""
+    spec = _pinned("baseline", release, mem_fraction_static=0.78, extra_flags={"pp_size": 2})
+
+    plan = plan_memory(spec)
+    warned = [f.message for f in run_preflight(spec, release) if f.code == "kv-pool-approximated"]
+
+    assert plan.pool_from == f"SGLang {release}'s own pool code" and plan.tokens_from is None
+    assert plan.tokens_not_run is not None and "--pp-size 2" in plan.tokens_not_run
+    assert len(warned) == 1 and warned[0].endswith(f"It was not run here: {plan.tokens_not_run}."), warned
+
+
 @pytest.mark.parametrize("release", ["0.5.10", "0.5.11", "0.5.13"])
 def test_releases_to_0_5_13_size_the_targets_pool_before_the_draft_loads(release: str) -> None:
     """0.5.10 to 0.5.13 size the target's pool (``_resolve_memory_pool_config``) before the EAGLE-3

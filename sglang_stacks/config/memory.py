@@ -83,6 +83,8 @@ class MemoryPlan(BaseModel):
     tokens_from: str | None = None
     """Who sized the pool in tokens and its running limit from that budget: the release's own pool
     code when it was run, else None (the budget divided by the plan's per-token cell)."""
+    tokens_not_run: str | None = None
+    """Why the release's own pool code did not size the pool in tokens, when the plan has its code."""
     flags_rendered: bool = True
     """False when the stack's flags cannot be rendered for the release (preflight says why)."""
 
@@ -164,6 +166,8 @@ def plan_memory(spec: StackSpec, release: str | None = None) -> MemoryPlan:
         figures["pool_from"] = f"SGLang {release}'s own pool code"
     if settings is not None and settings.kv_tokens is not None:
         figures["tokens_from"] = f"SGLang {release}'s own pool code"
+    elif answer is not None:
+        figures["tokens_not_run"] = answer.pool_sizes_not_run or answer.pool_not_run
     if plan.verdict != "unknown" and not (settings and settings.refusal):
         smallest, largest = fitting_fractions(release, launch, model, device, workload, settings)
         figures.update(smallest_fitting_fraction=smallest, largest_fitting_fraction=largest)

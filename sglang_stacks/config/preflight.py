@@ -91,6 +91,8 @@ def _memory(spec: StackSpec, release: str) -> Iterable[Finding]:
             f"plan's per-token cell (the target's KV and a draft's), which SGLang {release} computes in code "
             "the plan does not run."
         )
+    if approximated and plan.tokens_not_run is not None:
+        approximated = f"{approximated} It was not run here: {plan.tokens_not_run}."
     if approximated and plan.max_total_num_tokens is not None:
         yield warning(
             "kv-pool-approximated",
