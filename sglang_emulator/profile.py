@@ -126,6 +126,9 @@ class MemorySpec:
 
     runtime_overhead_gib: float
     """CUDA context, cuBLAS and NCCL, gone before SGLang first measures free memory."""
+    runtime_overhead_source: str
+    """Where ``runtime_overhead_gib`` and the host's driver reserve come from: a measurement of this
+    GPU model with its source, or what was assumed or back-computed instead (the plan says it)."""
     cuda_graph_mib_per_graph: float
     """Target-model CUDA graphs, per captured decode batch size."""
     draft_cuda_graph_mib_per_graph: float

@@ -54,5 +54,6 @@ def device_facts(profile: Profile, others_mib: float = 0.0) -> DeviceFacts:
         total_mib=profile.host.memory_total_mib,
         driver_reserved_mib=profile.host.memory_reserved_mib,
         runtime_mib=profile.memory.runtime_overhead_gib * 1024,
+        memory_source=profile.memory.runtime_overhead_source,
         others_mib=others_mib,
     )

@@ -20,6 +20,7 @@ __all__ = [
     "Launch",
     "ModelFacts",
     "Workload",
+    "memory_source",
 ]
 
 DEFAULT_DRIVER_RESERVED_MIB = 616
@@ -28,6 +29,20 @@ DEFAULT_DRIVER_RESERVED_MIB = 616
 DEFAULT_RUNTIME_MIB = 1359
 """Gone before SGLang first measures free memory, measured on one H200: CUDA context 527 MiB,
 cuBLAS 164 MiB, NCCL init and one all-reduce 668 MiB (world size 1)."""
+MEASURED_ON = "NVIDIA H200"
+"""The GPU model whose driver reserve and runtime memory were measured (the defaults above)."""
+MEASUREMENT = (
+    "measured on one NVIDIA H200 (driver 580, torch 2.11 + CUDA 13.0, NCCL 2.28.9, one process: "
+    "CUDA context 527 MiB, cuBLAS 164 MiB, NCCL 668 MiB)"
+)
+
+
+def memory_source(gpu_model: str) -> str:
+    """Where the defaults' driver reserve and runtime memory come from, for a GPU of ``gpu_model``
+    (as nvidia-smi names it): the H200's measurement, or that measurement assumed for another GPU."""
+    if MEASURED_ON in gpu_model:
+        return MEASUREMENT
+    return f"assumed: no measurement of the {gpu_model} is on record, so one H200's is used ({MEASUREMENT})"
 
 
 @dataclass(frozen=True)
@@ -120,6 +135,9 @@ class DeviceFacts:
     """What the driver keeps: CUDA sees the total minus this."""
     runtime_mib: float = DEFAULT_RUNTIME_MIB
     """CUDA context, cuBLAS and NCCL, gone before SGLang measures free memory."""
+    memory_source: str = MEASUREMENT
+    """Where ``driver_reserved_mib`` and ``runtime_mib`` come from, in words: a measurement of this GPU
+    model with its source, or what was assumed instead."""
     others_mib: float = 0.0
     """What other processes hold on the GPU."""
 

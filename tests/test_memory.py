@@ -130,3 +130,27 @@ def test_a_server_failures_fix_reads_the_plans_fractions_for_its_release() -> No
     assert advice.weights_gb == pytest.approx(72.33 + 2.4 / 8)
     assert advice.cuda_graph_max_bs == 48  # speculative decoding's 48 request slots cap the graphs
     assert "SGLang 0.5.8 chose 0.76" in advice.setting
+
+
+@pytest.mark.parametrize(
+    ("gpu_model", "said"),
+    [
+        ("NVIDIA H200", "measured on one NVIDIA H200 (driver 580"),
+        ("NVIDIA H100 80GB HBM3", "assumed: no measurement of the NVIDIA H100 80GB HBM3 is on record"),
+    ],
+)
+def test_the_plan_says_where_the_memory_gone_before_loading_comes_from(gpu_model: str, said: str) -> None:
+    """The driver's reserve and the runtime's memory (CUDA context, cuBLAS, NCCL) are a measurement
+    of one H200: on that GPU the plan cites it, on another it says the figure is assumed; on the
+    emulator host, that its figure is back-computed from the campaign's log, not measured."""
+    shipped = load_stack_spec("baseline", STACKS_DIR)
+    emulated = plan_memory(shipped)
+    environment = shipped.environment.model_copy(update={"runtime": "sglang"})
+    host = shipped.host.model_copy(update={"gpu_model": gpu_model})
+    real = plan_memory(shipped.model_copy(update={"environment": environment, "host": host}))
+
+    assert real.free_memory_from is not None and real.free_memory_from.startswith(said)
+    assert f"cuBLAS and NCCL: {real.free_memory_from})." in explain(real)[0]
+    assert emulated.free_memory_from is not None
+    assert emulated.free_memory_from.startswith("not measured on an RTX PRO 6000: back-computed")
+    assert "back-computed from the 21.70 GB free after loading" in explain(emulated)[0]

@@ -53,6 +53,9 @@ class MemoryPlan(BaseModel):
     """Decode batch sizes the server captures graphs for (the stack output writes them on one line)."""
     free_after_init_gb: float | None = None
     """What the server measures free before loading (total less driver, runtime, other processes)."""
+    free_memory_from: str | None = None
+    """Where the driver's reserve and the runtime's memory in ``free_after_init_gb`` come from: a
+    measurement with its source, or what was assumed for this GPU."""
     target_weights_gb: float | None = None
     draft_weights_gb: float | None = None
     static_pool_gb: float | None = None
@@ -162,6 +165,8 @@ def plan_memory(spec: StackSpec, release: str | None = None) -> MemoryPlan:
     plan = world_plan(release, launch, model, device, workload, settings)
     figures = _figures(plan)
     figures["settings_from"] = _settings_from(release, answer)
+    if plan.budget is not None:
+        figures["free_memory_from"] = device.memory_source
     if settings is not None and (settings.kv_budget_gib is not None or settings.pool_refusal is not None):
         figures["pool_from"] = f"SGLang {release}'s own pool code"
     if settings is not None and settings.kv_tokens is not None:

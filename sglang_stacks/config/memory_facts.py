@@ -20,6 +20,7 @@ from sglang_stacks.config.sections import KvCacheSpec
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import FlagError
 from sglang_world import DeviceFacts, DraftFacts, KvCell, Launch, ModelFacts, Workload
+from sglang_world.facts import memory_source
 from sglang_world.launch import launch_from_argv
 
 __all__ = ["stack_device", "stack_launch", "stack_model", "stack_workload"]
@@ -97,10 +98,14 @@ def _kv_cell(spec: KvCacheSpec | None) -> KvCell | None:
 
 def stack_device(spec: StackSpec) -> DeviceFacts:
     """One of the host's GPUs: its declared memory; the driver's and the runtime's share from the
-    emulator's profile on the emulator host, else as measured on a real GPU (``sglang_world``)."""
+    emulator's profile on the emulator host, else as measured on a real GPU (``sglang_world``), and
+    for a GPU model that was not measured, that measurement assumed, which the plan says."""
     profile = _profile(spec)
-    base = device_facts(profile) if profile is not None else DeviceFacts(total_mib=0)
-    return replace(base, total_mib=spec.host.memory_per_gpu_mib)
+    if profile is not None:
+        return replace(device_facts(profile), total_mib=spec.host.memory_per_gpu_mib)
+    return DeviceFacts(
+        total_mib=spec.host.memory_per_gpu_mib, memory_source=memory_source(spec.host.gpu_model)
+    )
 
 
 def stack_workload(spec: StackSpec) -> Workload:

@@ -73,9 +73,10 @@ def explain(plan: MemoryPlan) -> list[str]:
     """The plan as sentences a user reads before launching."""
     lines = []
     if plan.total_gb is not None and plan.free_after_init_gb is not None:
+        source = f": {plan.free_memory_from}" if plan.free_memory_from else ""
         lines.append(
             f"GPU memory: {plan.total_gb:.2f} GB per GPU, {plan.free_after_init_gb:.2f} GB free when SGLang "
-            "measures it (after the driver's reserve, the CUDA context, cuBLAS and NCCL)."
+            f"measures it (after the driver's reserve, the CUDA context, cuBLAS and NCCL{source})."
         )
     if plan.mem_fraction_static is not None and plan.chunked_prefill_size is not None:
         graphs = "CUDA graphs off"
