@@ -31,7 +31,9 @@ from sglang_world._execute_pools import (
     _SINGLE_PROCESS,
     _attention_widths,
     _stand_in_element_sizes,
+    budget_answer,
     mixin_pool,
+    model_config_of,
     shortfall,
     unsized,
 )
@@ -83,9 +85,7 @@ def _answer(server_args: Any, parser: argparse.ArgumentParser, question: dict[st
     except _REFUSALS as error:
         return {"error": f"{type(error).__name__}: {error}"}
     except Exception as error:  # what the stand-ins could not answer, not a refusal of the release
-        where = traceback.extract_tb(error.__traceback__)[-1]
-        at = f"{Path(where.filename).name}:{where.lineno}"
-        return {"shortfall": f"the stand-ins fell short at {at} ({type(error).__name__}: {error})"}
+        return {"shortfall": shortfall(error)}
     finally:
         os.environ.clear()
         os.environ.update(environ)
@@ -118,12 +118,9 @@ def _kv_budget(
     profile = getattr(getattr(configurator, "KVCacheConfigurator", None), "_profile_available_bytes", None)
     if profile is None:
         return {}
-    try:
-        context.get_context().set_server_args(args)
-        model_config_module = importlib.import_module("sglang.srt.configs.model_config")
-        model_config = model_config_module.ModelConfig.from_server_args(args)
-    except Exception as error:  # the stand-ins fall short of this release's model config
-        return {"pool_not_run": f"its model config could not be built here ({type(error).__name__}: {error})"}
+    model_config = model_config_of(args, context.get_context().set_server_args)
+    if isinstance(model_config, dict):
+        return model_config
     # The device's measurement after loading, no GPU temporaries for gc to free, and a single
     # process's world group for releases that ask for it by function (module globals).
     setattr(configurator, "get_available_gpu_memory", lambda *args, **kwargs: loaded_gib)  # noqa: B010
@@ -169,8 +166,7 @@ def _kv_budget(
         return {"pool_not_run": f"its pool code could not be run here ({type(error).__name__}: {error})"}
     finally:
         context.get_context().set_server_args(args)
-    answered: dict[str, Any] = {"kv_budget_by_step": [b if isinstance(b, float) else None for b in by_step]}
-    answered["kv_budget_gib" if isinstance(launched, float) else "pool_error"] = launched
+    answered = budget_answer(by_step, launched)
     if isinstance(launched, float):
         answered.update(sizes)
     return answered

@@ -16,6 +16,7 @@ import importlib
 import sys
 import traceback
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,28 @@ def shortfall(error: BaseException) -> str:
     where = traceback.extract_tb(error.__traceback__)[-1]
     at = f"{Path(where.filename).name}:{where.lineno}"
     return f"the stand-ins fell short at {at} ({type(error).__name__}: {error})"
+
+
+def model_config_of(args: Any, publish: Callable[[Any], None] | None = None) -> Any:
+    """The release's ``ModelConfig`` of the resolved launch, the arguments first published as the
+    server publishes them (``publish``, for releases that read them from their context), or why it
+    could not be built here (a ``pool_not_run`` answer)."""
+    module = importlib.import_module("sglang.srt.configs.model_config")
+    try:
+        if publish is not None:
+            publish(args)
+        return module.ModelConfig.from_server_args(args)
+    except Exception as error:  # the stand-ins fall short of this release's model config
+        return {"pool_not_run": f"its model config could not be built here ({type(error).__name__}: {error})"}
+
+
+def budget_answer(by_step: list[float | str], launched: float | str) -> dict[str, Any]:
+    """The answer of budgets the release's pool code gave (GiB) or refused (its words): at each
+    fraction tried (``kv_budget_by_step``, None where it refused) and at the launch's (``kv_budget_gib``
+    or ``pool_error``)."""
+    answered: dict[str, Any] = {"kv_budget_by_step": [b if isinstance(b, float) else None for b in by_step]}
+    answered["kv_budget_gib" if isinstance(launched, float) else "pool_error"] = launched
+    return answered
 
 
 def _runner_class(mixin: type) -> type:
@@ -126,11 +149,9 @@ def mixin_pool(
     # 0.5.9 and before size the pool inside init_memory_pool, which allocates it.
     if not hasattr(mixin, "_resolve_memory_pool_config") or not (sized or budgeted):
         return {}
-    model_config_module = importlib.import_module("sglang.srt.configs.model_config")
-    try:
-        model_config = model_config_module.ModelConfig.from_server_args(args)
-    except Exception as error:  # the stand-ins fall short of this release's model config
-        return {"pool_not_run": f"its model config could not be built here ({type(error).__name__}: {error})"}
+    model_config = model_config_of(args)
+    if isinstance(model_config, dict):
+        return model_config
     measured = {"gib": loaded_gib}
     answered: dict[str, Any] = {}
     try:
@@ -204,9 +225,7 @@ def _budgets(runner: Any, free_gib: float, launched: float) -> dict[str, Any]:
 
     by_step = [at(step / 100) for step in range(1, 100)]
     budget = at(launched)  # last, so the runner sizes its pool at the launch's fraction
-    answered: dict[str, Any] = {"kv_budget_by_step": [b if isinstance(b, float) else None for b in by_step]}
-    answered["kv_budget_gib" if isinstance(budget, float) else "pool_error"] = budget
-    return answered
+    return budget_answer(by_step, budget)
 
 
 def _sizes(runner: Any, free_gib: float) -> dict[str, Any]:
