@@ -1,11 +1,15 @@
-"""No companion command changes which stack is selected in the user's workspace: a bare `pulumi up`
-typed afterwards deploys the stack the user selected, not the one a command last read."""
+"""How companion commands read stacks: none changes which stack is selected in the user's
+workspace (a bare `pulumi up` typed afterwards deploys the stack the user selected, not the one a
+command last read), and a read that meets a running update's checkpoint mid-write reads again."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 
 from sglang_stacks.drive import automation
+from sglang_stacks.errors import SpecError
 from tests._pulumi import Workspace
 
 STACK_CONFIG = """\
@@ -66,3 +70,25 @@ def test_reading_and_creating_stacks_through_the_automation_api_selects_none(
     with pytest.raises(Exception, match="no stack 'missing'"):
         automation.select_stack(two_stacks.path, "missing")
     assert _selected(two_stacks) == "mine"
+
+
+@pytest.mark.integration
+def test_a_read_that_meets_an_update_writing_its_checkpoint_reads_again(
+    two_stacks: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local backend rewrites a stack's ``.json.attrs`` in place at every checkpoint of an
+    update; `sglang-stacks logs -f` started beside `pulumi up` met it empty and stopped with
+    Pulumi's "failed to load checkpoint: EOF"."""
+    two_stacks.enter(monkeypatch)
+    attrs = two_stacks.backend / ".pulumi" / "stacks" / "sglang-stacks" / "other.json.attrs"
+    written = attrs.read_text()
+    attrs.write_text("")  # caught between the truncation and the write
+    healed = threading.Timer(0.3, attrs.write_text, (written,))
+    healed.start()
+    try:
+        assert automation.stack_config("other", two_stacks.path)["sglang-stacks:server"]["tp_size"] == 2
+    finally:
+        healed.join()
+    attrs.write_text("")  # a file that stays torn is not read for ever
+    with pytest.raises(SpecError, match=r"could not read stack 'other'.*other\.json\.attrs.*delete"):
+        automation.stack_config("other", two_stacks.path)

@@ -79,11 +79,33 @@ class _UsersWorkspace(auto.LocalWorkspace):
         self.pulumi_command.run(list(args), self.work_dir, {**env, **self.env_vars})
 
 
+# What a read of a stack says when it met the state file's attributes mid-write: the local backend
+# rewrites ``<stack>.json.attrs`` in place (truncate, then write) at each checkpoint of an update.
+_TORN_READ = "failed to load checkpoint: EOF"
+_READS = frozenset({"stack", "config"})  # `stack --show-name`, `stack output`, `config`: no writes before
+_TORN_READ_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+class _Command(auto.PulumiCommand):
+    """The Automation API's command runner, with a read of a stack that met an update's checkpoint
+    mid-write (``sglang-stacks logs -f`` or ``status`` while ``pulumi up`` runs) read again."""
+
+    def run(self, args: list[str], *rest: Any, **kwargs: Any) -> auto.CommandResult:
+        for pause in _TORN_READ_RETRY_S:
+            try:
+                return super().run(list(args), *rest, **kwargs)  # it prepends to the list it gets
+            except auto.CommandError as error:
+                if not _READS.intersection(args[:1]) or _TORN_READ not in str(error):
+                    raise
+            time.sleep(pause)
+        return super().run(list(args), *rest, **kwargs)
+
+
 @functools.cache
 def _cli() -> auto.PulumiCommand:
     """The `pulumi` on PATH, its version checked once a process: the Automation API runs `pulumi
     version` for every workspace it opens, and a campaign opens two a trial."""
-    return auto.PulumiCommand()
+    return _Command()
 
 
 def _open(project_dir: Path, stack: str, *, create: bool) -> auto.Stack:
@@ -101,11 +123,24 @@ def select_stack(project_dir: Path, stack: str) -> auto.Stack:
             f"The backend has no stack {stack!r}. Check the name with `pulumi stack ls`, or create "
             f"it with `pulumi stack init {stack}`."
         ) from None
-    except (auto.CommandError, OSError) as error:
-        raise SpecError(
-            f"Pulumi could not select stack {stack!r}: {error}. Put the project's Pulumi CLI on PATH "
-            "and select its backend with `. scripts/env.sh`."
-        ) from None
+    except auto.CommandError as error:
+        if _TORN_READ in str(error):
+            raise SpecError(
+                f"Pulumi could not read stack {stack!r}: its state's attributes file "
+                f"(`.pulumi/stacks/<project>/{stack}.json.attrs` in the backend) stayed empty or cut "
+                "short. If no update is writing it, delete that file (Pulumi reads the stack without "
+                "it) and try again."
+            ) from None
+        raise _no_cli(stack, error) from None
+    except OSError as error:
+        raise _no_cli(stack, error) from None
+
+
+def _no_cli(stack: str, error: Exception) -> SpecError:
+    return SpecError(
+        f"Pulumi could not select stack {stack!r}: {error}. Put the project's Pulumi CLI on PATH "
+        "and select its backend with `. scripts/env.sh`."
+    )
 
 
 def write_stack(project_dir: Path, stack: str, sections: dict[str, Any], header: str) -> auto.Stack:
