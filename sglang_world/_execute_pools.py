@@ -1,10 +1,11 @@
 """Runs in the child interpreter (``_execute_child``): the KV pool of the releases that size it in
-their model runner's ``ModelRunnerKVCacheMixin`` (0.5.10 to 0.5.15), on a stand-in runner.
+their model runner's ``ModelRunnerKVCacheMixin`` (0.5.7 to 0.5.15), on a stand-in runner.
 
 The stand-in is a class of the release's own mixin with the attributes a model runner of one rank
 has for the launch, so what sizes the pool is the release's code: ``_profile_available_bytes`` (the
 KV cache's budget, 0.5.11 on) and ``_resolve_memory_pool_config`` (the pool in tokens and the running
-limit). Here too are the stand-ins this code and ``KVCacheConfigurator`` (0.5.16 on, run by
+limit, 0.5.10 on); to 0.5.9 ``profile_max_num_token`` and ``init_memory_pool`` (``_execute_init_pool``).
+Here too are the stand-ins this code and ``KVCacheConfigurator`` (0.5.16 on, run by
 ``_execute_child``) share: a single process's world group, the rank's attention widths, the cache
 dtypes' element sizes.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_flags import _standins
+from sglang_world._execute_init_pool import budget_bytes, init_pool_sizes, sizes_in_init
 
 _MIXIN = "sglang.srt.model_executor.model_runner_kv_cache_mixin"
 _CONFIGURATOR = "sglang.srt.model_executor.pool_configurator"
@@ -134,20 +136,19 @@ def mixin_pool(
     fraction 0.01 to 0.99 (``kv_budget_by_step``), and the pool in tokens with its running limit
     (``kv_tokens``, ``running_limit``). ``loaded_gib`` is free once the target's weights and a
     draft's (``draft_gib``, None without one) are loaded: a release that sizes the target's pool
-    before loading the draft measures the draft's weights as free (``draft_after_pool``). Nothing
-    for a release without that mixin's pool sizing; for a cache dtype or a pipeline the stand-ins do
-    not stand in for, or when they fall short, why the pool in tokens was not sized
-    (``pool_sizes_not_run``)."""
+    before loading the draft measures the draft's weights as free (``draft_after_pool``, to 0.5.13).
+    Nothing for a release without that mixin's pool sizing (0.5.6 and before); for a cache dtype or
+    a pipeline the stand-ins do not stand in for, or when they fall short, why the pool in tokens was
+    not sized (``pool_sizes_not_run``)."""
     try:
         mixin = importlib.import_module(_MIXIN).ModelRunnerKVCacheMixin
     except (ImportError, AttributeError):
         return {}
     with contextlib.suppress(ImportError):  # 0.5.11 on
         importlib.import_module(_CONFIGURATOR)
-    sized = unsized(args) is None
-    budgeted = hasattr(mixin, "_profile_available_bytes")  # 0.5.10 gives tokens only
-    # 0.5.9 and before size the pool inside init_memory_pool, which allocates it.
-    if not hasattr(mixin, "_resolve_memory_pool_config") or not (sized or budgeted):
+    sized, in_init = unsized(args) is None, sizes_in_init(mixin)  # in_init: 0.5.7 to 0.5.9
+    budgeted = in_init or hasattr(mixin, "_profile_available_bytes")  # 0.5.10 gives tokens only
+    if not (in_init or hasattr(mixin, "_resolve_memory_pool_config")) or not (sized or budgeted):
         return {}
     model_config = model_config_of(args)
     if isinstance(model_config, dict):
@@ -161,13 +162,16 @@ def mixin_pool(
             measured["gib"] = loaded_gib + draft_gib  # not loaded yet when the target's pool is sized
             answered["draft_after_pool"] = True
         if budgeted:
-            answered.update(_budgets(runner, free_gib, args.mem_fraction_static))
+            profile = budget_bytes if in_init else type(runner)._profile_available_bytes
+            answered.update(_budgets(runner, free_gib, args.mem_fraction_static, profile))
     except Exception as error:  # the stand-ins fall short of this release's pool code
         return {"pool_not_run": f"its pool code could not be run here ({type(error).__name__}: {error})"}
     if not sized:
         answered["pool_sizes_not_run"] = unsized(args)
     elif "pool_error" not in answered:
-        sizes = _sizes(runner, free_gib)
+        sizes = _sizes(
+            lambda: init_pool_sizes(runner, free_gib, args) if in_init else _resolved(runner, free_gib)
+        )
         if "pool_error" in sizes:  # the budget holds no token: the release's refusal, not a budget
             answered.pop("kv_budget_gib", None)
         answered.update(sizes)
@@ -196,6 +200,11 @@ def _runner(mixin: type, args: Any, model_config: Any, draft_layers: int | None)
     attention = importlib.import_module("sglang.srt.configs.model_config").AttentionArch
     algorithm = importlib.import_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm
     count = model_config.num_hidden_layers
+    # Once loaded, a runner keeps its stage's full and sliding-window attention layers on the model
+    # config (none for a model without them), which 0.5.7's profile_max_num_token counts.
+    for name in ("full_attention_layer_ids", "swa_attention_layer_ids"):
+        ids = getattr(model_config, name, None) or ()
+        setattr(model_config, name, [layer for layer in range(count + 1) if layer in ids])
     return _runner_class(mixin)(
         device="cuda", gpu_id=0, server_args=args, model_config=model_config,
         mem_fraction_static=args.mem_fraction_static, page_size=args.page_size or 1,
@@ -211,15 +220,18 @@ def _runner(mixin: type, args: Any, model_config: Any, draft_layers: int | None)
     )  # fmt: skip
 
 
-def _budgets(runner: Any, free_gib: float, launched: float) -> dict[str, Any]:
-    """The release's ``_profile_available_bytes`` (bytes; ``free_gib`` is GiB, as the runner measures
-    it before loading) at each fraction 0.01 to 0.99 and at the launch's, in GiB; where it raises
-    (0.5.14 on: "Loaded weights leave no GPU memory ..."), None and the launch's ``pool_error``."""
+def _budgets(
+    runner: Any, free_gib: float, launched: float, profile: Callable[[Any, float], float]
+) -> dict[str, Any]:
+    """The release's budget in bytes (``profile``: ``_profile_available_bytes``, to 0.5.9 what its
+    ``profile_max_num_token`` computes; ``free_gib`` is GiB, as the runner measures it before loading)
+    at each fraction 0.01 to 0.99 and at the launch's, in GiB; where it raises (0.5.14 on: "Loaded
+    weights leave no GPU memory ..."), None and the launch's ``pool_error``."""
 
     def at(fraction: float) -> float | str:
         runner.mem_fraction_static = fraction
         try:
-            return float(runner._profile_available_bytes(free_gib)) / (1 << 30)
+            return float(profile(runner, free_gib)) / (1 << 30)
         except ValueError as error:
             return f"ValueError: {error}"
 
@@ -228,16 +240,25 @@ def _budgets(runner: Any, free_gib: float, launched: float) -> dict[str, Any]:
     return budget_answer(by_step, budget)
 
 
-def _sizes(runner: Any, free_gib: float) -> dict[str, Any]:
+def _resolved(runner: Any, free_gib: float) -> tuple[int, int]:
     """The pool in tokens and the running limit of the release's ``_resolve_memory_pool_config`` (its
-    cell, a draft's layers in it from 0.5.14, page alignment, ``--max-total-tokens``), or what it
-    raises where the budget holds no token ("Not enough memory")."""
+    cell, a draft's layers in it from 0.5.14, page alignment, ``--max-total-tokens``): the model
+    runner's ``max_total_num_tokens`` and ``max_running_requests``, which its TP worker hands the
+    scheduler."""
+    config = runner._resolve_memory_pool_config(free_gib)
+    return int(config.max_total_num_tokens), int(config.max_running_requests)
+
+
+def _sizes(resolve: Callable[[], tuple[int, int]]) -> dict[str, Any]:
+    """The pool in tokens and the running limit the release's pool sizing gives (``resolve``:
+    ``_resolved``, or to 0.5.9 ``init_memory_pool``'s), or what it raises where the budget holds no
+    token ("Not enough memory")."""
     try:
-        config = runner._resolve_memory_pool_config(free_gib)
+        tokens, running = resolve()
     except NotImplementedError as error:  # a stand-in's, not a refusal
         return {"pool_sizes_not_run": shortfall(error)}
     except _POOL_REFUSALS as error:
         return {"pool_error": f"{type(error).__name__}: {error}"}
     except Exception as error:  # the stand-ins fall short of this release's pool sizing
         return {"pool_sizes_not_run": shortfall(error)}
-    return {"kv_tokens": int(config.max_total_num_tokens), "running_limit": int(config.max_running_requests)}
+    return {"kv_tokens": tokens, "running_limit": running}

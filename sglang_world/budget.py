@@ -3,7 +3,7 @@
 In SGLang's order: the driver's reserve and the runtime (CUDA context, cuBLAS, NCCL) are gone
 before the server first measures free memory; the weights load; the KV pool gets what the
 static fraction leaves (``profile_max_num_token``: free after the weights minus the measured
-free memory times ``1 - mem_fraction_static``; from 0.5.10 the release's own pool code, run from
+free memory times ``1 - mem_fraction_static``; from 0.5.7 the release's own pool code, run from
 its wheel, when the plan could run it) and the request-to-token table follows it; the
 decode CUDA graphs are captured; a draft model loads with its own KV cache and graphs; what is
 left holds a prefill's activations. Each phase either fits or is where the server fails.

@@ -70,9 +70,9 @@ class ServerSettings:
     """The running requests the release's pool code admits with ``kv_tokens`` (per attention-DP
     worker); None when it was not run."""
     draft_after_pool: bool = False
-    """The release's pool code sized the target's pool before the draft model loaded (0.5.10 to
+    """The release's pool code sized the target's pool before the draft model loaded (0.5.7 to
     0.5.13): ``kv_budget_gib`` is the target's alone, and the draft's weights and its KV of as many
-    tokens come after the pool, as in 0.5.8. From 0.5.14 the draft's KV is inside the pool."""
+    tokens come after the pool. From 0.5.14 the draft's KV is inside the pool."""
 
 
 def _fraction(

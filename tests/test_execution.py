@@ -40,6 +40,14 @@ def _pinned(stack: str, release: str, **server: object) -> StackSpec:
     )
 
 
+def _served(spec: StackSpec) -> StackSpec:
+    """``spec`` with DeepSeek-V3's ``config.json`` on 0.5.8, which has no class for Kimi-K2.5 (it
+    arrived in 0.5.9): Kimi-K2.5's text model has its shape, 61 layers of a 576-wide MLA cache."""
+    if spec.environment.sglang_release != "0.5.8":
+        return spec
+    return spec.model_copy(update={"model": spec.model.model_copy(update={"config": "deepseek-v3"})})
+
+
 def _emulate(spec: StackSpec) -> str | None:
     """How the emulator, launching ``spec`` in virtual time, fails (None: it serves)."""
     failure: str | None = emulate(spec, ONE_REQUEST).failure
@@ -157,8 +165,42 @@ def test_releases_to_0_5_13_size_the_targets_pool_before_the_draft_loads(release
 
 
 @pytest.mark.parametrize(
+    ("release", "stack", "fraction", "running"),
+    [
+        ("0.5.8", "eagle3-bs128", 0.88, 48),
+        ("0.5.8", "baseline", 0.78, 2048),
+        ("0.5.9", "eagle3-bs128", 0.88, 48),
+    ],
+)
+def test_releases_to_0_5_9_size_their_pool_in_their_own_init_memory_pool(
+    release: str, stack: str, fraction: float, running: int
+) -> None:
+    """0.5.8 and 0.5.9 size the pool inside ``init_memory_pool``, which allocates it too: run up to
+    where it would allocate the request pool, its ``profile_max_num_token`` gives the budget and the
+    pool in tokens, measured before the EAGLE-3 draft loads (its weights still free). The running
+    limit is its model runner's: EAGLE's 48, as resolved, within the request pool's slots; with none
+    resolved, half the pool's tokens within the slots (2,048 at least)."""
+    spec = _served(_pinned(stack, release, mem_fraction_static=fraction))
+    asked, answer = question(spec, release), executed(spec, release)
+    assert asked is not None and asked.memory is not None
+    assert answer is not None and answer.settings is not None
+    settings, (free, loaded) = answer.settings, asked.memory
+    assert settings.draft_after_pool == (asked.draft_weights_gib is not None)
+    rest = loaded + (asked.draft_weights_gib or 0.0) - free * (1 - fraction)
+    assert settings.kv_budget_gib == pytest.approx(rest)
+    assert settings.kv_tokens == int(rest * 2**30) // (576 * 61 * 2)
+    assert settings.running_limit == running and settings.kv_tokens // 2 > running
+
+    plan = plan_memory(spec)
+
+    assert plan.pool_from == plan.tokens_from == f"SGLang {release}'s own pool code"
+    assert (plan.max_total_num_tokens, plan.max_running_requests) == (settings.kv_tokens, running)
+
+
+@pytest.mark.parametrize(
     ("release", "refused"),
     [
+        ("0.5.8", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
         ("0.5.13", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
         (
             "0.5.15",
@@ -170,10 +212,10 @@ def test_releases_to_0_5_13_size_the_targets_pool_before_the_draft_loads(release
 def test_a_fraction_the_weights_exceed_is_refused_in_the_words_of_the_releases_pool_code(
     release: str, refused: str
 ) -> None:
-    """At 0.76 the seeds' baseline's 72.33 GB of weights leave the KV cache nothing: 0.5.13's pool
-    code finds no room for a token, 0.5.15's refuses before it sizes anything and names the fraction
-    that would do; preflight and the emulator stop there in those words."""
-    spec = _pinned("baseline", release, mem_fraction_static=0.76)
+    """At 0.76 the seeds' baseline's 72.33 GB of weights leave the KV cache nothing: 0.5.8's and
+    0.5.13's pool code finds no room for a token, 0.5.15's refuses before it sizes anything and names
+    the fraction that would do; preflight and the emulator stop there in those words."""
+    spec = _served(_pinned("baseline", release, mem_fraction_static=0.76))
     plan = plan_memory(spec)
     assert plan.verdict == "does_not_fit" and plan.failure_phase == "kv_pool"
     assert plan.pool_from == f"SGLang {release}'s own pool code"
