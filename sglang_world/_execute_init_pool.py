@@ -36,7 +36,8 @@ def sizes_in_init(mixin: type) -> bool:
 
 def budget_bytes(runner: Any, free_gib: float) -> float:
     """The KV cache's budget (bytes) of the release's ``profile_max_num_token`` at the runner's
-    fraction, ``free_gib`` being what the runner measured free before loading.
+    fraction, ``free_gib`` being what the runner measured free before loading: to 0.5.9 what
+    ``init_memory_pool`` sizes the pool from, in 0.5.10 ``_resolve_memory_pool_config``.
 
     That function divides the budget it computes (what is free after loading less ``free_gib`` times
     ``1 - mem_fraction_static``, in bytes) by the runner's cell per token; the runner answers 1 for

@@ -3,8 +3,9 @@ their model runner's ``ModelRunnerKVCacheMixin`` (0.5.7 to 0.5.15), on a stand-i
 
 The stand-in is a class of the release's own mixin with the attributes a model runner of one rank
 has for the launch, so what sizes the pool is the release's code: ``_profile_available_bytes`` (the
-KV cache's budget, 0.5.11 on) and ``_resolve_memory_pool_config`` (the pool in tokens and the running
-limit, 0.5.10 on); to 0.5.9 ``profile_max_num_token`` and ``init_memory_pool`` (``_execute_init_pool``).
+KV cache's budget, 0.5.11 on; to 0.5.10 what ``profile_max_num_token`` computes, ``_execute_init_pool``)
+and ``_resolve_memory_pool_config`` (the pool in tokens and the running limit, 0.5.10 on); to 0.5.9
+``init_memory_pool`` (``_execute_init_pool``).
 Here too are the stand-ins this code and ``KVCacheConfigurator`` (0.5.16 on, run by
 ``_execute_child``) share: a single process's world group, the rank's attention widths, the cache
 dtypes' element sizes.
@@ -147,8 +148,7 @@ def mixin_pool(
     with contextlib.suppress(ImportError):  # 0.5.11 on
         importlib.import_module(_CONFIGURATOR)
     sized, in_init = unsized(args) is None, sizes_in_init(mixin)  # in_init: 0.5.7 to 0.5.9
-    budgeted = in_init or hasattr(mixin, "_profile_available_bytes")  # 0.5.10 gives tokens only
-    if not (in_init or hasattr(mixin, "_resolve_memory_pool_config")) or not (sized or budgeted):
+    if not (in_init or hasattr(mixin, "_resolve_memory_pool_config")):
         return {}
     model_config = model_config_of(args)
     if isinstance(model_config, dict):
@@ -161,9 +161,9 @@ def mixin_pool(
         if draft_gib is not None and not _counts_the_draft(runner):
             measured["gib"] = loaded_gib + draft_gib  # not loaded yet when the target's pool is sized
             answered["draft_after_pool"] = True
-        if budgeted:
-            profile = budget_bytes if in_init else type(runner)._profile_available_bytes
-            answered.update(_budgets(runner, free_gib, args.mem_fraction_static, profile))
+        # The budget: 0.5.11 on _profile_available_bytes; to 0.5.10 profile_max_num_token's.
+        profile = getattr(type(runner), "_profile_available_bytes", budget_bytes)
+        answered.update(_budgets(runner, free_gib, args.mem_fraction_static, profile))
     except Exception as error:  # the stand-ins fall short of this release's pool code
         return {"pool_not_run": f"its pool code could not be run here ({type(error).__name__}: {error})"}
     if not sized:
@@ -223,7 +223,7 @@ def _runner(mixin: type, args: Any, model_config: Any, draft_layers: int | None)
 def _budgets(
     runner: Any, free_gib: float, launched: float, profile: Callable[[Any, float], float]
 ) -> dict[str, Any]:
-    """The release's budget in bytes (``profile``: ``_profile_available_bytes``, to 0.5.9 what its
+    """The release's budget in bytes (``profile``: ``_profile_available_bytes``, to 0.5.10 what its
     ``profile_max_num_token`` computes; ``free_gib`` is GiB, as the runner measures it before loading)
     at each fraction 0.01 to 0.99 and at the launch's, in GiB; where it raises (0.5.14 on: "Loaded
     weights leave no GPU memory ..."), None and the launch's ``pool_error``."""

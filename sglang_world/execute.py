@@ -30,7 +30,7 @@ __all__ = ["Answer", "Machine", "Question", "draft_layers", "execute", "measured
 
 _CHILD_TIMEOUT_S = 600
 _CLASS = re.compile(r"^class (\w+)\(", re.MULTILINE)
-_ANSWERS_FORMAT = 12
+_ANSWERS_FORMAT = 13
 """Bumped when what a child answers changes, so older kept answers are not read."""
 
 

@@ -141,8 +141,10 @@ def test_a_pool_the_release_sized_in_code_not_run_here_says_why(release: str) ->
 def test_releases_to_0_5_13_size_the_targets_pool_before_the_draft_loads(release: str) -> None:
     """0.5.10 to 0.5.13 size the target's pool (``_resolve_memory_pool_config``) before the EAGLE-3
     draft loads: the draft's weights are still free when the pool is measured, the cell is the
-    target's 61 layers alone, and the draft's KV of as many tokens follows the pool. The plan's pool
-    and running limit are that code's, and preflight does not warn that they are approximated."""
+    target's 61 layers alone, and the draft's KV of as many tokens follows the pool. The budget is
+    the release's code's (0.5.10: what its ``profile_max_num_token`` computes, in bytes, before it
+    divides by the cell), at the launch's fraction and at every other; the plan's pool and running
+    limit are that code's, and preflight does not warn that they are approximated."""
     spec = _pinned("eagle3-bs128", release)
     asked, answer = question(spec, release), executed(spec, release)
     assert asked is not None and asked.memory is not None and asked.draft_weights_gib is not None
@@ -152,11 +154,16 @@ def test_releases_to_0_5_13_size_the_targets_pool_before_the_draft_loads(release
     assert drafted == pytest.approx(2.4 / 8)  # the stack's draft, per GPU
     rest = loaded + drafted - free * (1 - 0.88)
     assert settings.kv_tokens == int(rest * 2**30) // (576 * 61 * 2)
-    # 0.5.10 sizes the pool in tokens with profile_max_num_token, which gives no budget.
-    assert settings.kv_budget_gib == (None if release == "0.5.10" else pytest.approx(rest))
+    # The budget in whole bytes, as the release's code computes it before dividing by the cell.
+    assert settings.kv_budget_gib == int(rest * 2**30) / 2**30
+    assert len(settings.kv_budget_by_step) == 99
+    for step in (1, 50, 99):
+        at = loaded + drafted - free * (1 - step / 100)
+        assert settings.kv_budget_by_step[step - 1] == pytest.approx(int(at * 2**30) / 2**30, abs=2**-30)
 
     plan = plan_memory(spec)
 
+    assert plan.pool_from == f"SGLang {release}'s own pool code"
     assert plan.max_total_num_tokens == settings.kv_tokens
     assert plan.tokens_from == f"SGLang {release}'s own pool code"
     assert plan.max_running_requests == settings.running_limit == 48
@@ -201,6 +208,7 @@ def test_releases_to_0_5_9_size_their_pool_in_their_own_init_memory_pool(
     ("release", "refused"),
     [
         ("0.5.8", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
+        ("0.5.10", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
         ("0.5.13", "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."),
         (
             "0.5.15",
@@ -212,8 +220,8 @@ def test_releases_to_0_5_9_size_their_pool_in_their_own_init_memory_pool(
 def test_a_fraction_the_weights_exceed_is_refused_in_the_words_of_the_releases_pool_code(
     release: str, refused: str
 ) -> None:
-    """At 0.76 the seeds' baseline's 72.33 GB of weights leave the KV cache nothing: 0.5.8's and
-    0.5.13's pool code finds no room for a token, 0.5.15's refuses before it sizes anything and names
+    """At 0.76 the seeds' baseline's 72.33 GB of weights leave the KV cache nothing: 0.5.8's, 0.5.10's
+    and 0.5.13's pool code finds no room for a token, 0.5.15's refuses before it sizes anything and names
     the fraction that would do; preflight and the emulator stop there in those words."""
     spec = _served(_pinned("baseline", release, mem_fraction_static=0.76))
     plan = plan_memory(spec)
