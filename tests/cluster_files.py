@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+_ROOT = Path(__file__).resolve().parent.parent
+
 CLUSTER_FILE_PREFIXES = ("test_kube_", "test_local_cluster")
 """The names of the files that use the ``kube_cluster`` fixture (tests/test_kube_launch.py checks
 that every user of the fixture is named so)."""
@@ -23,13 +25,17 @@ def cluster_file(path: str) -> bool:
 def selects_cluster_files(pytest_args: list[str]) -> bool:
     """Whether ``pytest_args`` (as scripts/test.sh passes them on) run any cluster file: no path at
     all is the whole suite; a folder runs every cluster file under it; a file or node id is one.
-    Options are passed over, and so is an option's value (``-k kube`` may deselect the cluster's
-    tests, but never selects more)."""
-    paths = [arg for arg in pytest_args if not arg.startswith("-")]
+    Options are passed over, and so is an option's value (``-k kube``, ``-p plugin``): a word that
+    names no file or folder of the project is not a path pytest would run (``-k deploy`` still
+    runs the whole suite, filtered, and so needs the cluster)."""
+    paths = [
+        path
+        for arg in pytest_args
+        if not arg.startswith("-") and (path := _ROOT / arg.split("::", 1)[0]).exists()
+    ]
     if not paths:
         return True
-    for arg in paths:
-        path = Path(arg.split("::", 1)[0])
+    for path in paths:
         if path.is_dir():
             if any(cluster_file(str(found)) for found in path.rglob("test_*.py")):
                 return True

@@ -21,6 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
         ["tests/test_kube_fleet.py"],
         ["tests/test_local_cluster.py::test_a_pod_runs"],
         ["-x", "tests/test_spec.py", "tests/test_kube_deploy.py"],
+        # The whole suite, filtered or with a plugin: an option's value is no path (these two
+        # built no cluster before, and the cluster's tests then failed at setup).
+        ["-k", "deploy"],
+        ["-p", "some_plugin", "--junitxml", "report.xml"],
     ],
 )
 def test_the_whole_suite_or_a_cluster_file_needs_the_cluster(args: list[str]) -> None:
