@@ -11,9 +11,7 @@ without a child; a question the code could not answer (no wheel offline) says wh
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -21,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from sglang_world._execute_kept import keep, kept, name
 from sglang_world.budget import free_at_start_gib, loaded_gib
 from sglang_world.facts import DeviceFacts, Launch, ModelFacts
 from sglang_world.recorded_store import captured_sizes
@@ -30,8 +29,6 @@ __all__ = ["Answer", "Machine", "Question", "draft_layers", "execute", "measured
 
 _CHILD_TIMEOUT_S = 600
 _CLASS = re.compile(r"^class (\w+)\(", re.MULTILINE)
-_ANSWERS_FORMAT = 13
-"""Bumped when what a child answers changes, so older kept answers are not read."""
 
 
 @dataclass(frozen=True)
@@ -201,25 +198,6 @@ def _answer(release: str, question: Question, raw: dict[str, Any]) -> Answer:
     )
 
 
-def _key(release: str, question: Question) -> str:
-    text = json.dumps([_ANSWERS_FORMAT, release, question.as_dict()], sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def _kept(cache: Path, key: str) -> dict[str, Any] | None:
-    try:
-        return json.loads((cache / f"{key}.json").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
-    except (OSError, ValueError):
-        return None
-
-
-def _keep(cache: Path, key: str, raw: dict[str, Any]) -> None:
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=cache, delete=False, suffix=".partial") as handle:
-        json.dump(raw, handle)
-    os.replace(handle.name, cache / f"{key}.json")
-
-
 def served_architectures(release_dir: Path) -> set[str]:
     """The model classes the release registers (a class defined in a ``sglang/srt/models`` module
     that lists ``EntryClass``): what its model registry can load."""
@@ -285,10 +263,10 @@ def execute(release: str, questions: Sequence[Question], wheels: Path | None = N
 
     wheels = wheels or default_cache()
     kept_in = wheels.parent / "executed"
-    keys = [_key(release, question) for question in questions]
+    keys = [name(release, question.as_dict()) for question in questions]
     raw: dict[str, dict[str, Any]] = {}
     for key in keys:
-        found = _kept(kept_in, key)
+        found = kept(kept_in, key)
         if found is not None:
             raw[key] = found
     missing = [(key, q) for key, q in zip(keys, questions, strict=True) if key not in raw]
@@ -296,5 +274,5 @@ def execute(release: str, questions: Sequence[Question], wheels: Path | None = N
         for (key, _), answer in zip(missing, _ask(release, [q for _, q in missing], wheels), strict=True):
             raw[key] = answer
             if "not_run" not in answer:  # a release that could not run may run next time
-                _keep(kept_in, key, answer)
+                keep(kept_in, key, answer)
     return [_answer(release, question, raw[key]) for key, question in zip(keys, questions, strict=True)]

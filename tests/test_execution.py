@@ -287,7 +287,9 @@ def test_a_model_config_that_is_not_one_is_refused_naming_the_key(value: str, sa
 
 
 def test_answers_are_kept_so_a_stack_judged_once_starts_no_child(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = _pinned("baseline", "0.5.23", cuda_graph_max_bs=96)
+    """Kept by the question, where the server listens left out: the same stack on another port (a
+    test's or a fleet's free port) reads the same answer (it asked a child every time before)."""
+    spec = _pinned("baseline", "0.5.23", cuda_graph_max_bs=96, port=random.randint(20000, 29999))
     first = executed(spec, "0.5.23")
 
     def no_child(*args: object, **kwargs: object) -> None:
@@ -295,7 +297,11 @@ def test_answers_are_kept_so_a_stack_judged_once_starts_no_child(monkeypatch: py
 
     monkeypatch.setattr(release_child, "run_release_child", no_child)
     again = executed(spec, "0.5.23")
+    elsewhere = executed(
+        spec.model_copy(update={"server": spec.server.model_copy(update={"port": 30001})}), "0.5.23"
+    )
     assert first is not None and again is not None and again.settings == first.settings
+    assert elsewhere is not None and elsewhere.settings == first.settings
 
 
 def test_a_campaign_asks_one_child_per_release(monkeypatch: pytest.MonkeyPatch) -> None:
