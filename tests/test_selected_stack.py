@@ -92,3 +92,29 @@ def test_a_read_that_meets_an_update_writing_its_checkpoint_reads_again(
     attrs.write_text("")  # a file that stays torn is not read for ever
     with pytest.raises(SpecError, match=r"could not read stack 'other'.*other\.json\.attrs.*delete"):
         automation.stack_config("other", two_stacks.path)
+
+
+@pytest.mark.integration
+def test_reading_outputs_takes_one_cli_process_and_decrypts_no_secret(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every companion read of a stack's outputs (and every update of a trial or rollout) asks the
+    CLI once, without ``--show-secrets``: a secret output reads ``[secret]`` as every reader takes
+    it. The Automation API's own read ran the CLI twice, the second time decrypting secrets."""
+    workspace.use_program(
+        'import pulumi\npulumi.export("plain", "x")\npulumi.export("token", pulumi.Output.secret("s3cret"))\n'
+    )
+    workspace.init_stack("outs")
+    workspace.run("up", "--yes", "--skip-preview", "-s", "outs")
+    workspace.enter(monkeypatch)
+    asked: list[list[str]] = []
+    real = automation._Command.run
+
+    def counted(self: automation._Command, args: list[str], *rest: object, **kwargs: object) -> object:
+        asked.append(list(args))
+        return real(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(automation._Command, "run", counted)
+    assert automation.stack_outputs("outs", workspace.path) == {"plain": "x", "token": "[secret]"}
+    reads = [args for args in asked if args[:2] == ["stack", "output"]]
+    assert len(reads) == 1 and "--show-secrets" not in reads[0], asked
