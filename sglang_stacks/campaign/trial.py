@@ -141,7 +141,10 @@ class TrialRunner:
         replace = [self._benchmark_urn(stack)] if benchmark_again else None
         (handle, write), _ = self._stream(row.stack, "up")
         try:
-            done = stack.up(on_output=write, on_error=write, color="never", replace=replace)
+            # show_secrets=False: the update's summary (unread) without decrypting the config's secrets.
+            done = stack.up(
+                on_output=write, on_error=write, color="never", replace=replace, show_secrets=False
+            )
         finally:
             handle.close()
         outputs: DeploymentOutputs | FleetOutputs | None

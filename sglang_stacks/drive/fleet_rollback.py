@@ -103,6 +103,7 @@ class FleetRollout:
                 on_error=for_people(self.err, self.target.name),
                 on_event=on_event,
                 color="always" if self.out.isatty() else "never",
+                show_secrets=False,  # its summary, unread, without decrypting the config's secrets
                 **options,
             )
         except auto.CommandError:

@@ -59,6 +59,7 @@ class _Rollout:
                 on_output=for_people(self.out, stack.name),
                 on_error=for_people(self.err, stack.name),
                 color="always" if self.out.isatty() else "never",
+                show_secrets=False,  # its summary, unread, without decrypting the config's secrets
             )
         except auto.CommandError:
             return None  # Pulumi has printed why
