@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +19,10 @@ if TYPE_CHECKING:
     from toolchain.local_cluster import Cluster
 
 
+CPU_REPORT_ENV = "SGLANG_STACKS_TEST_CPU"
+"""A file prefix: each worker appends a line per test to ``<prefix>-<pid>.tsv`` (node id, seconds,
+CPU seconds of its own and of the processes it started that ended), which ``benchmarks/suite_cpu.py``
+sums up by file."""
 CLUSTER_SCOPE = "the session's Kubernetes cluster"
 """The one scope of the test files that use the session's cluster (`cluster_file`)."""
 
@@ -62,6 +68,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return scope != CLUSTER_SCOPE, -slow.get(scope, 0), first[scope]
 
     items.sort(key=order)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With ``SGLANG_STACKS_TEST_CPU`` set, what the test cost (setup, call and teardown: a file's
+    shared deployment is paid by its first test)."""
+    prefix = os.environ.get(CPU_REPORT_ENV)
+    before, started = os.times(), time.monotonic()
+    yield
+    if prefix:
+        after = os.times()
+        own = after.user - before.user + after.system - before.system
+        ended = after.children_user - before.children_user + after.children_system - before.children_system
+        with open(f"{prefix}-{os.getpid()}.tsv", "a", encoding="utf-8") as report:
+            report.write(f"{item.nodeid}\t{time.monotonic() - started:.2f}\t{own:.2f}\t{ended:.2f}\n")
 
 
 @pytest.fixture(autouse=True)
