@@ -5,8 +5,9 @@ with ``SGLANG_STACKS_TEST_CPU`` set (tests/conftest.py).
     python benchmarks/suite_cpu.py /tmp/suite-cpu-*.tsv
 
 A test's CPU is its worker's own and that of the processes it started that have ended (Pulumi, the
-program and its providers, the tool's commands, host programs): a server a test leaves running
-(the emulator between the tests of a file) is counted when it ends, by the test that stops it. The
+program and its providers, the tool's commands, host programs), counted when the worker collects
+them: a process no test waited for (a driver started with ``Popen`` and left) counts for the test
+during which Python's subprocess module collected it, often the next one to start a process. The
 suite runs four workers on two cores, so a file's seconds also hold the time it waited for a core.
 """
 
