@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from sglang_stacks.hostops import environment as hostenv
@@ -51,7 +52,7 @@ def check(venv: Path | str, runtime: str = "emulator", prove_import: bool = Fals
     return dict(line.split("=", 1) for line in done.stdout.splitlines())
 
 
-def install(venv: Path, pins: str, staging: str = "") -> tuple[int, str]:
+def install(venv: Path, pins: str, staging: str = "", **more: str) -> tuple[int, str]:
     done = run_sh(
         "env_install.sh",
         venv=str(venv),
@@ -62,8 +63,63 @@ def install(venv: Path, pins: str, staging: str = "") -> tuple[int, str]:
         fingerprint="f" * 64,
         install_log="install.log",
         lock_wait_s="5",
+        **more,
     )
     return done.returncode, done.stderr
+
+
+def stand_in_wheel(folder: Path) -> Path:
+    """A wheel of one module, ``standin_pkg``: a pin pip installs without an index."""
+    path = folder / "standin_pkg-1.0-py3-none-any.whl"
+    info = "standin_pkg-1.0.dist-info"
+    files = {
+        "standin_pkg/__init__.py": "VERSION = '1.0'\n",
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: standin-pkg\nVersion: 1.0\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+        wheel.writestr(f"{info}/RECORD", "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"]))
+    return path
+
+
+def venv_has_pip(venv: Path) -> bool:
+    return (
+        subprocess.run([str(venv / "bin" / "python"), "-c", "import pip"], capture_output=True).returncode
+        == 0
+    )
+
+
+def test_an_emulator_venv_is_made_without_pip_and_filled_by_the_hosts_pip(tmp_path: Path) -> None:
+    """``python3 -m venv`` spends about 4 CPU-seconds on ensurepip, for every emulated host's venv: with
+    WITHOUT_PIP the venv is made without it and the host python3's pip (``--python``) installs."""
+    venv = tmp_path / "env"
+    code, stderr = install(venv, str(stand_in_wheel(tmp_path / "wheels")), without_pip="1")
+    assert code == 0, stderr
+    python = str(venv / "bin" / "python")
+    assert subprocess.run([python, "-c", "import standin_pkg"], capture_output=True).returncode == 0
+    assert not venv_has_pip(venv)
+    assert (venv / ".marker").read_text() == "f" * 64
+
+
+def test_a_venv_without_pip_gets_its_own_when_the_hosts_python3_has_none(tmp_path: Path) -> None:
+    """Made without pip, then the host's python3 lost its pip (or never had one recent enough):
+    the venv gets pip of its own (ensurepip) and installs with it."""
+    venv = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "python3").write_text(
+        f'#!/bin/bash\ncase "$*" in *"import sys, pip"*) exit 1 ;; esac\nexec {sys.executable} "$@"\n'
+    )
+    (shim / "python3").chmod(0o755)
+    wheel = stand_in_wheel(tmp_path / "wheels")
+    code, stderr = install(venv, str(wheel), without_pip="1", path=f"{shim}:{os.environ['PATH']}")
+    assert code == 0, stderr
+    assert venv_has_pip(venv)
+    assert subprocess.run([str(venv / "bin" / "python"), "-c", "import standin_pkg"]).returncode == 0
 
 
 def test_check_reports_an_absent_environment(tmp_path: Path) -> None:
@@ -101,9 +157,7 @@ def test_install_asks_pip_for_each_pin_swaps_packages_in_and_marks_it_done(tmp_p
 
     assert code == 0, stderr
     calls = (venv / "calls.log").read_text().splitlines()
-    assert (
-        calls[0] == "-m pip install --no-input --disable-pip-version-check httpx==0.28.1 sglang[all]==0.5.8"
-    )
+    assert "-m pip install --no-input --disable-pip-version-check httpx==0.28.1 sglang[all]==0.5.8" in calls
     assert sorted(p.name for p in (venv / "site" / "pkg_a").iterdir()) == ["__init__.py"]
     assert (venv / "site" / "pkg_b" / "__init__.py").exists()
     assert not staging.exists()

@@ -184,6 +184,7 @@ def _install(
         fingerprint=fingerprint,
         install_log=INSTALL_LOG,
         lock_wait_s=LOCK_WAIT_S,
+        without_pip=runtime == "emulator",  # the tool's own environment, one per emulated host
         runtime=runtime,
         release=release,
         limit_s=timeout_s,

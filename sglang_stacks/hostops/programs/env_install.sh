@@ -7,6 +7,8 @@
 #   PACKAGES     the package folders in STAGING, one per line
 #   MARKER       the marker file's name; FINGERPRINT what it records
 #   INSTALL_LOG  pip's log file's name in the folder;  LOCK_WAIT_S  how long to wait for the lock
+#   WITHOUT_PIP  1: a venv it creates gets no pip when the host's python3 has pip 22.3 or later,
+#                whose --python installs into it (ensurepip costs seconds of CPU per venv)
 # Exit codes that hostops/environment.py explains: 10 no venv, 11 pip failed, 12 the lock stayed
 # taken, 13 site-packages could not take the uploaded packages.
 unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER
@@ -17,12 +19,30 @@ if [ -n "$STAGING" ]; then trap 'rm -rf "$STAGING"' EXIT; fi
 mkdir -p "$(dirname "$VENV")" || exit 10
 exec 9>"$VENV.lock"
 if command -v flock >/dev/null 2>&1; then flock -w "$LOCK_WAIT_S" 9 || exit 12; fi
+host_pip=false
+if [ -n "${WITHOUT_PIP:-}" ] && python3 -c 'import sys, pip
+sys.exit(tuple(int(part) for part in pip.__version__.split(".")[:2]) < (22, 3))' 2>/dev/null; then
+    host_pip=true
+fi
 if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV" >&2 || exit 10
+    if $host_pip; then
+        python3 -m venv --without-pip "$VENV" >&2 || exit 10
+    else
+        python3 -m venv "$VENV" >&2 || exit 10
+    fi
 fi
 rm -f "$VENV/$MARKER"
+if "$VENV/bin/python" -c 'import pip' 2>/dev/null; then
+    pip=("$VENV/bin/python" -m pip)
+elif $host_pip; then
+    pip=(python3 -m pip --python "$VENV/bin/python")
+else
+    # Made without pip, and the host's python3 has none now: the venv gets its own.
+    "$VENV/bin/python" -m ensurepip --default-pip >&2 || exit 10
+    pip=("$VENV/bin/python" -m pip)
+fi
 readarray -t pins <<<"$PINS"
-"$VENV/bin/python" -m pip install --no-input --disable-pip-version-check "${pins[@]}" \
+"${pip[@]}" install --no-input --disable-pip-version-check "${pins[@]}" \
     >"$VENV/$INSTALL_LOG" 2>&1 || {
     tail -n 15 "$VENV/$INSTALL_LOG" >&2
     exit 11

@@ -58,6 +58,11 @@ class Install(Request[None]):
     install_log: str
     """pip's log file's name in the folder."""
     lock_wait_s: int
+    without_pip: bool = False
+    """A venv it creates gets no pip of its own when the host's python3 has pip 22.3 or later, whose
+    ``--python`` then installs into it: ``python3 -m venv`` spends about 4 CPU-seconds putting pip
+    and setuptools in (ensurepip), for each emulated host's venv. Without such a pip, or in a venv
+    that has its own, the venv's pip installs, as always."""
     runtime: Runtime = Field(exclude=True)
     """For the messages: what is installed."""
     release: str = Field(exclude=True)
