@@ -75,14 +75,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """With ``SGLANG_STACKS_TEST_CPU`` set, what the test cost (setup, call and teardown: a file's
     shared deployment is paid by its first test)."""
     prefix = os.environ.get(CPU_REPORT_ENV)
+    if not prefix:
+        yield
+        return
     before, started = os.times(), time.monotonic()
     yield
-    if prefix:
-        after = os.times()
-        own = after.user - before.user + after.system - before.system
-        ended = after.children_user - before.children_user + after.children_system - before.children_system
-        with open(f"{prefix}-{os.getpid()}.tsv", "a", encoding="utf-8") as report:
-            report.write(f"{item.nodeid}\t{time.monotonic() - started:.2f}\t{own:.2f}\t{ended:.2f}\n")
+    after = os.times()
+    own = after.user - before.user + after.system - before.system
+    ended = after.children_user - before.children_user + after.children_system - before.children_system
+    with open(f"{prefix}-{os.getpid()}.tsv", "a", encoding="utf-8") as report:
+        report.write(f"{item.nodeid}\t{time.monotonic() - started:.2f}\t{own:.2f}\t{ended:.2f}\n")
 
 
 @pytest.fixture(autouse=True)
