@@ -1,19 +1,19 @@
-"""Benchmark statistics: mean, spread, t-distribution confidence intervals, percentiles (the t
-quantiles and Welch's test from ``scipy.stats``), and how two measured configurations compare
+"""Benchmark statistics: mean, spread, t-distribution confidence intervals, percentiles (the
+quantiles and Welch's p-value from ``scipy.special``), and how two measured configurations compare
 (``compare_runs``), the one rule of ``compare``, the gates, a campaign's ranking and its early stop.
 Each result is a launch, often on its own host, whose mean carries an offset its repetitions cannot
 show (a fresh server's graphs and memory layout, clocks, a neighbour's load): every comparison adds
 that floor (``Noise.launch_cv_pct``) to each mean's variance, and calls a difference one only when
 the test then rejects equal means and it reaches the practical margin (``Noise.margin_pct``).
 
-``BenchmarkResult`` is the flat, JSON-ready record of one load level that becomes the stack's
-``benchmark`` output and a row of the results history; ``summary`` builds it from the load
-generator's document.
+``BenchmarkResult``: one load level's JSON-ready record, the stack's ``benchmark`` output and a row
+of the results history; ``summary`` builds it from the load generator's document.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,11 +59,19 @@ def stdev(values: Sequence[float]) -> float:
     return math.sqrt(math.fsum((v - centre) ** 2 for v in values) / (len(values) - 1))
 
 
-def _scipy_stats() -> Any:
-    """``scipy.stats``, imported on first use: it takes seconds, and most commands test nothing."""
-    from scipy import stats
-
-    return stats
+def _special() -> Any:
+    """``scipy.special``, imported on first use: the functions ``scipy.stats`` computes quantiles and
+    p-values with, for 0.2 CPU-seconds instead of its 1.0 in each provider that summarises a
+    benchmark. numpy's OpenBLAS gets one thread unless the environment says otherwise (here only:
+    the processes this one starts get the environment it was given)."""
+    unset = "OPENBLAS_NUM_THREADS" not in os.environ
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    try:
+        from scipy import special
+    finally:
+        if unset:
+            del os.environ["OPENBLAS_NUM_THREADS"]
+    return special
 
 
 def ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -71,7 +79,7 @@ def ci95(values: Sequence[float]) -> tuple[float, float]:
     centre = mean(values)
     if len(values) < 2:
         return (centre, centre)
-    half = float(_scipy_stats().t.ppf(0.975, len(values) - 1)) * stdev(values) / math.sqrt(len(values))
+    half = float(_special().stdtrit(len(values) - 1, 0.975)) * stdev(values) / math.sqrt(len(values))
     return (centre - half, centre + half)
 
 
@@ -99,7 +107,7 @@ with two more busy processes on its two cores (docs/campaigns.md, "Verdicts and 
 def launch_margin_pct(launch_cv_pct: float) -> float:
     """The practical margin a floor gives: two launches of one configuration differ by less than
     this, in percent, 95 % of the time (``1.96 x sqrt(2) x launch_cv_pct``)."""
-    return float(_scipy_stats().norm.ppf(1 - ALPHA / 2)) * math.sqrt(2.0) * launch_cv_pct
+    return float(_special().ndtri(1 - ALPHA / 2)) * math.sqrt(2.0) * launch_cv_pct
 
 
 @dataclass(frozen=True)
@@ -168,7 +176,7 @@ class Difference:
 
 def compare_runs(runs: Sequence[float], reference: Sequence[float], noise: Noise | None = None) -> Difference:
     """How ``runs`` (one launch's repetitions) compare with ``reference`` (another launch's): Welch's
-    test (``scipy.stats.ttest_ind_from_stats``) on their means, each mean's variance its runs'
+    test (as ``scipy.stats.ttest_ind_from_stats`` computes it) on their means, each mean's variance its runs'
     spread over their count plus the launch floor's share, ``(launch_cv x mean)^2``."""
     noise = noise or Noise()
     centre, base = mean(runs), mean(reference)
@@ -181,23 +189,18 @@ def compare_runs(runs: Sequence[float], reference: Sequence[float], noise: Noise
     if var_runs + var_reference == 0.0:  # constant runs and no floor: equal or surely different
         point = (change, change)
         return Difference(change, 1.0 if change == 0.0 else 0.0, point, noise.margin_pct)
-    scipy_stats = _scipy_stats()
-    # From the means and spreads computed above (exact sums; scipy's ttest_ind would compute them again
-    # and warn of precision loss for a constant sample, as a steady server's runs rounded to 0.01 can
-    # be), each spread widened by the launch floor's share.
-    spreads = (math.sqrt(var_runs * len(runs)), math.sqrt(var_reference * len(reference)))
-    test = scipy_stats.ttest_ind_from_stats(
-        centre, spreads[0], len(runs), base, spreads[1], len(reference), equal_var=False
-    )
-    # Welch-Satterthwaite, as the test computes it, for the interval of the difference.
+    # Welch's test as ``scipy.stats.ttest_ind_from_stats(..., equal_var=False)`` computes it, on the
+    # exact sums above (its ttest_ind warned of precision loss for a steady server's constant runs).
+    statistic = (centre - base) / math.sqrt(var_runs + var_reference)
     df = (var_runs + var_reference) ** 2 / (
         var_runs**2 / (len(runs) - 1) + var_reference**2 / (len(reference) - 1)
     )
-    half = float(scipy_stats.t.ppf(1 - ALPHA / 2, df)) * math.sqrt(var_runs + var_reference)
+    p_value = float(2.0 * _special().stdtr(df, -abs(statistic)))
+    half = float(_special().stdtrit(df, 1 - ALPHA / 2)) * math.sqrt(var_runs + var_reference)
     interval = (
         ((centre - base - half) / base * 100.0, (centre - base + half) / base * 100.0) if base else None
     )
-    return Difference(change, float(test.pvalue), interval, noise.margin_pct)
+    return Difference(change, p_value, interval, noise.margin_pct)
 
 
 def p_text(p_value: float | None) -> str:
