@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from sglang_stacks.drive import automation
+from sglang_stacks.drive import _workspace, automation
 from sglang_stacks.errors import SpecError
 from tests._pulumi import Workspace
 
@@ -108,13 +108,49 @@ def test_reading_outputs_takes_one_cli_process_and_decrypts_no_secret(
     workspace.run("up", "--yes", "--skip-preview", "-s", "outs")
     workspace.enter(monkeypatch)
     asked: list[list[str]] = []
-    real = automation._Command.run
+    real = _workspace.Command.run
 
-    def counted(self: automation._Command, args: list[str], *rest: object, **kwargs: object) -> object:
+    def counted(self: _workspace.Command, args: list[str], *rest: object, **kwargs: object) -> object:
         asked.append(list(args))
         return real(self, args, *rest, **kwargs)
 
-    monkeypatch.setattr(automation._Command, "run", counted)
+    monkeypatch.setattr(_workspace.Command, "run", counted)
     assert automation.stack_outputs("outs", workspace.path) == {"plain": "x", "token": "[secret]"}
     reads = [args for args in asked if args[:2] == ["stack", "output"]]
     assert len(reads) == 1 and "--show-secrets" not in reads[0], asked
+
+
+@pytest.mark.integration
+def test_a_trials_life_asks_the_cli_only_what_it_reads(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A campaign's trial: its new stack created with one CLI process (no look first), and nothing
+    decrypted that no caller reads: the state read with secrets left encrypted (the Automation API's
+    export decrypts them), the update's and the destroy's summaries read without them."""
+    workspace.use_program(
+        'import pulumi\npulumi.export("plain", "x")\npulumi.export("token", pulumi.Output.secret("s3cret"))\n'
+    )
+    workspace.enter(monkeypatch)
+    asked: list[list[str]] = []
+    real = _workspace.Command.run
+
+    def counted(self: _workspace.Command, args: list[str], *rest: object, **kwargs: object) -> object:
+        asked.append([arg for arg in args if arg != "--non-interactive"])
+        return real(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(_workspace.Command, "run", counted)
+    created = automation.write_stack(workspace.path, "trial-1", {}, "a trial")
+    assert [args[:2] for args in asked] == [["stack", "init"]], asked
+    asked.clear()
+    assert created.up(color="never", show_secrets=False).outputs["token"].secret
+    state = created.export_stack()
+    created.destroy(color="never", show_secrets=False)
+
+    assert [args[:2] for args in asked if args[:2] != ["stack", "history"]] == [
+        ["up", "--yes"], ["stack", "output"], ["stack", "export"], ["destroy", "--skip-preview"]
+    ], asked  # fmt: skip
+    assert not any("--show-secrets" in args for args in asked), asked
+    assert "s3cret" not in str(state.deployment)
+    assert any(r["type"] == "pulumi:pulumi:Stack" for r in (state.deployment or {})["resources"])
+    # A stack that exists already is opened, not created twice.
+    assert automation.write_stack(workspace.path, "trial-1", {}, "again").name == "trial-1"

@@ -216,11 +216,16 @@ class TrialRunner:
         for _ in range(3):
             (handle, write), _ = self._stream(stack, "destroy")
             try:
+                # show_secrets=False: each operation's summary (unread) without decrypting secrets.
                 if clear_pending:
                     selected.refresh(
-                        clear_pending_creates=True, on_output=write, on_error=write, color="never"
+                        clear_pending_creates=True,
+                        on_output=write,
+                        on_error=write,
+                        color="never",
+                        show_secrets=False,
                     )
-                selected.destroy(on_output=write, on_error=write, color="never")
+                selected.destroy(on_output=write, on_error=write, color="never", show_secrets=False)
             finally:
                 handle.close()
             if not resources_of(selected):

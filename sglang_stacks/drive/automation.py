@@ -12,7 +12,6 @@ look for the file beside Pulumi.yaml.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import socket
@@ -25,6 +24,7 @@ from pulumi import automation as auto
 from pydantic import BaseModel, ValidationError
 
 from sglang_stacks.config.stackfile import stack_path, write_stack_file
+from sglang_stacks.drive._workspace import TORN_READ, UsersWorkspace, cli
 from sglang_stacks.errors import FAILURE_TAG, RECORDS_ENV, PulumiError, SpecError
 from sglang_stacks.hostops import backend_lock as locks
 from sglang_stacks.project import find_project_dir, stacks_dir
@@ -60,76 +60,15 @@ def for_people(stream: TextIO, stack: str | None = None) -> Callable[[str], None
     return write
 
 
-_SECRET = "[secret]"
-"""What `pulumi stack output --json` prints for a secret output."""
-
-
-class _UsersWorkspace(auto.LocalWorkspace):
-    """The project folder's workspace, left as the user had it: the Automation API's own opens a
-    stack with `pulumi stack select` (and creates one with `pulumi stack init`, which selects it
-    too), after which a bare `pulumi up` typed in that folder deploys the stack a companion command
-    last read, and takes the host over. Each operation of a ``Stack`` names its stack itself
-    (``--stack``), so none needs the selection: opening one only checks that it exists."""
-
-    def select_stack(self, stack_name: str) -> None:
-        self._pulumi("stack", "--show-name", "--stack", stack_name)
-
-    def create_stack(self, stack_name: str) -> None:
-        secrets = ["--secrets-provider", self.secrets_provider] if self.secrets_provider else []
-        self._pulumi("stack", "init", stack_name, "--no-select", *secrets)
-
-    def stack_outputs(self, stack_name: str) -> auto.OutputMap:
-        """The outputs as `pulumi stack output --json` prints them, secrets ``[secret]``: what every
-        reader here takes (``outputs_of``). The Automation API's own runs the command twice, once
-        with ``--show-secrets`` to learn which are secret: a second CLI process (about half a
-        CPU-second) for each read and each update, decrypting what no reader shows."""
-        done = self.pulumi_command.run(
-            ["stack", "output", "--json", "--stack", stack_name], self.work_dir, self._env()
-        )
-        masked: dict[str, Any] = json.loads(done.stdout)
-        return {key: auto.OutputValue(value, secret=value == _SECRET) for key, value in masked.items()}
-
-    def _pulumi(self, *args: str) -> None:
-        self.pulumi_command.run(list(args), self.work_dir, self._env())
-
-    def _env(self) -> dict[str, str]:
-        env = {"PULUMI_HOME": self.pulumi_home} if self.pulumi_home else {}
-        return {**env, **self.env_vars}
-
-
-# What a read of a stack says when it met the state file's attributes mid-write: the local backend
-# rewrites ``<stack>.json.attrs`` in place (truncate, then write) at each checkpoint of an update.
-_TORN_READ = "failed to load checkpoint: EOF"
-_READS = frozenset({"stack", "config"})  # `stack --show-name`, `stack output`, `config`: no writes before
-_TORN_READ_RETRY_S = (0.05, 0.1, 0.2, 0.4, 0.8)
-
-
-class _Command(auto.PulumiCommand):
-    """The Automation API's command runner, with a read of a stack that met an update's checkpoint
-    mid-write (``sglang-stacks logs -f`` or ``status`` while ``pulumi up`` runs) read again."""
-
-    def run(self, args: list[str], *rest: Any, **kwargs: Any) -> auto.CommandResult:
-        for pause in _TORN_READ_RETRY_S:
-            try:
-                return super().run(list(args), *rest, **kwargs)  # it prepends to the list it gets
-            except auto.CommandError as error:
-                if not _READS.intersection(args[:1]) or _TORN_READ not in str(error):
-                    raise
-            time.sleep(pause)
-        return super().run(list(args), *rest, **kwargs)
-
-
-@functools.cache
-def _cli() -> auto.PulumiCommand:
-    """The `pulumi` on PATH, its version checked once a process: the Automation API runs `pulumi
-    version` for every workspace it opens, and a campaign opens two a trial."""
-    return _Command()
-
-
 def _open(project_dir: Path, stack: str, *, create: bool) -> auto.Stack:
     # Every `pulumi` of a driver asks for the errors' typed records, which it reads back.
-    workspace = _UsersWorkspace(work_dir=str(project_dir), env_vars={RECORDS_ENV: "1"}, pulumi_command=_cli())
-    return auto.Stack.create_or_select(stack, workspace) if create else auto.Stack.select(stack, workspace)
+    workspace = UsersWorkspace(work_dir=str(project_dir), env_vars={RECORDS_ENV: "1"}, pulumi_command=cli())
+    if not create:
+        return auto.Stack.select(stack, workspace)
+    try:  # created at once: a new stack, the common case, costs one CLI process, not two
+        return auto.Stack.create(stack, workspace)
+    except auto.StackAlreadyExistsError:
+        return auto.Stack.select(stack, workspace)
 
 
 def select_stack(project_dir: Path, stack: str) -> auto.Stack:
@@ -142,7 +81,7 @@ def select_stack(project_dir: Path, stack: str) -> auto.Stack:
             f"it with `pulumi stack init {stack}`."
         ) from None
     except auto.CommandError as error:
-        if _TORN_READ in str(error):
+        if TORN_READ in str(error):
             raise SpecError(
                 f"Pulumi could not read stack {stack!r}: its state's attributes file "
                 f"(`.pulumi/stacks/<project>/{stack}.json.attrs` in the backend) stayed empty or cut "

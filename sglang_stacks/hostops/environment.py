@@ -42,6 +42,9 @@ EMULATOR_PACKAGES = ("sglang_flags", "sglang_world", "sglang_emulator")
 LOADGEN_PINS = ("aiohttp==3.14.5", "uvloop==0.23.0")
 """What the benchmark's load generator needs next to the emulator; it runs with the env's python."""
 
+EMULATOR_WHEELS = "~/.cache/sglang-stacks/emulator-wheels"
+"""Where a machine keeps the wheels of ``LOADGEN_PINS`` for the emulated hosts' venvs, one each."""
+
 CHECK_TIMEOUT_S = 120.0
 # Waiting for another update that installs into the same folder; an install can take this long.
 LOCK_WAIT_S = 3600
@@ -185,6 +188,7 @@ def _install(
         install_log=INSTALL_LOG,
         lock_wait_s=LOCK_WAIT_S,
         without_pip=runtime == "emulator",  # the tool's own environment, one per emulated host
+        wheels=EMULATOR_WHEELS if runtime == "emulator" else "",
         runtime=runtime,
         release=release,
         limit_s=timeout_s,

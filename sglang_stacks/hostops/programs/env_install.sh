@@ -9,6 +9,9 @@
 #   INSTALL_LOG  pip's log file's name in the folder;  LOCK_WAIT_S  how long to wait for the lock
 #   WITHOUT_PIP  1: a venv it creates gets no pip when the host's python3 has pip 22.3 or later,
 #                whose --python installs into it (ensurepip costs seconds of CPU per venv)
+#   WHEELS       a folder of the host's that keeps the pins' wheels, or empty: the pins are installed
+#                from it without reading the package index, and it is filled from the index (pip
+#                wheel) when it lacks one of them
 # Exit codes that hostops/environment.py explains: 10 no venv, 11 pip failed, 12 the lock stayed
 # taken, 13 site-packages could not take the uploaded packages.
 unset PYTHONPATH PYTHONHOME PIP_TARGET PIP_PREFIX PIP_USER
@@ -42,11 +45,23 @@ else
     pip=("$VENV/bin/python" -m pip)
 fi
 readarray -t pins <<<"$PINS"
-"${pip[@]}" install --no-input --disable-pip-version-check "${pins[@]}" \
-    >"$VENV/$INSTALL_LOG" 2>&1 || {
+: >"$VENV/$INSTALL_LOG"
+install() { "${pip[@]}" install --no-input --disable-pip-version-check "$@" >>"$VENV/$INSTALL_LOG" 2>&1; }
+from_wheels() { install --no-index --find-links "$WHEELS" "${pins[@]}"; }
+fill_wheels() {
+    # Built or downloaded aside, then moved in: an install beside this one finds whole wheels only.
+    local incoming
+    incoming=$(mktemp -d "$WHEELS/.incoming.XXXXXX") || return
+    "${pip[@]}" wheel --no-input --disable-pip-version-check -w "$incoming" "${pins[@]}" \
+        >>"$VENV/$INSTALL_LOG" 2>&1 && mv -f "$incoming"/*.whl "$WHEELS/"
+    rm -rf "$incoming"
+}
+if [ -n "${WHEELS:-}" ] && mkdir -p "$WHEELS" 2>/dev/null && { from_wheels || { fill_wheels && from_wheels; }; }; then
+    : # every pin from the kept wheels
+elif ! install "${pins[@]}"; then
     tail -n 15 "$VENV/$INSTALL_LOG" >&2
     exit 11
-}
+fi
 if [ -n "$STAGING" ]; then
     site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || exit 13
     readarray -t packages <<<"$PACKAGES"

@@ -63,6 +63,10 @@ class Install(Request[None]):
     ``--python`` then installs into it: ``python3 -m venv`` spends about 4 CPU-seconds putting pip
     and setuptools in (ensurepip), for each emulated host's venv. Without such a pip, or in a venv
     that has its own, the venv's pip installs, as always."""
+    wheels: Annotated[str, ON_HOST] = ""
+    """A folder of the host's that keeps the pins' wheels, or empty. The pins are installed from it
+    without the package index, which pip spent most of its 4.4 CPU-seconds reading (1.0 from local
+    wheels, measured here), and it is filled from the index when it lacks one."""
     runtime: Runtime = Field(exclude=True)
     """For the messages: what is installed."""
     release: str = Field(exclude=True)
