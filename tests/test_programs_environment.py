@@ -200,6 +200,36 @@ def test_install_asks_pip_for_each_pin_swaps_packages_in_and_marks_it_done(tmp_p
     assert (venv / ".marker").read_text() == "f" * 64
 
 
+def test_a_reinstall_never_leaves_a_moment_without_the_package(tmp_path: Path) -> None:
+    """Emulated hosts of one machine share an environment, and another stack's server or version
+    check may read a package's files while an install swaps a new version in. After every rename the
+    install makes (a stand-in ``mv`` checks), the package's file is there: the old or the new one.
+    The folder used to be renamed aside before the new one came in, and a version check met the gap."""
+    venv = stand_in_venv(tmp_path / "env")
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "mv").write_text(
+        f'#!/bin/bash\n{shutil.which("mv")} "$@" || exit\n'
+        f"{{ cat {venv}/site/pkg_a/data.txt 2>/dev/null || echo gone; }} >>{tmp_path}/seen.log\n"
+    )
+    (shim / "mv").chmod(0o755)
+    for version in ("old", "new", "newer"):
+        staging = tmp_path / f"upload-{version}"
+        for package in ("pkg_a", "pkg_b"):
+            (staging / package).mkdir(parents=True)
+            (staging / package / "data.txt").write_text(f"{version}\n")
+        code, stderr = install(venv, "httpx==0.28.1", str(staging), path=f"{shim}:{os.environ['PATH']}")
+        assert code == 0, stderr
+
+    seen = (tmp_path / "seen.log").read_text().splitlines()
+    assert "gone" not in seen[seen.index("old") :], seen  # once first installed, never missing
+    assert (venv / "site" / "pkg_a" / "data.txt").read_text() == "newer\n"
+    # Only the current version's folder is left beside the links.
+    assert sorted(path.name for path in (venv / "site").iterdir() if "pkg_a" in path.name) == sorted(
+        ["pkg_a", os.readlink(venv / "site" / "pkg_a")]
+    )
+
+
 def test_install_failing_pip_exits_11_with_pips_last_lines_and_no_marker(tmp_path: Path) -> None:
     venv = stand_in_venv(tmp_path / "env")
     (venv / ".marker").write_text("old")

@@ -66,14 +66,24 @@ if [ -n "$STAGING" ]; then
     site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || exit 13
     readarray -t packages <<<"$PACKAGES"
     for package in "${packages[@]}"; do
-        # Renamed aside, then the new one renamed in: a process of another stack that imports the
-        # package meanwhile finds one whole version of it, never a half-removed folder.
-        old="${site:?}/$package.replaced-$$"
-        if [ -e "$site/$package" ]; then mv "$site/$package" "$old" || exit 13; fi
-        mv "$STAGING/$package" "$site/" || exit 13
-        rm -rf "$old"
+        # site-packages/<package> is a link to a folder of one version, replaced by one rename: a
+        # process of another stack that reads the package meanwhile (a server's lazy import, a data
+        # file) finds the old version or the new one, never none. Renaming the folder aside and the
+        # new one in left a moment without it (a --version check met it: "No such file").
+        version="${site:?}/.$package.$$-$RANDOM"
+        mv "$STAGING/$package" "$version" || exit 13
         # Compiled now, as pip compiles what it installs: its processes start often.
-        "$VENV/bin/python" -m compileall -q "$site/$package" >/dev/null 2>&1
+        "$VENV/bin/python" -m compileall -q "$version" >/dev/null 2>&1
+        ln -s "${version##*/}" "$version.link" || exit 13
+        previous=""
+        if [ -L "$site/$package" ]; then
+            previous=$(readlink "$site/$package")
+        elif [ -e "$site/$package" ]; then # a folder installed before the links: moved aside once
+            previous="$package.replaced-$$"
+            mv "$site/$package" "$site/$previous" || exit 13
+        fi
+        mv -T "$version.link" "$site/$package" || exit 13
+        case "$previous" in ".$package."* | "$package.replaced-"*) rm -rf "${site:?}/$previous" ;; esac
     done
 fi
 printf '%s' "$FINGERPRINT" >"$VENV/$MARKER"
