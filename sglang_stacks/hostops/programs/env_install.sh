@@ -70,8 +70,8 @@ if [ -n "$STAGING" ]; then
         # process of another stack that reads the package meanwhile (a server's lazy import, a data
         # file) finds the old version or the new one, never none. Renaming the folder aside and the
         # new one in left a moment without it (a --version check met it: "No such file").
-        version="${site:?}/.$package.$$-$RANDOM"
-        mv "$STAGING/$package" "$version" || exit 13
+        version=$(mktemp -d "${site:?}/.$package.XXXXXX") || exit 13
+        mv -T "$STAGING/$package" "$version" || exit 13 # onto the empty folder, in its place
         # Compiled now, as pip compiles what it installs: its processes start often.
         "$VENV/bin/python" -m compileall -q "$version" >/dev/null 2>&1
         ln -s "${version##*/}" "$version.link" || exit 13
