@@ -37,21 +37,19 @@ class UsersWorkspace(auto.LocalWorkspace):
         reader here takes (``outputs_of``). The Automation API's own runs the command twice, once
         with ``--show-secrets`` to learn which are secret: a second CLI process (about half a
         CPU-second) for each read and each update, decrypting what no reader shows."""
-        done = self.pulumi_command.run(
-            ["stack", "output", "--json", "--stack", stack_name], self.work_dir, self._env()
-        )
+        done = self._pulumi("stack", "output", "--json", "--stack", stack_name)
         masked: dict[str, Any] = json.loads(done.stdout)
         return {key: auto.OutputValue(value, secret=value == _SECRET) for key, value in masked.items()}
 
     def export_stack(self, stack_name: str) -> auto.Deployment:
         """The state as `pulumi stack export` prints it, secrets encrypted: the Automation API's own
         exports with ``--show-secrets``, decrypting into memory what no reader here shows."""
-        done = self.pulumi_command.run(["stack", "export", "--stack", stack_name], self.work_dir, self._env())
+        done = self._pulumi("stack", "export", "--stack", stack_name)
         state = json.loads(done.stdout)
         return auto.Deployment(version=state.get("version"), deployment=state.get("deployment"))
 
-    def _pulumi(self, *args: str) -> None:
-        self.pulumi_command.run(list(args), self.work_dir, self._env())
+    def _pulumi(self, *args: str) -> auto.CommandResult:
+        return self.pulumi_command.run(list(args), self.work_dir, self._env())
 
     def _env(self) -> dict[str, str]:
         env = {"PULUMI_HOME": self.pulumi_home} if self.pulumi_home else {}

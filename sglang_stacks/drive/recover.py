@@ -117,8 +117,8 @@ def _plain(value: Any) -> Any:
 
 
 def _export(target: auto.Stack, *, secrets: bool) -> dict[str, Any]:
-    """The stack's state, read into memory as exported (the Automation API's ``export_stack`` has
-    no ``--show-secrets``, and the decrypted copy must not reach a file)."""
+    """The stack's state, read into memory as exported, with its secrets decrypted or not: the
+    workspace's ``export_stack`` never decrypts, and the decrypted copy must not reach a file."""
     shown = ["--show-secrets"] if secrets else []
     try:
         done = pulumi_command(target, "stack", "export", "--stack", target.name, *shown)

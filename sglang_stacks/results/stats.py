@@ -12,6 +12,7 @@ of the results history; ``summary`` builds it from the load generator's document
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -59,11 +60,11 @@ def stdev(values: Sequence[float]) -> float:
     return math.sqrt(math.fsum((v - centre) ** 2 for v in values) / (len(values) - 1))
 
 
+@functools.cache
 def _special() -> Any:
-    """``scipy.special``, imported on first use: the functions ``scipy.stats`` computes quantiles and
-    p-values with, for 0.2 CPU-seconds instead of its 1.0 in each provider that summarises a
-    benchmark. numpy's OpenBLAS gets one thread unless the environment says otherwise (here only:
-    the processes this one starts get the environment it was given)."""
+    """``scipy.special``, imported once, on first use: what ``scipy.stats`` computes with, 0.2 CPU-s
+    instead of its 1.0 in each provider that summarises a benchmark. OpenBLAS gets one thread for the
+    import unless the environment names a number; the processes this one starts keep theirs."""
     unset = "OPENBLAS_NUM_THREADS" not in os.environ
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
@@ -189,8 +190,7 @@ def compare_runs(runs: Sequence[float], reference: Sequence[float], noise: Noise
     if var_runs + var_reference == 0.0:  # constant runs and no floor: equal or surely different
         point = (change, change)
         return Difference(change, 1.0 if change == 0.0 else 0.0, point, noise.margin_pct)
-    # Welch's test as ``scipy.stats.ttest_ind_from_stats(..., equal_var=False)`` computes it, on the
-    # exact sums above (its ttest_ind warned of precision loss for a steady server's constant runs).
+    # Welch's test as scipy's ttest_ind_from_stats(equal_var=False), on the exact sums (ttest_ind warned).
     statistic = (centre - base) / math.sqrt(var_runs + var_reference)
     df = (var_runs + var_reference) ** 2 / (
         var_runs**2 / (len(runs) - 1) + var_reference**2 / (len(reference) - 1)
