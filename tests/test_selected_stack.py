@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from sglang_stacks.campaign.trial import TrialRunner
 from sglang_stacks.drive import _workspace, automation
 from sglang_stacks.errors import SpecError
 from tests._pulumi import Workspace
@@ -124,9 +125,11 @@ def test_reading_outputs_takes_one_cli_process_and_decrypts_no_secret(
 def test_a_trials_life_asks_the_cli_only_what_it_reads(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A campaign's trial: its new stack created with one CLI process (no look first), and nothing
-    decrypted that no caller reads: the state read with secrets left encrypted (the Automation API's
-    export decrypts them), the update's and the destroy's summaries read without them."""
+    """A campaign's trial: its new stack created with one CLI process (no look first), nothing
+    decrypted that no caller reads (the state read with secrets left encrypted, where the Automation
+    API's export decrypts them; the update's summary read without them), and destroyed and removed
+    by one more: ``pulumi destroy --remove`` (a destroy, its summary's read, a read of the state and
+    a ``stack rm`` were four)."""
     workspace.use_program(
         'import pulumi\npulumi.export("plain", "x")\npulumi.export("token", pulumi.Output.secret("s3cret"))\n'
     )
@@ -141,16 +144,23 @@ def test_a_trials_life_asks_the_cli_only_what_it_reads(
     monkeypatch.setattr(_workspace.Command, "run", counted)
     created = automation.write_stack(workspace.path, "trial-1", {}, "a trial")
     assert [args[:2] for args in asked] == [["stack", "init"]], asked
+    # A stack that exists already is opened, not created twice.
+    assert automation.write_stack(workspace.path, "trial-1", {}, "again").name == "trial-1"
     asked.clear()
     assert created.up(color="never", show_secrets=False).outputs["token"].secret
     state = created.export_stack()
-    created.destroy(color="never", show_secrets=False)
-
     assert [args[:2] for args in asked if args[:2] != ["stack", "history"]] == [
-        ["up", "--yes"], ["stack", "output"], ["stack", "export"], ["destroy", "--skip-preview"]
+        ["up", "--yes"], ["stack", "output"], ["stack", "export"]
     ], asked  # fmt: skip
-    assert not any("--show-secrets" in args for args in asked), asked
     assert "s3cret" not in str(state.deployment)
     assert any(r["type"] == "pulumi:pulumi:Stack" for r in (state.deployment or {})["resources"])
-    # A stack that exists already is opened, not created twice.
-    assert automation.write_stack(workspace.path, "trial-1", {}, "again").name == "trial-1"
+    asked.clear()
+
+    runner = TrialRunner(workspace.path, workspace.path / "logs", "trial", "base")
+    runner.destroy("trial-1")
+
+    assert [args[:2] for args in asked] == [["destroy", "--yes"]] and "--remove" in asked[0], asked
+    assert not any("--show-secrets" in args for args in asked), asked
+    assert [stack["name"] for stack in workspace.json("stack", "ls", "--json")] == []
+    assert not (workspace.path / "stacks" / "Pulumi.trial-1.yaml").exists()
+    assert "The resources in the stack have been deleted" in runner.log_path("trial-1").read_text()

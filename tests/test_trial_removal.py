@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 from pulumi import automation as auto
 
-from sglang_stacks.campaign.trial import TrialRunner
+from sglang_stacks.campaign.trial import REMOVAL_REFUSED, TrialRunner
 from sglang_stacks.drive import automation
 from tests._pulumi import Workspace
 
@@ -67,3 +67,29 @@ def test_a_stack_that_cannot_be_removed_stays_with_its_file_and_the_log_says_so(
     listed, files, log = _removed_by(project, [False, False])
     assert listed == {"trial-1"} and files == {"Pulumi.trial-1.yaml"}, (listed, files)
     assert "The empty stack stays in the backend" in log
+
+
+def test_a_destroy_that_left_resources_is_made_again_and_the_stack_then_removed(
+    project: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C can cut a destroy short with its exit still 0; `pulumi destroy --remove` then refuses
+    the removal, as the stack still holds resources. The trial destroys again, until its state is
+    empty, and then removes the stack and its file."""
+    project.init_stack("trial-1")
+    real = automation.pulumi_command
+    refused: list[tuple[str, ...]] = []
+
+    def cut_first(target: auto.Stack, *args: str, **kwargs: object) -> auto.CommandResult:
+        if not refused:
+            refused.append(args)
+            raise auto.CommandError(
+                auto.CommandResult(stdout="", stderr=f"error: {REMOVAL_REFUSED}", code=255)
+            )
+        return real(target, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(automation, "pulumi_command", cut_first)
+    TrialRunner(project.path, project.path / "logs", "trial", "base").destroy("trial-1")
+
+    assert refused and "--remove" in refused[0]
+    assert project.json("stack", "ls", "--json") == []
+    assert list((project.path / "stacks").glob("Pulumi.*.yaml")) == []

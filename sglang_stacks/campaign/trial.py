@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ class TrialFailure:
     message: str
 
 
+REMOVAL_REFUSED = "refusing to remove stack because it still contains resources"
+"""What ``pulumi destroy --remove`` says when the destroy left resources (the stack stays)."""
 _TAIL_LINES = 3
 """Lines of Pulumi's output a failure with no error line quotes."""
 
@@ -212,7 +215,7 @@ class TrialRunner:
         """Stop the trial's server and release its host: ``pulumi destroy`` of its stack, until the
         state holds no resource (a destroy cut short by Ctrl-C still exits 0, with the claim left).
         ``clear_pending`` first refreshes away creates a killed update left pending."""
-        selected = automation.select_stack(self.project, stack)
+        selected = automation.open_stack(self.project, stack)  # the destroy says if it is not there
         for _ in range(3):
             (handle, write), _ = self._stream(stack, "destroy")
             try:
@@ -225,7 +228,10 @@ class TrialRunner:
                         color="never",
                         show_secrets=False,
                     )
-                selected.destroy(on_output=write, on_error=write, color="never", show_secrets=False)
+                if self.keep_stacks:
+                    selected.destroy(on_output=write, on_error=write, color="never", show_secrets=False)
+                elif self._destroy_and_remove(selected, write):
+                    return
             finally:
                 handle.close()
             if not resources_of(selected):
@@ -235,6 +241,25 @@ class TrialRunner:
         raise auto.CommandError(
             auto.CommandResult(stdout="", stderr=f"resources of {stack} survived three destroys", code=1)
         )
+
+    def _destroy_and_remove(self, selected: auto.Stack, write: Callable[[str], None]) -> bool:
+        """``pulumi destroy --remove``: the trial's resources destroyed and, when its state then
+        holds none, its stack removed from the backend and its file from ``stacks/``, by one CLI
+        process (the Automation API's destroy, its summary's read, a read of the state and a
+        ``stack rm`` are four). False when resources were left (a destroy cut short by Ctrl-C ends
+        without error, and Pulumi then refuses the removal); ``auto.CommandError`` when the destroy
+        failed."""
+        try:
+            automation.pulumi_command(
+                selected, "destroy", "--yes", "--skip-preview", "--remove", "--color", "never",
+                "--stack", selected.name, on_output=write,
+            )  # fmt: skip
+        except auto.CommandError as error:
+            if REMOVAL_REFUSED not in str(error):
+                raise
+            return False
+        stack_path(selected.name, stacks_dir(self.project)).unlink(missing_ok=True)  # Pulumi's too
+        return True
 
     def _remove(self, selected: auto.Stack) -> None:
         """Remove a destroyed trial's stack from the backend and its file from ``stacks/``. Ctrl-C

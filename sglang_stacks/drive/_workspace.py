@@ -25,8 +25,14 @@ class UsersWorkspace(auto.LocalWorkspace):
     last read, and takes the host over. Each operation of a ``Stack`` names its stack itself
     (``--stack``), so none needs the selection: opening one only checks that it exists."""
 
+    checks_stack = True
+    """Whether opening a stack asks the CLI that it is there (``stack --show-name``). A reader whose
+    own command says so when it is not (Pulumi's "no stack named", `auto.StackNotFoundError`)
+    opens without asking: one CLI process, a third of a CPU-second, less."""
+
     def select_stack(self, stack_name: str) -> None:
-        self._pulumi("stack", "--show-name", "--stack", stack_name)
+        if self.checks_stack:
+            self._pulumi("stack", "--show-name", "--stack", stack_name)
 
     def create_stack(self, stack_name: str) -> None:
         secrets = ["--secrets-provider", self.secrets_provider] if self.secrets_provider else []

@@ -33,6 +33,7 @@ __all__ = [
     "cancel_dead_lock",
     "copy_secret",
     "for_people",
+    "open_stack",
     "outputs_of",
     "pulumi_command",
     "read_outputs",
@@ -60,9 +61,10 @@ def for_people(stream: TextIO, stack: str | None = None) -> Callable[[str], None
     return write
 
 
-def _open(project_dir: Path, stack: str, *, create: bool) -> auto.Stack:
+def _open(project_dir: Path, stack: str, *, create: bool, checked: bool = True) -> auto.Stack:
     # Every `pulumi` of a driver asks for the errors' typed records, which it reads back.
     workspace = UsersWorkspace(work_dir=str(project_dir), env_vars={RECORDS_ENV: "1"}, pulumi_command=cli())
+    workspace.checks_stack = checked
     if not create:
         return auto.Stack.select(stack, workspace)
     try:  # created at once: a new stack, the common case, costs one CLI process, not two
@@ -75,22 +77,36 @@ def select_stack(project_dir: Path, stack: str) -> auto.Stack:
     """``stack`` of the project's backend, opened without selecting it in the user's workspace."""
     try:
         return _open(project_dir, stack, create=False)
-    except auto.StackNotFoundError:
-        raise SpecError(
-            f"The backend has no stack {stack!r}. Check the name with `pulumi stack ls`, or create "
-            f"it with `pulumi stack init {stack}`."
-        ) from None
-    except auto.CommandError as error:
-        if TORN_READ in str(error):
-            raise SpecError(
-                f"Pulumi could not read stack {stack!r}: its state's attributes file "
-                f"(`.pulumi/stacks/<project>/{stack}.json.attrs` in the backend) stayed empty or cut "
-                "short. If no update is writing it, delete that file (Pulumi reads the stack without "
-                "it) and try again."
-            ) from None
-        raise _no_cli(stack, error) from None
+    except (auto.CommandError, OSError) as error:
+        raise _unreadable(stack, error) or _no_cli(stack, error) from None
+
+
+def open_stack(project_dir: Path, stack: str) -> auto.Stack:
+    """``stack`` of the project's backend, for an operation that names it (``--stack``) and fails
+    when it is not there: opened without asking the CLI first. Its errors read as `select_stack`'s
+    once passed through `_unreadable`."""
+    try:
+        return _open(project_dir, stack, create=False, checked=False)
     except OSError as error:
         raise _no_cli(stack, error) from None
+
+
+def _unreadable(stack: str, error: Exception) -> SpecError | None:
+    """The error of a read of ``stack`` that found no such stack, or its state's attributes cut
+    short, in words and with the fix; None for any other error."""
+    if isinstance(error, auto.StackNotFoundError):
+        return SpecError(
+            f"The backend has no stack {stack!r}. Check the name with `pulumi stack ls`, or create "
+            f"it with `pulumi stack init {stack}`."
+        )
+    if isinstance(error, auto.CommandError) and TORN_READ in str(error):
+        return SpecError(
+            f"Pulumi could not read stack {stack!r}: its state's attributes file "
+            f"(`.pulumi/stacks/<project>/{stack}.json.attrs` in the backend) stayed empty or cut "
+            "short. If no update is writing it, delete that file (Pulumi reads the stack without "
+            "it) and try again."
+        )
+    return None
 
 
 def _no_cli(stack: str, error: Exception) -> SpecError:
@@ -116,13 +132,17 @@ def write_stack(project_dir: Path, stack: str, sections: dict[str, Any], header:
     return selected
 
 
-def pulumi_command(target: auto.Stack, *args: str) -> auto.CommandResult:
+def pulumi_command(
+    target: auto.Stack, *args: str, on_output: Callable[[str], None] | None = None
+) -> auto.CommandResult:
     """``pulumi <args>`` in ``target``'s workspace (its folder, environment and CLI), run by the
     Automation API's own command runner, for what its ``Stack`` methods lack; its output stays in
-    memory. Raises ``auto.CommandError``."""
+    memory, and goes line by line to ``on_output`` (both streams) when given. Raises
+    ``auto.CommandError``."""
     workspace = target.workspace
     assert isinstance(workspace, auto.LocalWorkspace)  # select_stack and write_stack make local ones
-    return workspace.pulumi_command.run(list(args), workspace.work_dir, dict(workspace.env_vars))
+    env = dict(workspace.env_vars)
+    return workspace.pulumi_command.run(list(args), workspace.work_dir, env, on_output, on_output)
 
 
 def cancel_dead_lock(target: auto.Stack, wait_s: float = locks.LOCK_HOLDER_EXIT_S) -> str | None:
@@ -175,7 +195,7 @@ def copy_secret(target: auto.Stack, key: str, source: str) -> None:
 def stack_outputs(stack: str, project_dir: Path | None = None) -> dict[str, Any]:
     """One stack's outputs as ``pulumi stack output --json`` prints them (secrets read ``[secret]``),
     for a reader that names what is wrong with them (``compare`` reads them into its model)."""
-    outputs = _outputs(select_stack(project_dir or find_project_dir(), stack))
+    outputs = _outputs(open_stack(project_dir or find_project_dir(), stack))
     return {key: "[secret]" if output.secret else output.value for key, output in outputs.items()}
 
 
@@ -197,14 +217,14 @@ def outputs_of(outputs: Mapping[str, auto.OutputValue], model: type[OutputsT]) -
 
 def read_outputs(stack: str, model: type[OutputsT], project_dir: Path | None = None) -> OutputsT | None:
     """One stack's outputs read into ``model``; None when it has none (or of another kind)."""
-    return outputs_of(_outputs(select_stack(project_dir or find_project_dir(), stack)), model)
+    return outputs_of(_outputs(open_stack(project_dir or find_project_dir(), stack)), model)
 
 
 def _outputs(selected: auto.Stack) -> Mapping[str, auto.OutputValue]:
     try:
         return selected.outputs()
     except auto.CommandError as error:
-        raise SpecError(
+        raise _unreadable(selected.name, error) or SpecError(
             f"Pulumi could not read the outputs of stack {selected.name!r}: {error}. Set the passphrase "
             "its secrets need (see README, Secrets) and try again."
         ) from None
@@ -213,11 +233,11 @@ def _outputs(selected: auto.Stack) -> Mapping[str, auto.OutputValue]:
 def stack_config(stack: str, project_dir: Path | None = None) -> dict[str, Any]:
     """One stack's config by key, secrets decrypted, JSON values parsed: for commands that reach
     the stack's host. Keep the values in memory; never print the secret ones."""
-    selected = select_stack(project_dir or find_project_dir(), stack)
+    selected = open_stack(project_dir or find_project_dir(), stack)
     try:
         config = selected.get_all_config()
     except auto.CommandError as error:
-        raise SpecError(
+        raise _unreadable(stack, error) or SpecError(
             f"Pulumi could not read the config of stack {stack!r}: {error}. Set the passphrase its "
             "secrets need (see README, Secrets) and try again."
         ) from None
