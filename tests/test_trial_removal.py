@@ -13,6 +13,7 @@ from pulumi import automation as auto
 
 from sglang_stacks.campaign.trial import REMOVAL_REFUSED, TrialRunner
 from sglang_stacks.drive import automation
+from sglang_stacks.errors import SpecError
 from tests._pulumi import Workspace
 
 pytestmark = pytest.mark.integration
@@ -93,3 +94,13 @@ def test_a_destroy_that_left_resources_is_made_again_and_the_stack_then_removed(
     assert refused and "--remove" in refused[0]
     assert project.json("stack", "ls", "--json") == []
     assert list((project.path / "stacks").glob("Pulumi.*.yaml")) == []
+
+
+def test_destroying_a_trial_the_backend_lacks_says_nothing_was_deployed(project: Workspace) -> None:
+    """A sweep destroys a trial whose update never created its stack (`_destroyed` takes the
+    SpecError as "nothing was deployed"): the destroy, which opens the stack without a look first,
+    names the missing stack as the look did."""
+    runner = TrialRunner(project.path, project.path / "logs", "trial", "base")
+
+    with pytest.raises(SpecError, match=r"The backend has no stack 'trial-9'\. Check the name"):
+        runner.destroy("trial-9")

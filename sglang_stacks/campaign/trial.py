@@ -214,8 +214,15 @@ class TrialRunner:
     def destroy(self, stack: str, *, clear_pending: bool = False) -> None:
         """Stop the trial's server and release its host: ``pulumi destroy`` of its stack, until the
         state holds no resource (a destroy cut short by Ctrl-C still exits 0, with the claim left).
-        ``clear_pending`` first refreshes away creates a killed update left pending."""
-        selected = automation.open_stack(self.project, stack)  # the destroy says if it is not there
+        ``clear_pending`` first refreshes away creates a killed update left pending. SpecError
+        when the backend has no such stack (nothing was deployed)."""
+        try:
+            self._destroy(automation.open_stack(self.project, stack), clear_pending)
+        except auto.StackNotFoundError:  # opened unchecked: the destroy's own error says so
+            raise automation.no_stack(stack) from None
+
+    def _destroy(self, selected: auto.Stack, clear_pending: bool) -> None:
+        stack = selected.name
         for _ in range(3):
             (handle, write), _ = self._stream(stack, "destroy")
             try:

@@ -33,6 +33,7 @@ __all__ = [
     "cancel_dead_lock",
     "copy_secret",
     "for_people",
+    "no_stack",
     "open_stack",
     "outputs_of",
     "pulumi_command",
@@ -82,9 +83,9 @@ def select_stack(project_dir: Path, stack: str) -> auto.Stack:
 
 
 def open_stack(project_dir: Path, stack: str) -> auto.Stack:
-    """``stack`` of the project's backend, for an operation that names it (``--stack``) and fails
-    when it is not there: opened without asking the CLI first. Its errors read as `select_stack`'s
-    once passed through `_unreadable`."""
+    """``stack`` of the project's backend, opened without asking the CLI first, for an operation
+    that names it (``--stack``) and so fails when it is not there: `auto.StackNotFoundError`, which
+    `no_stack` words as `select_stack` does."""
     try:
         return _open(project_dir, stack, create=False, checked=False)
     except OSError as error:
@@ -95,10 +96,7 @@ def _unreadable(stack: str, error: Exception) -> SpecError | None:
     """The error of a read of ``stack`` that found no such stack, or its state's attributes cut
     short, in words and with the fix; None for any other error."""
     if isinstance(error, auto.StackNotFoundError):
-        return SpecError(
-            f"The backend has no stack {stack!r}. Check the name with `pulumi stack ls`, or create "
-            f"it with `pulumi stack init {stack}`."
-        )
+        return no_stack(stack)
     if isinstance(error, auto.CommandError) and TORN_READ in str(error):
         return SpecError(
             f"Pulumi could not read stack {stack!r}: its state's attributes file "
@@ -107,6 +105,14 @@ def _unreadable(stack: str, error: Exception) -> SpecError | None:
             "it) and try again."
         )
     return None
+
+
+def no_stack(stack: str) -> SpecError:
+    """The backend has no ``stack``: in words, with the fix."""
+    return SpecError(
+        f"The backend has no stack {stack!r}. Check the name with `pulumi stack ls`, or create "
+        f"it with `pulumi stack init {stack}`."
+    )
 
 
 def _no_cli(stack: str, error: Exception) -> SpecError:
