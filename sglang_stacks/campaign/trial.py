@@ -255,16 +255,18 @@ class TrialRunner:
         process (the Automation API's destroy, its summary's read, a read of the state and a
         ``stack rm`` are four). False when resources were left (a destroy cut short by Ctrl-C ends
         without error, and Pulumi then refuses the removal); ``auto.CommandError`` when the destroy
-        failed."""
+        failed. Ctrl-C reaches the CLI too: cut short once the stack had left the backend, the
+        destroy is done, and its file goes as well (as ``_remove`` does)."""
         try:
             automation.pulumi_command(
                 selected, "destroy", "--yes", "--skip-preview", "--remove", "--color", "never",
                 "--stack", selected.name, on_output=write,
             )  # fmt: skip
         except auto.CommandError as error:
-            if REMOVAL_REFUSED not in str(error):
+            if REMOVAL_REFUSED in str(error):
+                return False
+            if isinstance(error, auto.StackNotFoundError) or _in_backend(selected):
                 raise
-            return False
         stack_path(selected.name, stacks_dir(self.project)).unlink(missing_ok=True)  # Pulumi's too
         return True
 
