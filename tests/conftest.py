@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -105,12 +106,28 @@ def workspace(tmp_path: Path) -> Workspace:
     return Workspace.create(tmp_path)
 
 
+_RUNNING_CLUSTER = contextlib.ExitStack()
+"""The session's cluster while it runs: stopped once the worker's last cluster test is done (the
+cluster's files run together, first), not when its session ends a quarter of an hour later, its
+daemons' CPU and memory the other files' again."""
+
+
 @pytest.fixture(scope="session")
 def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A real local Kubernetes cluster on 127.0.0.1, one per session (tests/kube.py)."""
     from tests.kube import session_cluster
 
-    yield from session_cluster(tmp_path_factory)
+    yield _RUNNING_CLUSTER.enter_context(contextlib.contextmanager(session_cluster)(tmp_path_factory))
+    _RUNNING_CLUSTER.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test of the cluster's files, the cluster stops (and is checked to have left
+    nothing behind, as at the session's end)."""
+    yield
+    if cluster_file(item.nodeid) and (nextitem is None or not cluster_file(nextitem.nodeid)):
+        _RUNNING_CLUSTER.close()
 
 
 @pytest.fixture(scope="session", autouse=True)
