@@ -232,9 +232,10 @@ def test_role_flags_sglang_refuses_stop_the_launch_with_its_assertion(
         assert says in refused.log()
 
 
-def _decode_step_ms(argv: list[str]) -> float:
-    config = resolve_launch("0.5.8", parse_launch_flags("0.5.8", argv), load_profile())
-    return PerformanceModel(config, load_profile()).decode_step_ms(1)
+def _model(argv: list[str]) -> PerformanceModel:
+    """The emulator's performance model of a 0.5.8 server launched with ``argv``."""
+    profile = load_profile()
+    return PerformanceModel(resolve_launch("0.5.8", parse_launch_flags("0.5.8", argv), profile), profile)
 
 
 def test_a_decode_worker_decodes_from_when_the_kv_arrived_not_from_when_the_request_did(pair: Pair) -> None:
@@ -257,10 +258,8 @@ def test_a_decode_worker_decodes_from_when_the_kv_arrived_not_from_when_the_requ
                 arrivals.append(time.monotonic())
     prefill.join(timeout=60)
     assert len(arrivals) == new_tokens
-    argv = [*BASE, "--disaggregation-mode", "decode"]
-    step_ms = _decode_step_ms(argv)
-    config = resolve_launch("0.5.8", parse_launch_flags("0.5.8", argv), load_profile())
-    prefill_ms = PerformanceModel(config, load_profile()).prefill_ms(count_tokens(body["text"]))
+    model = _model([*BASE, "--disaggregation-mode", "decode"])
+    step_ms, prefill_ms = model.decode_step_ms(1), model.prefill_ms(count_tokens(body["text"]))
     # The last token comes a prefill and the decode's steps after the request at the earliest
     # (about 520 ms); timed from the request, the steps ran during the prefill and the last came
     # about 270 ms after it. Measured from the send, a loaded machine only adds: a late first
