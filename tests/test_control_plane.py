@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_stacks.hostops import _ssh_folders
+from sglang_stacks.hostops import command_folder
 from tests._pulumi import Workspace, pulumi_binary
 from tests.sshd import SshServer, start_sshd
 from tests.test_deployment import emulator_pids, new_port, new_stack, processes_under, ssh_config
@@ -86,13 +86,13 @@ def test_each_command_opens_one_ssh_connection_to_the_host(
     # Every command's connection folder went with it. (Other folders on the machine belong to
     # other commands, such as those of tests running beside this one.)
     assert len(ours) == len(counts), ours  # one folder per command, each seen while it ran
-    base = _ssh_folders._private_base()
+    base = command_folder._private_base()
     wait_for(lambda: not [name for name in ours if (base / name).exists()])
 
 
 def folders() -> list[Path]:
     """The connection folders of the updates running (or not yet cleaned up) on this machine."""
-    return list(_ssh_folders._private_base().iterdir())
+    return list(command_folder._private_base().iterdir())
 
 
 def folders_of_children(seen: set[str], done: threading.Event) -> None:
@@ -101,7 +101,7 @@ def folders_of_children(seen: set[str], done: threading.Event) -> None:
     while not done.is_set():
         for folder in folders():
             with contextlib.suppress(OSError, ValueError):
-                if _ssh_folders._stat(int(folder.name.split("-")[0]))[1] == os.getpid():
+                if command_folder._stat(int(folder.name.split("-")[0]))[1] == os.getpid():
                     seen.add(folder.name)
         time.sleep(0.05)
 
@@ -122,7 +122,7 @@ def test_a_cli_killed_during_a_long_remote_step_leaves_no_key_and_no_connection(
     )
     try:
         wait_for(lambda: emulator_pids(port), timeout_s=120)  # the update waits for readiness now
-        folder = wait_for(lambda: list(_ssh_folders._private_base().glob(f"{update.pid}-*")))[0]
+        folder = wait_for(lambda: list(command_folder._private_base().glob(f"{update.pid}-*")))[0]
 
         update.send_signal(signal.SIGKILL)
         update.wait()

@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -400,7 +401,7 @@ def test_a_draft_model_on_the_node_is_checked_by_sha256_before_the_server_starts
     assert [c["name"] for c in pod[0]["spec"]["initContainers"]] == ["draft-model-sha256"]
 
 
-def test_destroy_leaves_no_pod_job_config_map_or_secret(
+def test_destroy_leaves_no_pod_job_config_map_or_secret_and_no_key_in_the_temp_folder(
     baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
 ) -> None:
     stacks = ("k8s-two-nodes", "k8s-eagle3", "k8s-bs128", "k8s-slow", "k8s-baseline")
@@ -418,3 +419,16 @@ def test_destroy_leaves_no_pod_job_config_map_or_secret(
             return found
 
         assert left_after_destroy(listed) == []
+    # Every update, preview and destroy above had the provider copy its kubeconfig into the temp
+    # folder and the client load its key: no file there holds the key, raw or base64 (the copies
+    # of the cluster's kubeconfig name its key file; the client's files went with their command).
+    key = Path(yaml.safe_load(kube_cluster.kubeconfig.read_text())["users"][0]["user"]["client-key"])
+    secrets = (key.read_bytes(), base64.b64encode(key.read_bytes()))
+
+    def holds_the_key(path: Path) -> bool:
+        with contextlib.suppress(OSError):  # a file another test removes meanwhile
+            if path.is_file() and path.stat().st_size < 1 << 20:
+                return any(secret in path.read_bytes() for secret in secrets)
+        return False
+
+    assert [path for path in Path(tempfile.gettempdir()).iterdir() if holds_the_key(path)] == []

@@ -21,7 +21,7 @@ from typing import TypeVar
 import pytest
 
 from sglang_stacks.errors import HostError, SpecError
-from sglang_stacks.hostops import _ssh, _ssh_folders
+from sglang_stacks.hostops import _ssh, command_folder
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.session import open_session
 from sglang_stacks.hostops.transport import HostPath, gathering, quote, quote_path, run, upload
@@ -348,7 +348,7 @@ def test_a_process_killed_mid_call_leaves_no_key_and_no_connection_behind(
     child.stdin.close()
     wait_for(lambda: pids_running(f"sleep {tag}"))
     folder = wait_for(
-        lambda: [path.parent for path in _ssh_folders._private_base().glob(f"{child.pid}-*/*.sock")]
+        lambda: [path.parent for path in command_folder._private_base().glob(f"{child.pid}-*/*.sock")]
     )[0]
     master = master_pid_at(folder)
 
@@ -366,7 +366,7 @@ def test_a_process_killed_mid_call_leaves_no_key_and_no_connection_behind(
 def test_the_folder_of_an_update_killed_with_its_reaper_goes_at_the_next_update(
     sshd: SshServer, tmp_path: Path
 ) -> None:
-    stale = _ssh_folders._private_base() / f"{os.getpid()}-1"  # this pid, another start: an ended process
+    stale = command_folder._private_base() / f"{os.getpid()}-1"  # this pid, another start: an ended process
     stale.mkdir(mode=0o700)
     (stale / "0123.known").write_text(sshd.host_key)
     private_key = fresh_authorized_key(sshd, tmp_path, "sweep")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops._ssh_errors import ssh_failure
-from sglang_stacks.hostops._ssh_folders import answers, update_folder
+from sglang_stacks.hostops.command_folder import answers, update_folder
 from sglang_stacks.hostops.connection import Connection
 
 __all__ = ["client_argv"]

@@ -59,7 +59,7 @@ def cluster_preflight(spec: StackSpec, access: ClusterAccess, parent: pulumi.Res
     if spec.fleet is not None:
         facts.check_replicas_fit(spec, nodes, spec.fleet.replica_count)
     judged = facts.cluster_spec(spec.model_copy(update={"fleet": None}), found)
-    findings = preflight.run_preflight(judged, spec.environment.sglang_release)
+    findings = [*preflight.run_preflight(judged, spec.environment.sglang_release), *access.findings()]
     preflight.raise_on_errors(findings)
     disaggregation = spec.fleet.disaggregation if spec.fleet is not None else None
     for flags in (disaggregation.role_flags(spec.server) if disaggregation else {}).values():

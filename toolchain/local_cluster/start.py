@@ -138,7 +138,12 @@ def _start(
     try:
         wait_until("the API server ready", api.ready, watch=[etcd, api_server], timeout_s=left())
         write_kubeconfig(
-            cluster.kubeconfig, server=cluster.server, ca=credentials.ca.cert, client=admin, context=CONTEXT
+            cluster.kubeconfig,
+            server=cluster.server,
+            ca=credentials.ca.cert,
+            client=admin,
+            context=CONTEXT,
+            inline=False,
         )
         watched = [etcd, api_server, containerd]
         if leader_worker_set:

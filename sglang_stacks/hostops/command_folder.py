@@ -1,6 +1,8 @@
-"""Where an update's SSH connections live: a private folder (0700) per Pulumi command, named after
-that command's process, with the control sockets of its masters; a reaper (``_ssh_reaper``) removes
-it when the command ends, and the folders of commands killed with their reaper are swept away."""
+"""Where a command's private files live: a folder (0700) per Pulumi command, named after that
+command's process (or after this process when no Pulumi command runs it). It holds the control
+sockets of the command's SSH masters and the key files the Kubernetes client writes for a
+kubeconfig that carries its credentials inline; a reaper (``_ssh_reaper``) removes it when the
+command ends, and the folders of commands killed with their reaper are swept away by the next."""
 
 from __future__ import annotations
 
@@ -37,8 +39,8 @@ def answers(control_path: Path) -> bool:
 
 
 def update_folder() -> Path:
-    """This update's private folder of control sockets; the first process to make it starts the
-    reaper that removes it when the update's Pulumi command ends."""
+    """This command's private folder; the first process to make it starts the reaper that removes
+    it when the command ends."""
     pid, start = _scope()
     base = _private_base()
     folder = base / f"{pid}-{start}"
