@@ -120,6 +120,11 @@ def start_sshd(startup_timeout_s: float = 10.0) -> Iterator[SshServer]:
             # VERBOSE logs one "Connection from" line per accepted connection and one "Starting
             # session" line per remote command: the tests count handshakes and round trips with them.
             "LogLevel VERBOSE\n"
+            # bash run by sshd sources ~/.bashrc when it is the top-level shell (SHLVL below 2).
+            # The user here is this machine's, whose ~/.bashrc may start a Python version manager
+            # (pyenv's: 62 bash processes and 0.25 CPU-s per remote command); a GPU host's login
+            # shell is its owner's, and `docs/hosts.md` asks it to be quiet.
+            "SetEnv SHLVL=1\n"
         )
         if os.geteuid() == 0:
             # sshd refuses to start without its privilege-separation folder.
