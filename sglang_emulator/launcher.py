@@ -39,6 +39,8 @@ class RunningEmulator:
     port: int
     log_path: Path
     _log_file: IO[bytes] | None = field(repr=False, default=None)
+    _kept: str | None = field(repr=False, default=None)
+    """The log's text once stopped: its file is removed then."""
 
     @property
     def base_url(self) -> str:
@@ -46,6 +48,8 @@ class RunningEmulator:
 
     def log(self) -> str:
         """Everything the process printed so far (stdout and stderr together)."""
+        if self._kept is not None:
+            return self._kept
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self, timeout_s: float) -> bool:
@@ -64,7 +68,8 @@ class RunningEmulator:
         return False
 
     def stop(self) -> int:
-        """SIGTERM, then SIGKILL after five seconds; returns the exit code."""
+        """SIGTERM, then SIGKILL after five seconds; returns the exit code. The log's file goes,
+        its text stays (``log()``)."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -75,6 +80,8 @@ class RunningEmulator:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+            self._kept = self.log()
+            self.log_path.unlink(missing_ok=True)
         return int(self.process.returncode)
 
     def __enter__(self) -> RunningEmulator:
@@ -99,7 +106,8 @@ def start_emulator(
     """Launch ``python -m sglang_emulator <flags> --port <port>``; wait for readiness if ``wait``.
 
     ``--port`` is appended unless ``flags`` already has one. ``env`` adds to the current
-    environment (e.g. ``SGLANG_EMULATOR_FAULTS``). The log goes to a temporary file.
+    environment (e.g. ``SGLANG_EMULATOR_FAULTS``). The log goes to a temporary file, removed when
+    the emulator is stopped (``log()`` still gives its text).
     """
     chosen_port = port or free_port()
     argv = list(flags)

@@ -31,6 +31,15 @@ def failed_start(tmp_path: Path, flags: list[str], env: dict[str, str] | None = 
     return code, log
 
 
+def test_a_stopped_emulator_leaves_no_log_file_behind_and_keeps_its_text(tmp_path: Path) -> None:
+    # A run of the suite left about 130 of these in the temp folder before.
+    with start_emulator(BASE, state_dir=str(tmp_path)) as server:
+        log_file = server.log_path
+        assert log_file.is_file() and "The server is fired up and ready to roll!" in server.log()
+    assert not log_file.exists()
+    assert "The server is fired up and ready to roll!" in server.log()
+
+
 def test_startup_logs_in_sglang_order_with_draft_capture(tmp_path: Path) -> None:
     flags = [*BASE, "--cuda-graph-max-bs", "128", "--mem-fraction-static", "0.88", *EAGLE]
     with start_emulator(flags, state_dir=str(tmp_path)) as server:
