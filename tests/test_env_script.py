@@ -15,15 +15,23 @@ from tests._pulumi import PASSPHRASE, ROOT, Workspace, emulator_stack, free_port
 pytestmark = pytest.mark.integration
 
 
-def _in_shell(tmp_path: Path, commands: str) -> str:
-    """``commands`` run in bash after ``. scripts/env.sh``, with a backend and a Pulumi home
-    (where the selected stack is kept) of the test's own."""
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One backend for the file's shells: the first to source env.sh creates the shipped stacks in
+    it (17 `pulumi stack init`s, each deriving the passphrase's key), the later ones find them."""
+    return tmp_path_factory.mktemp("env-state")
+
+
+def _in_shell(tmp_path: Path, commands: str, backend: Path | None = None) -> str:
+    """``commands`` run in bash after ``. scripts/env.sh``, with a Pulumi home (where the selected
+    stack is kept) of the test's own and ``backend`` (by default one of its own too)."""
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_RUN_PROGRAM"))
     }
-    env.update(PULUMI_BACKEND_URL=f"file://{tmp_path / 'state'}", PULUMI_HOME=str(tmp_path / "home"))
+    state = backend or tmp_path / "state"
+    env.update(PULUMI_BACKEND_URL=f"file://{state}", PULUMI_HOME=str(tmp_path / "home"))
     done = subprocess.run(
         ["bash", "-c", f". scripts/env.sh && {commands}"],
         cwd=ROOT,
@@ -37,23 +45,25 @@ def _in_shell(tmp_path: Path, commands: str) -> str:
     return done.stdout.strip()
 
 
-def test_sourcing_env_creates_the_shipped_stacks_and_selects_baseline(tmp_path: Path) -> None:
+def test_sourcing_env_creates_the_shipped_stacks_and_selects_baseline(tmp_path: Path, backend: Path) -> None:
     listed = _in_shell(
-        tmp_path, "pulumi stack ls --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'"
+        tmp_path,
+        "pulumi stack ls --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'",
+        backend,
     )
     shipped = len(list((ROOT / "stacks").glob("Pulumi.*.yaml")))
 
     assert int(listed) == shipped
-    assert _in_shell(tmp_path, "pulumi stack --show-name") == "baseline"
+    assert _in_shell(tmp_path, "pulumi stack --show-name", backend) == "baseline"
 
 
-def test_a_stack_the_user_selected_stays_selected(tmp_path: Path) -> None:
-    _in_shell(tmp_path, "pulumi stack select eagle3-bs128")
+def test_a_stack_the_user_selected_stays_selected(tmp_path: Path, backend: Path) -> None:
+    _in_shell(tmp_path, "pulumi stack select eagle3-bs128", backend)
 
-    assert _in_shell(tmp_path, "pulumi stack --show-name") == "eagle3-bs128"
+    assert _in_shell(tmp_path, "pulumi stack --show-name", backend) == "eagle3-bs128"
 
 
-def test_a_passphrase_file_exported_after_sourcing_env_is_the_one_used(tmp_path: Path) -> None:
+def test_a_passphrase_file_exported_after_sourcing_env_is_the_one_used(tmp_path: Path, backend: Path) -> None:
     """The demo passphrase never wins over the user's own: a stack created after the user exports
     PULUMI_CONFIG_PASSPHRASE_FILE keeps its secret under the user's passphrase."""
     mine = tmp_path / "passphrase"
@@ -66,17 +76,18 @@ def test_a_passphrase_file_exported_after_sourcing_env_is_the_one_used(tmp_path:
         "pulumi stack init mine --non-interactive >/dev/null && "
         "pulumi config set --secret key s3cret --non-interactive && "
         "PULUMI_CONFIG_PASSPHRASE=only-mine pulumi config get key --non-interactive",
+        backend,
     )
     assert shown.splitlines()[-1] == "s3cret"
 
 
-def test_the_program_runs_before_the_refresh_unless_the_user_said_otherwise(tmp_path: Path) -> None:
+def test_the_program_runs_before_the_refresh_unless_the_user_said_otherwise(
+    tmp_path: Path, backend: Path
+) -> None:
     """A stack file's mistake is refused before any host is read (tests/test_stack_typo.py)."""
-    assert _in_shell(tmp_path, "echo $PULUMI_RUN_PROGRAM") == "true"
-    assert (
-        _in_shell(tmp_path, "export PULUMI_RUN_PROGRAM=false && . scripts/env.sh && echo $PULUMI_RUN_PROGRAM")
-        == "false"
-    )
+    assert _in_shell(tmp_path, "echo $PULUMI_RUN_PROGRAM", backend) == "true"
+    again = "export PULUMI_RUN_PROGRAM=false && . scripts/env.sh && echo $PULUMI_RUN_PROGRAM"
+    assert _in_shell(tmp_path, again, backend) == "false"
 
 
 def test_a_failed_pulumi_command_is_followed_by_what_its_message_leaves_out(tmp_path: Path) -> None:
