@@ -11,7 +11,6 @@ import json
 import os
 import types
 import typing
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,14 @@ from sglang_emulator.profile import Profile, ProfileError
 __all__ = ["DEFAULT_PROFILE", "load_profile", "shipped_profiles"]
 
 DEFAULT_PROFILE = "rtx-pro-6000-x8-kimi-k2.5-int4"
+# The package is always installed as files (it is copied into a host's virtualenv); read beside this
+# module, not through importlib.resources, whose import is a third of the nvidia-smi stand-in's start.
+_SHIPPED = Path(__file__).resolve().parent / "profiles"
 
 
 def shipped_profiles() -> list[str]:
     """Names of the profiles shipped in the package."""
-    folder = resources.files(__package__).joinpath("profiles")
-    return sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
+    return sorted(p.name.removesuffix(".json") for p in _SHIPPED.iterdir() if p.name.endswith(".json"))
 
 
 def load_profile(path: str | None = None) -> Profile:
@@ -40,7 +41,7 @@ def load_profile(path: str | None = None) -> Profile:
                 f"There is no shipped emulator profile named {chosen!r}; shipped: "
                 f"{', '.join(shipped_profiles())}. Pass one of them or a path to a JSON profile."
             )
-        text = resources.files(__package__).joinpath("profiles", f"{chosen}.json").read_text()
+        text = (_SHIPPED / f"{chosen}.json").read_text()
         source = f"shipped:{chosen}"
     else:
         try:
