@@ -20,7 +20,7 @@ __all__ = ["DEFAULT_PROFILE", "load_profile", "shipped_profiles"]
 
 DEFAULT_PROFILE = "rtx-pro-6000-x8-kimi-k2.5-int4"
 # The package is always installed as files (it is copied into a host's virtualenv); read beside this
-# module, not through importlib.resources, whose import is a third of the nvidia-smi stand-in's start.
+# module, not through importlib.resources, whose import cost the nvidia-smi stand-in 9 of its 72 ms.
 _SHIPPED = Path(__file__).resolve().parent / "profiles"
 
 
