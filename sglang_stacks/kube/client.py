@@ -67,15 +67,16 @@ class ClusterAccess(BaseModel):
                 "cluster: scripts/ensure-k8s.sh prints it)."
             )
         configuration = type.__call__(client.Configuration)  # not a copy of the library's default
+        # A kubeconfig with its credentials inline has them written to files for TLS: into this
+        # command's private folder, removed when the command ends, never the shared temp folder.
+        private = update_folder()
         try:
-            # A kubeconfig with its credentials inline has them written to files for TLS: into this
-            # command's private folder, removed when the command ends, never the shared temp folder.
             config.load_kube_config(
                 config_file=self.kubeconfig,
                 context=self.context,
                 client_configuration=configuration,
                 persist_config=False,
-                temp_file_path=str(update_folder()),
+                temp_file_path=str(private),
             )
         except (ConfigException, ValueError, OSError) as error:
             raise HostError(
