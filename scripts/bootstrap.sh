@@ -23,17 +23,51 @@ PYTHON=${PYTHON:-python3}
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
+# The pinned packages as wheels, kept in the cache and keyed by the requirements and this Python: the
+# index is asked once; a later fresh clone installs from here, offline, in seconds. $1: the venv's
+# Python, whose pip fetches them.
+ensure_wheelhouse() {
+    local python=$1 key dir partial
+    key=$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/pyproject.toml" \
+        <("$python" -c 'import sys, sysconfig; print(sys.version, sysconfig.get_platform())') |
+        sha256sum | cut -c1-16)
+    dir="$CACHE/wheels/$key"
+    if [[ ! -d "$dir" ]]; then
+        say "fetching the pinned Python packages into $dir (once)"
+        mkdir -p "$CACHE/wheels"
+        partial=$(mktemp -d "$dir.partial.XXXXXX")
+        # The build backend pyproject.toml names comes along: the project's own install builds offline.
+        if ! "$python" -m pip wheel --quiet --disable-pip-version-check -w "$partial" \
+            -r "$ROOT/requirements-dev.txt" "$(build_backend)"; then
+            rm -rf "$partial"
+            return 1
+        fi
+        mv -T "$partial" "$dir" 2>/dev/null || rm -rf "$partial" # another bootstrap finished first
+    fi
+    echo "$dir"
+}
+
+# The build backend requirement pyproject.toml declares (one, setuptools).
+build_backend() {
+    "$PYTHON" -c 'import sys, tomllib; print(*tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"])' \
+        "$ROOT/pyproject.toml"
+}
+
 ensure_venv() {
-    local stamp="$ROOT/.venv/.requirements.sha256" want
+    local stamp="$ROOT/.venv/.requirements.sha256" want wheels
     want=$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/pyproject.toml" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)
     if [[ -x "$ROOT/.venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
         return
     fi
-    say "creating .venv and installing pinned Python packages (about 2 minutes, once)"
+    say "creating .venv and installing the pinned Python packages"
     "$PYTHON" -m venv "$ROOT/.venv"
-    "$ROOT/.venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements-dev.txt"
+    wheels=$(ensure_wheelhouse "$ROOT/.venv/bin/python")
+    local pip=("$ROOT/.venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --find-links "$wheels")
+    # Compiled below, on every core at once, instead of one file after another here.
+    "${pip[@]}" --no-compile -r "$ROOT/requirements-dev.txt"
     # The project itself, editable: the `sglang-stacks` command and `import sglang_stacks` anywhere.
-    "$ROOT/.venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e "$ROOT"
+    "${pip[@]}" --no-deps -e "$ROOT"
+    compile "$("$ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
     echo "$want" >"$stamp"
 }
 
@@ -86,17 +120,22 @@ export PULUMI_RUN_PROGRAM="\${PULUMI_RUN_PROGRAM:-true}"
 ENV
 }
 
-# The project's modules compiled ahead: every Pulumi command starts several Python processes that
-# import them, and Python caches nothing itself when PYTHONDONTWRITEBYTECODE is set. Up-to-date
-# files are skipped; a file edited later is compiled from source until the next bootstrap. A file
-# that does not compile is named and left to fail where it is imported.
+# Modules compiled ahead: every Pulumi command starts several Python processes that import the
+# project's modules and the packages', and Python caches nothing itself when PYTHONDONTWRITEBYTECODE
+# is set. Up-to-date files are skipped; a file edited later is compiled from source until the next
+# bootstrap. A file that does not compile is named and left to fail where it is imported.
+compile() {
+    if ! "$ROOT/.venv/bin/python" -m compileall -q -j 0 "$@" >&2; then
+        say "could not compile every module (above); they are compiled when imported"
+    fi
+}
+
 compile_modules() {
-    local package
+    local package packages=()
     for package in sglang_stacks sglang_flags sglang_world sglang_emulator components toolchain; do
-        if [[ -d "$ROOT/$package" ]] && ! "$ROOT/.venv/bin/python" -m compileall -q "$ROOT/$package" >&2; then
-            say "could not compile every module of $package (above); they are compiled when imported"
-        fi
+        [[ -d "$ROOT/$package" ]] && packages+=("$ROOT/$package")
     done
+    compile "${packages[@]}"
 }
 
 main() {
