@@ -23,21 +23,26 @@ PYTHON=${PYTHON:-python3}
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
-# The pinned packages as wheels, kept in the cache and keyed by the requirements and this Python: the
-# index is asked once; a later fresh clone installs from here, offline, in seconds. $1: the venv's
-# Python, whose pip fetches them.
-ensure_wheelhouse() {
-    local python=$1 key dir partial
+# Where the pinned packages' wheels are kept, keyed by the requirements and the venv's Python.
+wheelhouse() {
+    local key
     key=$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/pyproject.toml" \
-        <("$python" -c 'import sys, sysconfig; print(sys.version, sysconfig.get_platform())') |
+        <("$ROOT/.venv/bin/python" -c 'import sys, sysconfig; print(sys.version, sysconfig.get_platform())') |
         sha256sum | cut -c1-16)
-    dir="$CACHE/wheels/$key"
+    echo "$CACHE/wheels/$key"
+}
+
+# The pinned packages as wheels, kept in the cache: the index is asked once; a later fresh clone
+# installs from here, offline, in seconds. Prints the folder.
+ensure_wheelhouse() {
+    local dir partial
+    dir=$(wheelhouse)
     if [[ ! -d "$dir" ]]; then
         say "fetching the pinned Python packages into $dir (once)"
         mkdir -p "$CACHE/wheels"
         partial=$(mktemp -d "$dir.partial.XXXXXX")
         # The build backend pyproject.toml names comes along: the project's own install builds offline.
-        if ! "$python" -m pip wheel --quiet --disable-pip-version-check -w "$partial" \
+        if ! "$ROOT/.venv/bin/python" -m pip wheel --quiet --disable-pip-version-check -w "$partial" \
             -r "$ROOT/requirements-dev.txt" "$(build_backend)"; then
             rm -rf "$partial"
             return 1
@@ -59,9 +64,9 @@ ensure_venv() {
     if [[ -x "$ROOT/.venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
         return
     fi
-    say "creating .venv and installing the pinned Python packages"
+    say "creating .venv and installing the pinned Python packages (about 2 minutes once, then about half a minute from the kept wheels)"
     "$PYTHON" -m venv "$ROOT/.venv"
-    wheels=$(ensure_wheelhouse "$ROOT/.venv/bin/python")
+    wheels=$(ensure_wheelhouse)
     local pip=("$ROOT/.venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --find-links "$wheels")
     # Compiled below, on every core at once, instead of one file after another here.
     "${pip[@]}" --no-compile -r "$ROOT/requirements-dev.txt"
@@ -106,7 +111,8 @@ ensure_toolchain() {
 }
 
 write_env() {
-    local toolchain_dir=$1
+    local toolchain_dir=$1 wheels
+    wheels=$(wheelhouse)
     cat >"$ROOT/.venv/sglang-stacks.env" <<ENV
 # Written by scripts/bootstrap.sh; exported by scripts/env.sh.
 export SGLANG_STACKS_HOME="$ROOT"
@@ -118,6 +124,11 @@ export PULUMI_BACKEND_URL="\${PULUMI_BACKEND_URL:-file://\$HOME/.sglang-stacks/s
 # in seconds, before any host is read.
 export PULUMI_RUN_PROGRAM="\${PULUMI_RUN_PROGRAM:-true}"
 ENV
+    if [[ -d "$wheels" ]]; then
+        # The pinned packages' wheels: the package installs elsewhere from them, offline
+        # (pip install --no-index --find-links "$SGLANG_STACKS_WHEELS" path/to/sglang-stacks).
+        echo "export SGLANG_STACKS_WHEELS=\"$wheels\"" >>"$ROOT/.venv/sglang-stacks.env"
+    fi
 }
 
 # Modules compiled ahead: every Pulumi command starts several Python processes that import the

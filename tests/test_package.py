@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import pkgutil
 import subprocess
 import sys
@@ -48,6 +49,10 @@ def test_a_program_outside_the_repository_previews_a_deployment_from_the_install
 ) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # From the wheels the bootstrap keeps, when there are some: the same pins, without the index. Not
+    # compiled: the preview's few processes compile less than the whole install would.
+    wheels = os.environ.get("SGLANG_STACKS_WHEELS")
+    offline = ["--no-index", "--find-links", wheels, "--no-compile"] if wheels else []
     installed = subprocess.run(
         [
             str(venv / "bin" / "python"),
@@ -56,6 +61,7 @@ def test_a_program_outside_the_repository_previews_a_deployment_from_the_install
             "install",
             "--quiet",
             "--disable-pip-version-check",
+            *offline,
             str(ROOT),
         ],
         capture_output=True,
