@@ -33,10 +33,12 @@ import yaml
 from sglang_stacks.errors import ArtifactError, SchedulingError, failure_from_output
 from sglang_stacks.exits import ExitCode
 from sglang_stacks.hostops.artifacts import local_tree_digest
+from sglang_stacks.hostops.command_folder import update_folder
 from sglang_stacks.results.outputs import DeploymentOutputs
 from tests._ports import free_port
 from tests._pulumi import ROOT, Workspace
 from tests.kube import left_after_destroy
+from tests.test_transport import files_holding
 
 if TYPE_CHECKING:
     from toolchain.local_cluster import Cluster
@@ -96,6 +98,12 @@ def _following(workspace: Workspace, stack: str) -> Iterator[Path]:
         finally:
             follower.send_signal(signal.SIGINT)
             follower.wait(timeout=30)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def began() -> float:
+    """When the module's first test began: the files its tests wrote are newer."""
+    return time.time()
 
 
 @pytest.fixture(scope="module")
@@ -402,7 +410,12 @@ def test_a_draft_model_on_the_node_is_checked_by_sha256_before_the_server_starts
 
 
 def test_destroy_leaves_no_pod_job_config_map_or_secret_and_no_key_in_the_temp_folder(
-    baseline: DeploymentOutputs, kube_workspace: Workspace, kube_cluster: Cluster, namespaces: tuple[str, str]
+    began: float,
+    tmp_path_factory: pytest.TempPathFactory,
+    baseline: DeploymentOutputs,
+    kube_workspace: Workspace,
+    kube_cluster: Cluster,
+    namespaces: tuple[str, str],
 ) -> None:
     stacks = ("k8s-two-nodes", "k8s-eagle3", "k8s-bs128", "k8s-slow", "k8s-baseline")
     with ThreadPoolExecutor(max_workers=len(stacks)) as destroying:  # stacks of their own: side by side
@@ -422,13 +435,9 @@ def test_destroy_leaves_no_pod_job_config_map_or_secret_and_no_key_in_the_temp_f
     # Every update, preview and destroy above had the provider copy its kubeconfig into the temp
     # folder and the client load its key: no file there holds the key, raw or base64 (the copies
     # of the cluster's kubeconfig name its key file; the client's files went with their command).
+    # Allowed to hold it: the cluster's own folder, this session's test folders (their kubeconfigs
+    # are the tests' own) and this process's command folder while the process lives.
     key = Path(yaml.safe_load(kube_cluster.kubeconfig.read_text())["users"][0]["user"]["client-key"])
     secrets = (key.read_bytes(), base64.b64encode(key.read_bytes()))
-
-    def holds_the_key(path: Path) -> bool:
-        with contextlib.suppress(OSError):  # a file another test removes meanwhile
-            if path.is_file() and path.stat().st_size < 1 << 20:
-                return any(secret in path.read_bytes() for secret in secrets)
-        return False
-
-    assert [path for path in Path(tempfile.gettempdir()).iterdir() if holds_the_key(path)] == []
+    allowed = [kube_cluster.folder, tmp_path_factory.getbasetemp().parent, update_folder()]
+    assert files_holding(secrets, began, roots=[tempfile.gettempdir()], skip=allowed) == []

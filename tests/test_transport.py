@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -138,24 +138,34 @@ def pids_running(command_line: str) -> list[int]:
     return found
 
 
-def key_copies(private_key: str, since: float, *, skip: Path) -> list[Path]:
-    """Files under the temporary folders and the home folder, changed since ``since``, that hold
-    the key (``skip``: the test sshd's own folder, the stand-in for the user's ~/.ssh)."""
-    roots = sorted({tempfile.gettempdir(), "/tmp", "/var/tmp", str(Path.home())})
+def files_holding(
+    secrets: Sequence[bytes], since: float, *, roots: Sequence[str] = (), skip: Sequence[Path] = ()
+) -> list[Path]:
+    """Files under ``roots`` (by default the temporary folders and the home folder), changed since
+    ``since``, that hold one of ``secrets``; the folders in ``skip`` are allowed to."""
+    roots = roots or sorted({tempfile.gettempdir(), "/tmp", "/var/tmp", str(Path.home())})
     # find walks the half a million files there in seconds, where os.walk takes minutes.
     changed = subprocess.run(
         ["find", *roots, "-xdev", "-type", "f", "-size", "-64M",
          "(", "-newermt", f"@{since:.0f}", "-o", "-newerct", f"@{since:.0f}", ")", "-print0"],
         capture_output=True,
     ).stdout.split(b"\0")  # fmt: skip
-    body = key_body(private_key).encode()
     found = []
     for name in filter(None, changed):
         path = Path(os.fsdecode(name))
-        with contextlib.suppress(OSError):
-            if not path.is_relative_to(skip) and body in path.read_bytes():
+        if any(path.is_relative_to(folder) for folder in skip):
+            continue
+        with contextlib.suppress(OSError):  # a file removed meanwhile
+            data = path.read_bytes()
+            if any(secret in data for secret in secrets):
                 found.append(path)
     return found
+
+
+def key_copies(private_key: str, since: float, *, skip: Path) -> list[Path]:
+    """Files under the temporary folders and the home folder, changed since ``since``, that hold
+    the key (``skip``: the test sshd's own folder, the stand-in for the user's ~/.ssh)."""
+    return files_holding([key_body(private_key).encode()], since, skip=[skip])
 
 
 def test_run_returns_exit_code_output_and_reads_stdin(conn: Connection) -> None:
