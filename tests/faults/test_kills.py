@@ -44,24 +44,6 @@ def converges(drill: Drill, stack: str, port: int, *, cancel: bool = True) -> st
     return result.stdout + result.stderr
 
 
-def test_sigkill_of_pulumi_during_the_benchmark_lets_go_of_the_host(drill: Drill) -> None:
-    port = drill.add_stack("killed", benchmark=LONG_BENCHMARK)
-    update = drill.start("up", "--yes", "--skip-preview", "-s", "killed")
-    wait_for(lambda: loadgens(port) or update.poll() is not None, 120, "the benchmark to start")
-    assert update.poll() is None, update.communicate()[0]
-
-    interrupt(update, signal.SIGKILL)
-    update.wait()
-
-    # No process of the tool runs on (provider, its wrapper, language host, program, loadgen),
-    # and the host no longer counts the update as running, all without anything killed by hand.
-    wait_for(lambda: not drill.tool_processes(), 30, f"no orphans: {drill.tool_processes()}")
-    wait_for(lambda: not loadgens(port), 15, "the load generator to stop")
-    holder = drill.claim()
-    assert holder is not None and (holder.stack, holder.updating) == ("killed", False)
-    converges(drill, "killed", port)
-
-
 def test_sigkill_of_pulumi_during_a_replacing_benchmark_leaves_no_process_of_the_update(
     drill: Drill,
 ) -> None:
@@ -160,13 +142,20 @@ def test_sigkill_at_three_moments_is_recovered_by_one_command_each_time(drill: D
     assert f"recover: stopped the server it had launched on the local host (pid {launched[0]})." in said
     assert servers(port) == []
 
-    # 3. During the benchmark: the server the state tracks serves on.
+    # 3. During the benchmark: the host is let go, and the server the state tracks serves on.
     update = drill.up_until_pending("recovered", "recovered-benchmark")
     wait_for(lambda: loadgens(port) or update.poll() is not None, 120, "the benchmark to start")
     serving = servers(port)
     assert len(serving) == 1 and healthy(port)
     interrupt(update, signal.SIGKILL)
     update.wait()
+    # Before any command: no process of the tool runs on (provider, its wrapper, language host,
+    # program, load generator) and the host no longer counts the update as running, with nothing
+    # killed by hand.
+    wait_for(lambda: not drill.tool_processes(), 30, f"no orphans: {drill.tool_processes()}")
+    wait_for(lambda: not loadgens(port), 15, "the load generator to stop")
+    holder = drill.claim()
+    assert holder is not None and (holder.stack, holder.updating) == ("recovered", False)
     said = recovered(drill, "recovered")
     assert "creating recovered-benchmark (sglang:Benchmark): safe to run again" in said, said
     assert servers(port) == serving and healthy(port), "recover stopped the server the state tracks"
