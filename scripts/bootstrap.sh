@@ -49,6 +49,11 @@ ensure_wheelhouse() {
         fi
         mv -T "$partial" "$dir" 2>/dev/null || rm -rf "$partial" # another bootstrap finished first
     fi
+    # Marked as used; wheels of other requirements not used for 30 days (and fetches abandoned a
+    # day ago) are removed.
+    touch "$dir"
+    find "$CACHE/wheels" -mindepth 1 -maxdepth 1 -type d \( -name '*.partial.*' -mtime +1 -o -mtime +30 \) \
+        -exec rm -rf {} + 2>/dev/null || true
     echo "$dir"
 }
 
