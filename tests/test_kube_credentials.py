@@ -6,7 +6,6 @@ temp folder. The cluster itself is exercised in tests/test_kube_deploy.py."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ import yaml
 
 from sglang_stacks.kube.client import ClusterAccess
 from tests._pulumi import ROOT
-from tests.test_transport import wait_for
+from tests.test_transport import files_holding, wait_for
 
 KEY = b"-----BEGIN EC PRIVATE KEY-----\nnot-a-real-key-but-secret-anyway\n-----END EC PRIVATE KEY-----\n"
 
@@ -88,12 +87,7 @@ def test_the_clients_key_files_leave_with_a_killed_command_not_in_the_temp_folde
     assert client.stdout is not None and client.stdout.readline() == "loaded\n"
 
     def holding_the_key() -> list[Path]:
-        found = []
-        for path in temp.rglob("*"):
-            with contextlib.suppress(OSError):  # the reaper may remove it while it is read
-                if path.is_file() and KEY in path.read_bytes():
-                    found.append(path)
-        return found
+        return files_holding([KEY], 0, roots=[str(temp)])  # every file of the client's temp folder
 
     assert holding_the_key()  # the files exist while the client may use them ...
     assert all(path.parent.stat().st_mode & 0o077 == 0 for path in holding_the_key())  # ... privately
