@@ -5,7 +5,8 @@
 #   - the Pulumi CLI: a `pulumi` on PATH of an accepted version, else built once from its Go module
 #     into a cache outside the repository, keyed by version
 #   - beside it, Pulumi's Python helper scripts (program runner, dynamic-provider plugin) from the
-#     SDK's Go module, and the project's language host installed as `pulumi-language-python`
+#     SDK's Go module, and the project's language host (toolchain/pulumi-cli/languagehost) built as
+#     `pulumi-language-python`
 #   - .venv/sglang-stacks.env: the environment that scripts/env.sh exports (PATH, local backend, offline)
 #
 # Environment: SGLANG_STACKS_CACHE (default ~/.cache/sglang-stacks) holds the builds.
@@ -111,8 +112,26 @@ ensure_toolchain() {
         install -m 0755 "$module/python/cmd/pulumi-language-python-exec" "$dir/"
         install -m 0755 "$module/python/dist/pulumi-resource-pulumi-python" "$dir/"
     fi
-    install -m 0755 "$ROOT/toolchain/pulumi-language-python" "$dir/"
+    ensure_language_host "$dir"
     echo "$dir"
+}
+
+# Builds the project's language host into $1 as `pulumi-language-python` unless the binary there
+# is the one its sources build. The cache is shared by every checkout, so the stamp names both the
+# sources and the binary they gave.
+ensure_language_host() {
+    local dir=$1 module="$ROOT/toolchain/pulumi-cli" want have
+    want=$(cat "$module/languagehost/main.go" "$module/go.mod" "$module/go.sum" | sha256sum | cut -d' ' -f1)
+    have=$(sha256sum "$dir/pulumi-language-python" 2>/dev/null | cut -d' ' -f1 || true)
+    if [[ "$(cat "$dir/pulumi-language-python.stamp" 2>/dev/null)" == "$want $have" ]]; then
+        return
+    fi
+    say "building the project's language host (seconds once the CLI is built)"
+    (cd "$module" && GOFLAGS=-mod=mod go build -trimpath -buildvcs=false -ldflags "-s -w" \
+        -o "$dir/pulumi-language-python.partial" ./languagehost)
+    mv "$dir/pulumi-language-python.partial" "$dir/pulumi-language-python"
+    have=$(sha256sum "$dir/pulumi-language-python" | cut -d' ' -f1)
+    echo "$want $have" >"$dir/pulumi-language-python.stamp"
 }
 
 write_env() {
