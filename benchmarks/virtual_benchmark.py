@@ -181,7 +181,7 @@ def run_benchmark(
     refused = engine.input_problem(workload.input_len)
     if refused is not None:
         return 0.0, refused
-    # The server's own warmup request (sglang_emulator.__main__._warmup_request) comes first: it
+    # The server's own warmup request (sglang_emulator.serve._warmup_request) comes first: it
     # takes the first request ordinal, whose seed the accept-length sampler uses.
     engine.submit(Request(rid="warmup", prompt_ids=[1, 2, 3, 4, 5, 6], max_new_tokens=8))
     engine.advance()
