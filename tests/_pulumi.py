@@ -157,7 +157,7 @@ class Workspace:
         "pulumi-python:dynamic/sglang:Server", "baseline-server")``, or with the resource's inputs
         as a fourth item. Written into the backend's file, since `pulumi stack import` drops
         pending operations."""
-        path = self.backend / ".pulumi" / "stacks" / "sglang-stacks" / f"{stack}.json"
+        path = self.state_file(stack)
         document = json.loads(path.read_text())
         document["checkpoint"].setdefault("latest", {})["pending_operations"] = [
             {
@@ -184,19 +184,47 @@ class Workspace:
         path.write_text(json.dumps({"pid": pid, "username": "u", "hostname": machine, "timestamp": stamp}))
         return path
 
+    def state_file(self, stack: str) -> Path:
+        """The local backend's file of ``stack``: its config's salt and its last checkpoint."""
+        return self.backend / ".pulumi" / "stacks" / "sglang-stacks" / f"{stack}.json"
+
+    def deployment(self, stack: str) -> dict[str, Any]:
+        """``stack``'s state as `pulumi stack export` prints its ``deployment`` (secrets
+        encrypted), read from the backend's file: the CLI costs a quarter of a CPU-second a read,
+        and the tests read states often. Pulumi writes the file whole, through a rename."""
+        checkpoint = json.loads(self.state_file(stack).read_text())["checkpoint"]
+        latest: dict[str, Any] = checkpoint.get("latest") or {}
+        return latest
+
     def outputs(self, stack: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.json("stack", "output", "--json", "-s", stack)
-        return result
+        """``stack``'s outputs as `pulumi stack output --json` prints them, a secret as
+        ``"[secret]"``, read from the stack resource in the backend's file."""
+        resources = self.deployment(stack).get("resources") or []
+        root: dict[str, Any] = next((r for r in resources if r["type"] == "pulumi:pulumi:Stack"), {})
+        return {name: _secrets_hidden(value) for name, value in (root.get("outputs") or {}).items()}
 
     def server_pids(self, stack: str) -> dict[int, int]:
         """Each fleet host's server process as the stack's state records it, by host index."""
-        exported = self.json("stack", "export", "-s", stack)
         pids = {}
-        for resource in exported["deployment"]["resources"]:
+        for resource in self.deployment(stack)["resources"]:
             name = resource["urn"].rsplit("::", 1)[1]
             if name.endswith("-server"):
                 pids[int(name.split("-host")[1].split("-")[0])] = resource["outputs"]["pid"]
         return pids
+
+
+# How a Pulumi state marks a secret value (its "signature" key and value).
+_SECRET_SIG = ("4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270")
+
+
+def _secrets_hidden(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(_SECRET_SIG[0]) == _SECRET_SIG[1]:
+            return "[secret]"
+        return {key: _secrets_hidden(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_secrets_hidden(item) for item in value]
+    return value
 
 
 def shipped_stack_config(stack: str, folder: Path) -> str:

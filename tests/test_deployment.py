@@ -140,10 +140,9 @@ def new_stack(workspace: Workspace, stack: str, server: SshServer, config: dict[
 
 def resources(workspace: Workspace, stack: str) -> dict[str, dict[str, Any]]:
     """The stack's resources as its state holds them (secrets hidden), by resource name."""
-    exported = workspace.json("stack", "export", "-s", stack)
     return {
         resource["urn"].rsplit("::", 1)[1]: resource.get("outputs", {})
-        for resource in exported["deployment"].get("resources") or []
+        for resource in workspace.deployment(stack).get("resources") or []
     }
 
 

@@ -4,7 +4,6 @@ against coreutils, and the resource driven through the real Pulumi engine.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
@@ -366,8 +365,7 @@ pulumi.export("path_on_host", draft.input(lambda i: i.path_on_host))
 def draft_state(workspace: Workspace) -> Props:
     """The DraftModel's outputs as the stack's state holds them (refresh changes these, not the
     stack outputs)."""
-    state = json.loads(workspace.run("stack", "export", "-s", "draft").stdout)
-    (draft,) = [r for r in state["deployment"]["resources"] if r["urn"].endswith("::draft")]
+    (draft,) = [r for r in workspace.deployment("draft")["resources"] if r["urn"].endswith("::draft")]
     outputs: Props = draft["outputs"]
     return outputs
 

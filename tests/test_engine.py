@@ -32,6 +32,8 @@ def test_preview_up_output_diff_destroy(workspace: Workspace, tmp_path: Path) ->
     up = workspace.run("up", "--yes", "-s", "demo")
     assert "warning" not in up.stdout.lower() + up.stderr.lower()
     outputs = workspace.outputs("demo")
+    # What the tests read from the backend's file is what `pulumi stack output` prints.
+    assert outputs == workspace.json("stack", "output", "--json", "-s", "demo")
     assert outputs["sglang_version"] == "0.5.8"
     assert outputs["launch_flags"]["cuda_graph_max_bs"] == 128
     assert 70 < outputs["tok_s"] < 95

@@ -219,5 +219,4 @@ def test_destroy_stops_every_replica_and_the_router(demo: Demo) -> None:
     demo.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, timeout_s=600)
 
     assert not any(_listening(port) for port in ports)
-    exported = demo.workspace.json("stack", "export", "-s", STACK)
-    assert not exported["deployment"].get("resources")
+    assert not demo.workspace.deployment(STACK).get("resources")

@@ -187,7 +187,7 @@ def test_the_hub_token_reaches_the_server_from_a_secret_and_nowhere_in_plain_tex
     assert HUB_TOKEN not in json.dumps(deployment) + json.dumps(
         _get(kube_cluster, "pod", "-n", namespace, pod)
     )
-    assert HUB_TOKEN not in kube_workspace.run("stack", "export", "-s", "k8s-baseline").stdout
+    assert HUB_TOKEN not in kube_workspace.state_file("k8s-baseline").read_text()
     assert HUB_TOKEN not in json.dumps(kube_workspace.outputs("k8s-baseline"))
     assert HUB_TOKEN not in (kube_workspace.path / "stacks" / "Pulumi.k8s-baseline.yaml").read_text()
 

@@ -162,7 +162,7 @@ def test_the_shipped_cluster_fleet_serves_three_replica_pods_through_the_router(
         assert variable["valueFrom"] == {"secretKeyRef": {"name": secret, "key": "HF_TOKEN"}}
         assert HUB_TOKEN not in json.dumps(deployment)
     assert HUB_TOKEN not in json.dumps(fleet.get("pods"))
-    assert HUB_TOKEN not in fleet.workspace.run("stack", "export", "-s", STACK).stdout
+    assert HUB_TOKEN not in fleet.workspace.state_file(STACK).read_text()
     assert HUB_TOKEN not in json.dumps(fleet.workspace.outputs(STACK))
     # The router: a Deployment running sglang-router's launcher, and a Service in front of it.
     router = fleet.get("deployment", f"sglang-{STACK}-router")

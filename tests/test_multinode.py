@@ -44,10 +44,9 @@ class Deployed:
 
     def servers(self) -> dict[str, dict[str, Any]]:
         """The server resources in the state, by name, with their outputs."""
-        exported = self.workspace.json("stack", "export", "-s", STACK)
         return {
             resource["urn"].rsplit("::", 1)[1]: resource.get("outputs", {})
-            for resource in exported["deployment"]["resources"]
+            for resource in self.workspace.deployment(STACK)["resources"]
             if resource["urn"].endswith("-server")
         }
 
@@ -158,4 +157,4 @@ def test_destroy_stops_both_nodes_and_the_router(deployed: Deployed) -> None:
     assert not any(_alive(pid) for pid in pids.values())
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{deployed.router_port}/workers", timeout=2)
-    assert not deployed.workspace.json("stack", "export", "-s", STACK)["deployment"].get("resources")
+    assert not deployed.workspace.deployment(STACK).get("resources")

@@ -41,7 +41,7 @@ def project(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Workspace:
 
 
 def pending(project: Workspace) -> list[str]:
-    exported = project.json("stack", "export", "-s", "tuned")["deployment"]
+    exported = project.deployment("tuned")
     return [
         op["type"] + " " + op["resource"]["urn"].rsplit("::", 1)[1]
         for op in exported.get("pending_operations", [])

@@ -80,4 +80,4 @@ def test_a_stack_whose_file_broke_is_destroyed_as_the_refusal_says(
     workspace.run(*said.split()[1:], "--yes")
 
     assert emulator_pids(port) == []
-    assert workspace.json("stack", "export", "-s", STACK)["deployment"].get("resources") in (None, [])
+    assert workspace.deployment(STACK).get("resources") in (None, [])

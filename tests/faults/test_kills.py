@@ -116,7 +116,7 @@ def recovered(drill: Drill, stack: str) -> str:
     # The killed CLI's lock: let go by its update's provider on its way out, else by recover.
     assert not locks.read_locks(f"file://{drill.workspace.backend}", stack), said
     assert f"nothing remains; `pulumi up -s {stack}` converges" in said, said
-    assert "pending_operations" not in drill.workspace.json("stack", "export", "-s", stack)["deployment"]
+    assert "pending_operations" not in drill.workspace.deployment(stack)
     return said
 
 
@@ -163,8 +163,7 @@ def test_sigkill_at_three_moments_is_recovered_by_one_command_each_time(drill: D
     # Then `pulumi up` works, says nothing of pending operations, and leaves none.
     output = converges(drill, "recovered", port, cancel=False)
     assert "pending" not in output.lower(), output
-    exported = drill.workspace.json("stack", "export", "-s", "recovered")
-    assert "pending_operations" not in exported["deployment"]
+    assert "pending_operations" not in drill.workspace.deployment("recovered")
 
 
 @pytest.mark.parametrize(
@@ -203,7 +202,7 @@ def test_ctrl_c_to_the_process_group_leaves_nothing_running_and_the_next_up_is_c
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert len(servers(port)) == 1 and healthy(port)
-    deployment = drill.workspace.json("stack", "export", "-s", stack)["deployment"]
+    deployment = drill.workspace.deployment(stack)
     assert "pending_operations" not in deployment, (
         [(op["type"], op["resource"]["urn"].rsplit("::", 1)[1]) for op in deployment["pending_operations"]],
         output,
