@@ -127,9 +127,11 @@ ensure_language_host() {
         return
     fi
     say "building the project's language host (seconds once the CLI is built)"
+    # Another checkout's bootstrap may build at the same moment: each writes its own file, and the
+    # rename replaces the host whole under any engine starting it.
     (cd "$module" && GOFLAGS=-mod=mod go build -trimpath -buildvcs=false -ldflags "-s -w" \
-        -o "$dir/pulumi-language-python.partial" ./languagehost)
-    mv "$dir/pulumi-language-python.partial" "$dir/pulumi-language-python"
+        -o "$dir/pulumi-language-python.partial.$$" ./languagehost)
+    mv "$dir/pulumi-language-python.partial.$$" "$dir/pulumi-language-python"
     have=$(sha256sum "$dir/pulumi-language-python" | cut -d' ' -f1)
     echo "$want $have" >"$dir/pulumi-language-python.stamp"
 }
