@@ -18,7 +18,7 @@ from sglang_emulator.executed import executed_settings
 from sglang_emulator.profile import Profile
 from sglang_emulator.rendezvous import split_address
 from sglang_emulator.world import model_facts
-from sglang_flags import load_table, nearest_releases, parser, release_key
+from sglang_flags import load_table, parser, release_key
 from sglang_flags.renames import flag_for, spellings
 from sglang_world import Launch, ModelKind, ServerSettings, judged_releases, resolve_settings
 from sglang_world.launch import launch_from_args
@@ -279,8 +279,3 @@ def multinode_problem(config: LaunchConfig) -> str | None:
     except ValueError as exc:
         return f"{exc}; give rank 0's address and a free port, like 10.0.0.1:20000."
     return None
-
-
-def releases_text(release: str) -> str:
-    """The emulated releases nearest to ``release``, for error messages."""
-    return " and ".join(nearest_releases(release))

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pulumi.runtime import rpc
 
 from sglang_stacks.errors import RECORDS_ENV
 from tests._ports import free_port as free_port  # where the tests find it
@@ -213,13 +214,10 @@ class Workspace:
         return pids
 
 
-# How a Pulumi state marks a secret value (its "signature" key and value).
-_SECRET_SIG = ("4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270")
-
-
 def _secrets_hidden(value: Any) -> Any:
+    """``value`` with each secret as `pulumi stack output` shows it (the SDK's signature marks one)."""
     if isinstance(value, dict):
-        if value.get(_SECRET_SIG[0]) == _SECRET_SIG[1]:
+        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
             return "[secret]"
         return {key: _secrets_hidden(item) for key, item in value.items()}
     if isinstance(value, list):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import signal
 import socket
@@ -20,6 +19,8 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 from pulumi.runtime.proto import language_pb2, language_pb2_grpc
+
+from tests._processes import alive
 
 # A stand-in interpreter: it notes how it was started, then behaves as its EXIT file says.
 FAKE_PYTHON = """#!/bin/sh
@@ -59,14 +60,19 @@ class Host:
         self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
         self.stub = language_pb2_grpc.LanguageRuntimeStub(self.channel)
 
-    def run(self, exit_code: str, **request: Any) -> Any:
+    def request(self, exit_code: str, **fields: Any) -> Any:
+        """A run of the project in the fake venv's folder, whose program exits with ``exit_code``
+        (or, with ``wait``, runs until stopped)."""
         (self.venv / "EXIT").write_text(exit_code)
+        options = struct_pb2.Struct()
+        options.update({"virtualenv": "venv"})
         info = language_pb2.ProgramInfo(
-            root_directory=str(self.venv.parent),
-            program_directory=str(self.venv.parent),
-            options=_options({"virtualenv": "venv"}),
+            root_directory=str(self.venv.parent), program_directory=str(self.venv.parent), options=options
         )
-        return self.stub.Run(language_pb2.RunRequest(info=info, pwd=str(self.venv.parent), **request))
+        return language_pb2.RunRequest(info=info, pwd=str(self.venv.parent), **fields)
+
+    def run(self, exit_code: str, **fields: Any) -> Any:
+        return self.stub.Run(self.request(exit_code, **fields))
 
     def note(self, name: str) -> str:
         return (self.venv / name).read_text()
@@ -129,11 +135,7 @@ def test_a_missing_virtualenv_is_named_with_the_fix(host: Host) -> None:
 
 def test_the_host_and_its_program_end_once_the_engine_is_gone(host: Host) -> None:
     """What a CLI killed with SIGKILL leaves: its plugins are not told to stop."""
-    (host.venv / "EXIT").write_text("wait")
-    info = language_pb2.ProgramInfo(
-        root_directory=str(host.venv.parent), options=_options({"virtualenv": "venv"})
-    )
-    running = host.stub.Run.future(language_pb2.RunRequest(info=info, pwd=str(host.venv.parent)))
+    running = host.stub.Run.future(host.request("wait"))
     deadline = time.monotonic() + 10
     while not (host.venv / "pid").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -141,22 +143,7 @@ def test_the_host_and_its_program_end_once_the_engine_is_gone(host: Host) -> Non
     host.engine.close()
     host.process.wait(timeout=10)  # the host polls every 2 s
     deadline = time.monotonic() + 5
-    while _alive(program) and time.monotonic() < deadline:
+    while alive(program) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(program), "the program outlived its host"
+    assert not alive(program), "the program outlived its host"
     assert running.done()
-
-
-def _options(values: dict[str, Any]) -> struct_pb2.Struct:
-    options = struct_pb2.Struct()
-    options.update(values)
-    return options
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    return status != "Z"

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from sglang_stacks.results.outputs import FleetOutputs
+from tests._processes import alive
 from tests._pulumi import ROOT, Workspace, shipped_stack_config
 
 pytestmark = pytest.mark.integration
@@ -68,14 +69,6 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
         workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, check=False, timeout_s=600)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-
-
 def test_a_two_node_tp16_server_deploys_serves_and_benchmarks(deployed: Deployed) -> None:
     outputs = deployed.workspace.outputs(STACK)
     rank0 = f"http://127.0.0.1:{deployed.ports[0]}"
@@ -112,7 +105,7 @@ def test_a_flag_change_relaunches_every_node_and_the_group_serves_again(deployed
     assert preview.count("max_running_requests") >= 2, "both nodes' flags change"
     deployed.workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
     after = deployed.pids()
-    assert all(after[name] != before[name] and _alive(after[name]) for name in after)
+    assert all(after[name] != before[name] and alive(after[name]) for name in after)
     info = httpx.get(f"http://127.0.0.1:{deployed.ports[0]}/server_info", timeout=10).json()
     assert (info["max_running_requests"], info["nnodes"]) == (64, 2)
 
@@ -127,19 +120,19 @@ def test_a_killed_rank_1_is_seen_by_refresh_and_up_relaunches_the_group(deployed
     try:
         os.kill(rank1, signal.SIGKILL)
         deployed.workspace.run("refresh", "--yes", "--skip-preview", "-s", STACK, timeout_s=300)
-        assert _alive(rank0)
+        assert alive(rank0)
         assert deployed.servers() == {}, "refresh finds the whole group gone"
     finally:
         os.kill(rank0, signal.SIGCONT)
     deadline = time.monotonic() + 15
-    while _alive(rank0) and time.monotonic() < deadline:
+    while alive(rank0) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _alive(rank0), "a dead node takes the whole group down"
+    assert not alive(rank0), "a dead node takes the whole group down"
 
     deployed.workspace.run("up", "--yes", "--skip-preview", "-s", STACK, timeout_s=900)
     after = deployed.pids()
     assert sorted(after) == sorted(before)
-    assert all(after[name] != before[name] and _alive(after[name]) for name in after)
+    assert all(after[name] != before[name] and alive(after[name]) for name in after)
     answer = httpx.post(
         f"http://127.0.0.1:{deployed.router_port}/generate",
         json={"text": "hello", "sampling_params": {"max_new_tokens": 4}},
@@ -150,11 +143,11 @@ def test_a_killed_rank_1_is_seen_by_refresh_and_up_relaunches_the_group(deployed
 
 def test_destroy_stops_both_nodes_and_the_router(deployed: Deployed) -> None:
     pids = deployed.pids()
-    assert all(_alive(pid) for pid in pids.values())
+    assert all(alive(pid) for pid in pids.values())
 
     deployed.workspace.run("destroy", "--yes", "--skip-preview", "-s", STACK, timeout_s=600)
 
-    assert not any(_alive(pid) for pid in pids.values())
+    assert not any(alive(pid) for pid in pids.values())
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{deployed.router_port}/workers", timeout=2)
     assert not deployed.workspace.deployment(STACK).get("resources")

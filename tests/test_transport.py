@@ -26,6 +26,7 @@ from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.session import open_session
 from sglang_stacks.hostops.transport import HostPath, gathering, quote, quote_path, run, upload
 from tests._ports import free_port
+from tests._processes import alive
 from tests._pulumi import ROOT
 from tests.sshd import SshServer, new_key, start_sshd
 
@@ -519,14 +520,6 @@ def test_a_gathered_read_keeps_its_own_time_limit(sshd: SshServer) -> None:
         run(conn, "sleep 20", timeout_s=1)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _started_script(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
     """The wire's bootstrap on this machine running a script that would run for minutes, and the
     pid of that script's bash."""
@@ -552,15 +545,15 @@ def _started_script(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
 def test_a_script_stops_when_the_process_that_ran_it_is_killed(tmp_path: Path) -> None:
     # A cancelled update kills the session's client; the host's script must not run on for minutes.
     wire, script = _started_script(tmp_path)
-    assert _alive(script)
+    assert alive(script)
 
     wire.kill()
     wire.wait()
 
     deadline = time.monotonic() + 5
-    while _alive(script) and time.monotonic() < deadline:
+    while alive(script) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(script), "the script ran on after its session ended"
+    assert not alive(script), "the script ran on after its session ended"
 
 
 def test_a_cancelled_update_stops_the_script_in_flight_at_once(tmp_path: Path) -> None:
@@ -582,6 +575,6 @@ def test_a_cancelled_update_stops_the_script_in_flight_at_once(tmp_path: Path) -
     assert time.monotonic() - started < 5
     script = int((tmp_path / "pid").read_text())
     deadline = time.monotonic() + 5
-    while _alive(script) and time.monotonic() < deadline:
+    while alive(script) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(script)
+    assert not alive(script)
