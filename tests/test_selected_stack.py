@@ -164,3 +164,26 @@ def test_a_trials_life_asks_the_cli_only_what_it_reads(
     assert [stack["name"] for stack in workspace.json("stack", "ls", "--json")] == []
     assert not (workspace.path / "stacks" / "Pulumi.trial-1.yaml").exists()
     assert "The resources in the stack have been deleted" in runner.log_path("trial-1").read_text()
+
+
+@pytest.mark.integration
+def test_the_tools_pulumi_runs_without_proportional_garbage_collection_unless_the_user_says(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An update the tool runs gets `GO_RUNTIME` (a short `pulumi` spends a third less CPU), as its
+    program sees in its environment; a user's own ``GOGC`` is left as it is, and no limit added."""
+    workspace.use_program(
+        "import os\nimport pulumi\n"
+        'pulumi.export("gogc", os.environ.get("GOGC", "unset"))\n'
+        'pulumi.export("limit", os.environ.get("GOMEMLIMIT", "unset"))\n'
+    )
+    workspace.enter(monkeypatch)
+    for name in _workspace.GO_RUNTIME:
+        monkeypatch.delenv(name, raising=False)
+    stack = automation.write_stack(workspace.path, "gc", {}, "a trial")
+    assert stack.up(color="never", show_secrets=False).outputs["gogc"].value == "off"
+    assert automation.stack_outputs("gc", workspace.path) == {"gogc": "off", "limit": "256MiB"}
+
+    monkeypatch.setenv("GOGC", "200")
+    stack.up(color="never", show_secrets=False)
+    assert automation.stack_outputs("gc", workspace.path) == {"gogc": "200", "limit": "unset"}
