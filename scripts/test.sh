@@ -45,8 +45,11 @@ set +a
 echo "== ruff"
 ruff check .
 ruff format --check .
-# The type check (half a minute on one core from a fresh clone) runs beside the tests, which start
-# with a file each on four workers; its verdict is printed, and counts, once they are done.
+# The type check runs beside the tests, which start with a file each on four workers; its verdict
+# is printed, and counts, once they are done. Its cache is kept with the builds, shared by the
+# checkouts of this machine (mypy reuses an entry only for a file whose hash it matches): a fresh
+# clone's check takes 3 CPU-seconds instead of 28 once another checkout has been checked.
+export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${SGLANG_STACKS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sglang-stacks}/mypy}"
 mypy_log=$(mktemp)
 mypy . >"$mypy_log" 2>&1 &
 mypy_pid=$!

@@ -5,6 +5,7 @@ command last read), and a read that meets a running update's checkpoint mid-writ
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -111,7 +112,7 @@ def test_reading_outputs_takes_one_cli_process_and_decrypts_no_secret(
     asked: list[list[str]] = []
     real = _workspace.Command.run
 
-    def counted(self: _workspace.Command, args: list[str], *rest: object, **kwargs: object) -> object:
+    def counted(self: _workspace.Command, args: list[str], *rest: Any, **kwargs: Any) -> object:
         asked.append(list(args))
         return real(self, args, *rest, **kwargs)
 
@@ -137,7 +138,7 @@ def test_a_trials_life_asks_the_cli_only_what_it_reads(
     asked: list[list[str]] = []
     real = _workspace.Command.run
 
-    def counted(self: _workspace.Command, args: list[str], *rest: object, **kwargs: object) -> object:
+    def counted(self: _workspace.Command, args: list[str], *rest: Any, **kwargs: Any) -> object:
         asked.append([arg for arg in args if arg != "--non-interactive"])
         return real(self, args, *rest, **kwargs)
 
