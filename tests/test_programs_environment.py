@@ -52,7 +52,9 @@ def check(venv: Path | str, runtime: str = "emulator", prove_import: bool = Fals
     return dict(line.split("=", 1) for line in done.stdout.splitlines())
 
 
-def install(venv: Path, pins: str, staging: str = "", **more: str) -> tuple[int, str]:
+def install(
+    venv: Path, pins: str, staging: str = "", fingerprint: str = "f" * 64, **more: str
+) -> tuple[int, str]:
     done = run_sh(
         "env_install.sh",
         venv=str(venv),
@@ -60,7 +62,7 @@ def install(venv: Path, pins: str, staging: str = "", **more: str) -> tuple[int,
         staging=staging,
         packages="pkg_a\npkg_b",
         marker=".marker",
-        fingerprint="f" * 64,
+        fingerprint=fingerprint,
         install_log="install.log",
         lock_wait_s="5",
         **more,
@@ -218,7 +220,9 @@ def test_a_reinstall_never_leaves_a_moment_without_the_package(tmp_path: Path) -
         for package in ("pkg_a", "pkg_b"):
             (staging / package).mkdir(parents=True)
             (staging / package / "data.txt").write_text(f"{version}\n")
-        code, stderr = install(venv, "httpx==0.28.1", str(staging), path=f"{shim}:{os.environ['PATH']}")
+        code, stderr = install(
+            venv, "httpx==0.28.1", str(staging), version * 8, path=f"{shim}:{os.environ['PATH']}"
+        )
         assert code == 0, stderr
 
     seen = (tmp_path / "seen.log").read_text().splitlines()
@@ -228,6 +232,38 @@ def test_a_reinstall_never_leaves_a_moment_without_the_package(tmp_path: Path) -
     assert sorted(path.name for path in (venv / "site").iterdir() if "pkg_a" in path.name) == sorted(
         ["pkg_a", os.readlink(venv / "site" / "pkg_a")]
     )
+
+
+def staged(folder: Path, version: str) -> str:
+    for package in ("pkg_a", "pkg_b"):
+        (folder / package).mkdir(parents=True)
+        (folder / package / "data.txt").write_text(f"{version}\n")
+    return str(folder)
+
+
+def test_an_install_another_update_finished_while_it_waited_changes_nothing(tmp_path: Path) -> None:
+    """Two updates found one environment unfinished and asked for the same install; the second
+    waited for the first's lock. It then finds the marker written and does nothing: installing again
+    swapped the packages under the server the first update had just started, and removed the version
+    that server was reading (a suite run met it: "No such file ... .sglang_emulator.arcjKZ/profiles").
+    An install asked for over that very marker (a repair) still runs."""
+    venv = stand_in_venv(tmp_path / "env")
+    code, stderr = install(venv, "httpx==0.28.1", staged(tmp_path / "first", "first"), seen="")
+    assert code == 0, stderr
+    serving = os.readlink(venv / "site" / "pkg_a")
+    installs = (venv / "calls.log").read_text().count(" install ")
+
+    code, stderr = install(venv, "httpx==0.28.1", staged(tmp_path / "second", "second"), seen="")
+
+    assert code == 0, stderr
+    assert os.readlink(venv / "site" / "pkg_a") == serving
+    assert (venv / "site" / serving / "data.txt").read_text() == "first\n"
+    assert (venv / "calls.log").read_text().count(" install ") == installs
+    assert not (tmp_path / "second").exists()  # the upload is removed all the same
+
+    code, stderr = install(venv, "httpx==0.28.1", staged(tmp_path / "repair", "repair"), seen="f" * 64)
+    assert code == 0, stderr
+    assert (venv / "site" / "pkg_a" / "data.txt").read_text() == "repair\n"
 
 
 def test_install_failing_pip_exits_11_with_pips_last_lines_and_no_marker(tmp_path: Path) -> None:

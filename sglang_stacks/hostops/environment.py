@@ -144,7 +144,9 @@ def converge(
     # Making it is not a refresh: an installed SGLang must import, whatever the import costs.
     found = _check(conn, venv, runtime, release, prove_import=True)
     if found.fingerprint != fingerprint or found.version is None:
-        _install(conn, venv, runtime, release, extra_pins, fingerprint, install_timeout_s)
+        _install(
+            conn, venv, runtime, release, extra_pins, (found.fingerprint, fingerprint), install_timeout_s
+        )
         found = _check(conn, venv, runtime, release, prove_import=True)
     if found.version is None:
         what = "the emulator" if runtime == "emulator" else f"SGLang {release}"
@@ -174,9 +176,12 @@ def _install(
     runtime: Runtime,
     release: str,
     extra_pins: Sequence[str],
-    fingerprint: str,
+    fingerprints: tuple[str, str],
     timeout_s: float,
 ) -> None:
+    """Installs under the environment's lock; ``fingerprints`` are the marker read before and the
+    one to write."""
+    seen, fingerprint = fingerprints
     staging = _upload_emulator(conn, venv) if runtime == "emulator" else ""
     install = Install(
         venv=venv,
@@ -185,6 +190,7 @@ def _install(
         packages=EMULATOR_PACKAGES,
         marker=MARKER,
         fingerprint=fingerprint,
+        seen=seen,
         install_log=INSTALL_LOG,
         lock_wait_s=LOCK_WAIT_S,
         without_pip=runtime == "emulator",  # the tool's own environment, one per emulated host

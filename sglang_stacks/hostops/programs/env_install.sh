@@ -5,7 +5,8 @@
 #   PINS         pip requirements, one per line
 #   STAGING      a folder of uploaded packages to put into site-packages, or empty
 #   PACKAGES     the package folders in STAGING, one per line
-#   MARKER       the marker file's name; FINGERPRINT what it records
+#   MARKER       the marker file's name; FINGERPRINT what it records; SEEN what the caller read in
+#                it before asking (empty: no marker)
 #   INSTALL_LOG  pip's log file's name in the folder;  LOCK_WAIT_S  how long to wait for the lock
 #   WITHOUT_PIP  1: a venv it creates gets no pip when the host's python3 has pip 22.3 or later,
 #                whose --python installs into it (ensurepip costs seconds of CPU per venv)
@@ -22,6 +23,14 @@ if [ -n "$STAGING" ]; then trap 'rm -rf "$STAGING"' EXIT; fi
 mkdir -p "$(dirname "$VENV")" || exit 10
 exec 9>"$VENV.lock"
 if command -v flock >/dev/null 2>&1; then flock -w "$LOCK_WAIT_S" 9 || exit 12; fi
+# Two updates that both found the environment unfinished wait here in turn. When the one before
+# this finished the very install asked for, there is nothing left to do: doing it again would swap
+# the packages under the servers that update has just started, and remove the version they read.
+# A marker the caller saw already equal to the fingerprint is a repair asked for, and runs.
+if [ -x "$VENV/bin/python" ] && [ "${SEEN-}" != "$FINGERPRINT" ] &&
+    [ "$(cat "$VENV/$MARKER" 2>/dev/null)" = "$FINGERPRINT" ]; then
+    exit 0
+fi
 host_pip=false
 if [ -n "${WITHOUT_PIP:-}" ] && python3 -c 'import sys, pip
 sys.exit(tuple(int(part) for part in pip.__version__.split(".")[:2]) < (22, 3))' 2>/dev/null; then

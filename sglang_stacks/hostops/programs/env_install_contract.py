@@ -55,6 +55,9 @@ class Install(Request[None]):
     marker: str
     fingerprint: str
     """What the marker records."""
+    seen: str = ""
+    """What the caller read in the marker before asking (empty: no marker). When another install
+    wrote ``fingerprint`` there while this one waited for the lock, this one does nothing."""
     install_log: str
     """pip's log file's name in the folder."""
     lock_wait_s: int
