@@ -10,8 +10,8 @@ from sglang_stacks._face import lazy_face
 
 if TYPE_CHECKING:
     from sglang_stacks.config.flags import ServerFlags as ServerFlags
-    from sglang_stacks.config.memory import MemoryPlan as MemoryPlan
     from sglang_stacks.config.memory import plan_memory as plan_memory
+    from sglang_stacks.config.memory_plan import MemoryPlan as MemoryPlan
     from sglang_stacks.config.preflight import Finding as Finding
     from sglang_stacks.config.preflight import run_preflight as run_preflight
     from sglang_stacks.config.render import render_argv as render_argv

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sglang_stacks.config.memory import MemoryPlan
+    from sglang_stacks.config.memory_plan import MemoryPlan
 
 __all__ = ["explain", "fraction_fix", "verdict_line"]
 
