@@ -33,9 +33,10 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from sglang_stacks.causes import Cause
+from sglang_stacks.shape import Shape
 
 # fmt: off
 __all__ = [
@@ -59,7 +60,7 @@ def records_wanted() -> bool:
     return os.environ.get(RECORDS_ENV) == "1"
 
 
-class FailureRecord(BaseModel):
+class FailureRecord(Shape):
     """One error as it crosses Pulumi's engine: its class in this module and its fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -21,12 +21,13 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, SerializationInfo, ValidationError
+from pydantic import ConfigDict, Field, PlainSerializer, SerializationInfo, ValidationError
 
 from sglang_stacks.campaign.driver import Driver
 from sglang_stacks.campaign.model_search import Strategy
 from sglang_stacks.errors import SpecError
 from sglang_stacks.results.stats import BenchmarkResult
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "Driver",
@@ -58,7 +59,7 @@ Level = Annotated[BenchmarkResult, PlainSerializer(_whole)]
 the attributes are dumped (``exclude_defaults`` would drop them from each level too)."""
 
 
-class TrialAttributes(BaseModel):
+class TrialAttributes(Shape):
     """What a trial's user attributes hold, one attribute per field, as the dashboard shows them."""
 
     model_config = ConfigDict(extra="forbid")
@@ -162,7 +163,7 @@ def ran(attributes: TrialAttributes, **outcome: Any) -> dict[str, Any]:
     return told.model_dump(include=_RAN | set(outcome))
 
 
-class StudyAttributes(BaseModel):
+class StudyAttributes(Shape):
     """What the study's own user attributes hold of the whole campaign, one attribute per field."""
 
     model_config = ConfigDict(extra="forbid")

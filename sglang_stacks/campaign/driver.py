@@ -11,12 +11,14 @@ import os
 import socket
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
+
+from sglang_stacks.shape import Shape
 
 __all__ = ["Driver"]
 
 
-class Driver(BaseModel):
+class Driver(Shape):
     """The ``sweep run`` process that runs a trial: on another machine it is alive while its
     heartbeat is; on this one, while its process is."""
 

@@ -16,12 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from sglang_stacks.campaign.attributes import TrialAttributes, read_study_attributes, write_study_attributes
 from sglang_stacks.campaign.search import Search
 from sglang_stacks.errors import BenchmarkError, SpecError
 from sglang_stacks.results.stats import BenchmarkResult
+from sglang_stacks.shape import Shape
 
 __all__ = ["IMPORTED_FILE", "STATE_FILE", "import_sweep_file"]
 
@@ -29,7 +30,7 @@ STATE_FILE = "sweep.json"
 IMPORTED_FILE = "sweep.imported.json"
 
 
-class _Trial(BaseModel):
+class _Trial(Shape):
     """One trial of the sweep file, as the previous release wrote it."""
 
     model_config = ConfigDict(extra="forbid")
@@ -46,7 +47,7 @@ class _Trial(BaseModel):
     stopped_early: str | None = None
 
 
-class _Document(BaseModel):
+class _Document(Shape):
     model_config = ConfigDict(extra="forbid")
 
     campaign: str

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from sglang_stacks.shape import Shape
+
 
 @cache
 def attribute_docstrings(cls: type) -> dict[str, str]:
@@ -56,7 +58,7 @@ def describe_fields(schema: dict[str, Any], cls: type[BaseModel]) -> None:
                 properties[key]["description"] = docstring
 
 
-class FileSection(BaseModel):
+class FileSection(Shape):
     """A section of a file a person writes (a stack file, a campaign file): frozen, every unknown key
     refused, each field's docstring its description in the JSON Schema."""
 

@@ -12,7 +12,6 @@ from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -22,6 +21,7 @@ from pydantic import (
 
 from sglang_flags.renames import spellings
 from sglang_stacks.config.docstrings import describe_fields
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "ExtraFlagValue",
@@ -116,7 +116,7 @@ _SWITCH_ACTIONS = frozenset(
 )
 
 
-class ServerFlags(BaseModel):
+class ServerFlags(Shape):
     """SGLang launch flags, one typed field per flag this workflow tunes, named as SGLang names them.
 
     A field left unset (``None``, or ``False`` for a switch) is not rendered, so SGLang applies its

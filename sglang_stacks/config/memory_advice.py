@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
+
+from sglang_stacks.shape import Shape
 
 if TYPE_CHECKING:
     from sglang_stacks.config.spec import StackSpec
@@ -15,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["MemoryAdvice", "memory_advice"]
 
 
-class MemoryAdvice(BaseModel):
+class MemoryAdvice(Shape):
     """One GPU's memory plan for a stack, as far as an out-of-memory fix needs it."""
 
     # Pulumi leaves an input's null fields out of the state: each of them has its default.

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BeforeValidator, ConfigDict
+
+from sglang_stacks.shape import Shape
 
 __all__ = ["MemoryPlan"]
 
@@ -17,7 +19,7 @@ def _sizes(value: Any) -> Any:
     return [int(word) for word in value.split()] if isinstance(value, str) else value
 
 
-class MemoryPlan(BaseModel):
+class MemoryPlan(Shape):
     """One GPU's plan for a stack and a release: the release's settings, the budget, the verdict.
 
     Every figure may be None: outputs written by earlier versions lack the newer ones, and a plan

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from sglang_stacks.config import multinode
 from sglang_stacks.config.benchmark_spec import BenchmarkSpec, GateSpec, SloSpec
@@ -35,6 +35,7 @@ from sglang_stacks.config.sections import (
     ModelSpec,
 )
 from sglang_stacks.errors import SpecError
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "CONFIG_NAMESPACE",
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 
-class StackSpec(BaseModel):
+class StackSpec(Shape):
     """Everything one stack declares, one section per config key."""
 
     model_config = ConfigDict(

@@ -19,9 +19,10 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from sglang_stacks.hostops import lifetime
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "LOCKED",
@@ -40,7 +41,7 @@ LOCK_HOLDER_EXIT_S = 30.0
 _RELEASING: set[str] = set()
 
 
-class Lock(BaseModel):
+class Lock(Shape):
     """A local backend's update lock, as the CLI writes it."""
 
     model_config = ConfigDict(extra="ignore")

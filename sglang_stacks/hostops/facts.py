@@ -3,14 +3,15 @@ found there (the host probe's output and the stack's ``host`` output)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from sglang_stacks.hostops.nvidia_smi import HostFacts
+from sglang_stacks.shape import Shape
 
 __all__ = ["FACT_KEYS", "DeclaredFacts", "FoundFacts"]
 
 
-class DeclaredFacts(BaseModel):
+class DeclaredFacts(Shape):
     """The facts a stack declares about its host; all are stable across probes."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from sglang_stacks.errors import RouterError
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "CONFIG_LABEL",
@@ -58,7 +59,7 @@ def worker_configs(router_url: str, worker_type: str | None = None) -> dict[str,
     }
 
 
-class Registration(BaseModel):
+class Registration(Shape):
     """A worker as ``POST /workers`` registers it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from sglang_stacks.config.findings import Finding, warning
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops.command_folder import update_folder
+from sglang_stacks.shape import Shape
 
 if TYPE_CHECKING:
     from sglang_stacks.config.kube import ClusterSpec
@@ -28,7 +29,7 @@ INLINE_SECRETS = ("client-key-data", "token", "password")
 """A kubeconfig user's fields that hold a credential itself rather than a file's path or a plugin."""
 
 
-class ClusterAccess(BaseModel):
+class ClusterAccess(Shape):
     """Which cluster, as whom, and where: a kubeconfig file, one of its contexts, a namespace."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")

@@ -26,6 +26,7 @@ from sglang_stacks.hostops.transport import gathering
 from sglang_stacks.hostops.transport import tail as tail  # where the providers' messages find it
 from sglang_stacks.resources.engine_status import engine_address
 from sglang_stacks.resources.provider_errors import sentences_only as _sentences_only
+from sglang_stacks.shape import Shape
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ SECRET = Secret()
 CONNECTION_FIELD = Annotated[Connection, CONNECTION, SECRET]
 
 
-class Props(BaseModel):
+class Props(Shape):
     """Base of the provider property models: lax about Pulumi's floats, strict about names."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", arbitrary_types_allowed=True)

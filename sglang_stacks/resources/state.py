@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
+
+from sglang_stacks.shape import Shape
 
 if TYPE_CHECKING:
     from pulumi import automation as auto
@@ -28,7 +30,7 @@ __all__ = [
 ]
 
 
-class _Read(BaseModel):
+class _Read(Shape):
     """What this module reads of Pulumi's exported state (its format, not ours: other fields pass)."""
 
     model_config = ConfigDict(extra="ignore")

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from sglang_stacks.config.flags import FlagValue
 from sglang_stacks.config.render import show_value
@@ -20,6 +20,7 @@ from sglang_stacks.exits import ExitCode
 from sglang_stacks.results.compared import Compared, read_compared
 from sglang_stacks.results.stats import BenchmarkResult, Noise
 from sglang_stacks.results.verdict import StackVerdict, change_pct, judge
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "Comparison",
@@ -32,7 +33,7 @@ __all__ = [
 ]
 
 
-class FlagRow(BaseModel):
+class FlagRow(Shape):
     """One launch flag across the compared stacks."""
 
     model_config = ConfigDict(frozen=True)
@@ -44,7 +45,7 @@ class FlagRow(BaseModel):
     differs: bool
 
 
-class MetricRow(BaseModel):
+class MetricRow(Shape):
     """One metric across the stacks, with each stack's change in percent against the first."""
 
     model_config = ConfigDict(frozen=True)
@@ -55,7 +56,7 @@ class MetricRow(BaseModel):
     change_pct: dict[str, float | None]
 
 
-class Comparison(BaseModel):
+class Comparison(Shape):
     """Everything ``compare`` found, ready to print or to dump as JSON."""
 
     model_config = ConfigDict(frozen=True)

@@ -16,10 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from sglang_stacks.errors import SpecError
 from sglang_stacks.results.stats import BenchmarkResult
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "ENV_VAR",
@@ -56,7 +57,7 @@ CREATE INDEX IF NOT EXISTS results_by_stack ON results (stack, recorded_at);
 """
 
 
-class HistoryRow(BaseModel):
+class HistoryRow(Shape):
     """One recorded benchmark: which stack, when, with which flags and SGLang, and its result."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

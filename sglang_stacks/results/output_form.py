@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sglang_stacks.config.memory import MemoryPlan
+from sglang_stacks.config.memory_plan import MemoryPlan
 from sglang_stacks.results.stats import BenchmarkResult
 
 __all__ = ["MEMORY_HEADLINE", "benchmark_read", "benchmark_written", "memory_written"]

@@ -14,15 +14,16 @@ import shlex
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
 from sglang_stacks.config.findings import Finding
 from sglang_stacks.config.flags import LaunchFlags
-from sglang_stacks.config.memory import MemoryPlan
+from sglang_stacks.config.memory_plan import MemoryPlan
 from sglang_stacks.hostops.facts import FoundFacts
 from sglang_stacks.results.output_form import benchmark_read, benchmark_written, memory_written
 from sglang_stacks.results.stats import BenchmarkResult, Goodput
 from sglang_stacks.results.verdict import CanaryVerdict
+from sglang_stacks.shape import Shape
 
 __all__ = ["DeploymentOutputs", "FleetOutputs", "ReplicaOutputs"]
 
@@ -37,7 +38,7 @@ on one line (`sglang_stacks.results.output_form`)."""
 Levels = list[Result]
 
 
-class _Outputs(BaseModel):
+class _Outputs(Shape):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 

@@ -5,9 +5,7 @@ Each result is a launch, often on its own host, whose mean carries an offset its
 show (a fresh server's graphs and memory layout, clocks, a neighbour's load): every comparison adds
 that floor (``Noise.launch_cv_pct``) to each mean's variance, and calls a difference one only when
 the test then rejects equal means and it reaches the practical margin (``Noise.margin_pct``).
-
-``BenchmarkResult``: one load level's JSON-ready record, the stack's ``benchmark`` output and a row
-of the results history; ``summary`` builds it from the load generator's document.
+``BenchmarkResult``: a load level's record, the ``benchmark`` output and a history row (``summary``).
 """
 
 from __future__ import annotations
@@ -19,7 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "ALPHA",
@@ -221,7 +221,7 @@ def tok_s_figure(value: float) -> float:
     return round(value, TOK_S_DECIMALS)
 
 
-class Percentiles(BaseModel):
+class Percentiles(Shape):
     """p50/p90/p95/p99 of one latency, in milliseconds (p95 is None in results recorded before it)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -255,7 +255,7 @@ class Slo:
         )
 
 
-class Goodput(BaseModel):
+class Goodput(Shape):
     """Requests (and their tokens) per second that met the stack's SLO, mean over repetitions."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -266,7 +266,7 @@ class Goodput(BaseModel):
     slo: dict[str, float] = Field(description="the limits: ttft_ms, tpot_ms, e2e_ms as declared")
 
 
-class BenchmarkResult(BaseModel):
+class BenchmarkResult(Shape):
     """One benchmark at one load level: a stack output and a history row.
 
     Fields that may be None default to it: Pulumi drops null values from output maps, so a result

@@ -9,10 +9,11 @@ disagree on a number.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from sglang_stacks.errors import GateError, SpecError
 from sglang_stacks.results.stats import BenchmarkResult, Noise, compare_runs
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "CanaryVerdict",
@@ -31,7 +32,7 @@ def change_pct(value: float, reference: float) -> float:
     return (value - reference) / reference * 100.0
 
 
-class StackVerdict(BaseModel):
+class StackVerdict(Shape):
     """How one stack's tok/s compares with the reference stack's."""
 
     model_config = ConfigDict(frozen=True)
@@ -73,7 +74,7 @@ def judge(
     )
 
 
-class GateVerdict(BaseModel):
+class GateVerdict(Shape):
     """The regression gate's decision about a candidate result against its baseline's."""
 
     model_config = ConfigDict(frozen=True)
@@ -136,7 +137,7 @@ def judge_gate(
     )
 
 
-class CanaryVerdict(BaseModel):
+class CanaryVerdict(Shape):
     """The canary gate's decision about a fleet's canary against a replica on the current
     configuration, both measured the same way at the same moment (see `judge_canary`).
 

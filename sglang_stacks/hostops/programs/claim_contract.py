@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, ClassVar, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from sglang_stacks.errors import ClaimError, HostError, StacksError
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs.contract import POSITIONAL, Program, ProgramExit, Request
 from sglang_stacks.hostops.session import Session
 from sglang_stacks.hostops.transport import CommandResult
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "CLAIM",
@@ -83,7 +84,7 @@ class Outcome(StrEnum):
     """The claim file is not a claim."""
 
 
-class ClaimRecord(BaseModel):
+class ClaimRecord(Shape):
     """The claim file's object: the stack that owns the host's GPUs (times in UTC, ISO 8601)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -97,7 +98,7 @@ class ClaimRecord(BaseModel):
     server_start_ticks: int | None = None
 
 
-class ClaimAnswer(BaseModel):
+class ClaimAnswer(Shape):
     """The program's answer line."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")

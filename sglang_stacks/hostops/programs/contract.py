@@ -17,11 +17,12 @@ from enum import IntEnum, StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from sglang_stacks.config.docstrings import attribute_docstrings
 from sglang_stacks.errors import Cause, ServerError, StacksError
 from sglang_stacks.hostops.transport import CommandResult, HostPath, tail
+from sglang_stacks.shape import Shape
 
 if TYPE_CHECKING:
     from sglang_stacks.hostops.connection import Connection
@@ -103,7 +104,7 @@ class Program:
             return None
 
 
-class Request(BaseModel, Generic[AnswerT]):
+class Request(Shape, Generic[AnswerT]):
     """One call of a host program: its parameters as fields (a bash program's upper-cased
     variables, a Python program's arguments) and the answer parsed from what it prints.
 

@@ -8,13 +8,14 @@ import json
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from sglang_stacks.config.flags import LaunchFlags
 from sglang_stacks.errors import HostError
 from sglang_stacks.hostops.connection import Connection
 from sglang_stacks.hostops.programs.contract import ON_HOST, Program, ProgramExit, Request
 from sglang_stacks.hostops.transport import CommandResult
+from sglang_stacks.shape import Shape
 
 __all__ = [
     "SERVING_NOTE",
@@ -51,7 +52,7 @@ SERVING_NOTE = Program(file="serving_note.sh", exits=ServingNoteExit, error=Host
 """``serving_note.sh``."""
 
 
-class ServingNote(BaseModel):
+class ServingNote(Shape):
     """The server a host serves: its stack, process, release and launch flags, typed as launched."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
