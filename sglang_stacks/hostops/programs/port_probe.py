@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import socket
 import sys
-import urllib.error
-import urllib.request
 
 HEALTH_WAIT_S = 10
 MODES = ("listening", "healthy", "health")
@@ -23,6 +21,9 @@ def listening(port: int) -> bool:
 
 def health(port: int) -> str:
     """How the server on the port answers its generation health check."""
+    import urllib.error  # here: `listening`, the most frequent question, needs no HTTP client
+    import urllib.request
+
     try:
         with urllib.request.urlopen(
             f"http://127.0.0.1:{port}/health_generate", timeout=HEALTH_WAIT_S
