@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import os
 import pkgutil
 import subprocess
@@ -180,6 +181,43 @@ def test_importing_the_public_packages_imports_none_of_their_modules() -> None:
     done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
 
     assert done.stdout.strip() == str(sorted({*PUBLIC_PACKAGES, "sglang_stacks._face"}))
+
+
+_PROVIDER_START = """
+import importlib, json, sys
+from sglang_stacks.shape import Shape
+from tests.test_upgrade import PICKLED_PROVIDERS
+
+for path in PICKLED_PROVIDERS:
+    if path.startswith("sglang_stacks.components."):
+        importlib.import_module(path.split(":")[0])
+
+
+def shapes(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from shapes(sub)
+
+
+built = [s.__qualname__ for s in shapes(Shape) if s.__pydantic_complete__]
+generic = [s.__qualname__ for s in shapes(Shape) if s.__pydantic_generic_metadata__["parameters"]]
+planner = ("sglang_stacks.config.memory", "sglang_stacks.config.execution", "sglang_world.execute")
+loaded = [m for m in planner if m in sys.modules]
+print(json.dumps({"built": sorted(set(built) - set(generic)), "planner": loaded}))
+"""
+
+
+def test_a_provider_process_starts_without_the_planner_and_builds_no_validator_it_has_not_used() -> None:
+    # What each `preview`, `up` and `destroy` pays in every provider process it starts: the modules
+    # its providers are pickled from, and nothing more (docs/performance.md, "Shapes built when
+    # first used"). A validator is built when a shape is first validated, not at import.
+    done = subprocess.run(
+        [sys.executable, "-c", _PROVIDER_START], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    started = json.loads(done.stdout)
+
+    assert started["planner"] == [], "the stack outputs' models pull the memory planner in"
+    assert started["built"] == [], "shapes validated at import, before the provider needs them"
 
 
 def test_the_public_imports_the_readme_shows_work() -> None:
