@@ -13,8 +13,8 @@ The rooms, each a package whose ``__init__`` names what it offers:
 - ``sglang_stacks.campaign``: sweeps of a search space of stacks over a pool of hosts.
 
 Beside them: ``errors`` (the one exception hierarchy, and the typed record a failure crosses
-Pulumi's engine in), ``exits`` (every exit code of the CLI), ``project`` (the project's folders)
-and ``cli`` (the ``sglang-stacks`` command).
+Pulumi's engine in), ``shape`` (the base of every pydantic model), ``exits`` (every exit code of the
+CLI), ``project`` (the project's folders) and ``cli`` (the ``sglang-stacks`` command).
 
 Importing the package, or any room, has no side effects and imports no module: each name is
 imported when it is first read. Another Pulumi program imports what it uses::
