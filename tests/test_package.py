@@ -189,7 +189,7 @@ from sglang_stacks.shape import Shape
 from tests.test_upgrade import PICKLED_PROVIDERS
 
 for path in PICKLED_PROVIDERS:
-    if path.startswith("sglang_stacks.components."):
+    if path.startswith("sglang_stacks."):
         importlib.import_module(path.split(":")[0])
 
 
