@@ -393,3 +393,39 @@ def test_a_level_without_repetitions_is_named() -> None:
     document["levels"][0]["repetitions"] = []
     with pytest.raises(BenchmarkError, match=r"at 'levels\.0': Value error, a level has no repetitions"):
         summary.summarize_levels(document)
+
+
+def test_runs_pooled_from_two_documents_summarise_as_one_run_of_them_all() -> None:
+    # The canary gate pools its measurements: the pooled level must read as if one load generator
+    # run had made every repetition, request and gap of both.
+    first = _document(errors=0, error_samples=[])
+    second = _document(
+        repetitions=_repetitions([50.0, 51.0]),
+        requests=8,
+        errors=2,
+        error_samples=["HTTP 503"],
+        prompt_tokens_mean=131.0,
+        completion_tokens=6 * 256,
+        spec_completion_tokens=1536,
+        spec_verify_ct=800,
+        records=_records([40.0] * 6, [20.0] * 6),
+        itl_count=100,
+        itl_bunched_pct=10.0,
+        itl_ms=[8.0] * 100,
+        error_kinds={"http": 2},
+    )
+    both = summary.pooled([first.levels[0], second.levels[0]])
+    result = summary.summarize_levels(dataclasses.replace(first, levels=[both]))[0]
+
+    assert result.tok_s_runs == (54.0, 54.2, 54.1, 53.9, 54.3, 50.0, 51.0)
+    assert result.repetitions == 7 and (result.requests, result.errors) == (28, 2)
+    assert both.error_samples == ["HTTP 503"] and both.error_kinds == {"http": 2}
+    assert both.prompt_tokens_mean == pytest.approx((128.0 * 20 + 131.0 * 6) / 26)
+    assert both.itl_bunched_pct == pytest.approx(2.5)
+    assert result.accept_length == pytest.approx((4864 + 1536) / 2800, abs=1e-4)
+    expected = stats.Percentiles.of([*map(float, range(10, 30)), *[40.0] * 6])
+    assert result.ttft_ms is not None and expected is not None
+    assert result.ttft_ms.p50 == pytest.approx(expected.p50)
+    assert summary.pooled([first.levels[0]]) is first.levels[0]
+    with pytest.raises(ValueError, match="nothing to pool"):
+        summary.pooled([])

@@ -9,7 +9,9 @@ look faster than it is (the fleet's clients share the reference's batch); measur
 see the same machine and none of the clients. The reference comes back into the router as soon as
 the measurement ends, also when it fails or the update is killed (the engine's watch re-registers
 it; a refresh notices any registration still missing and the next ``up`` restores it). The
-verdict, with the intervals and the significance, is `sglang_stacks.results.verdict.judge_canary`.
+verdict, with the intervals and the significance, is `sglang_stacks.results.verdict.judge_canary`
+on the runs of up to `MEASUREMENTS` such measurements, pooled: the gate measures again while the
+verdict passes a change whose interval reaches past the tolerance.
 
 The gate runs once per canary launch. A regressed canary fails the update: the replicas after it
 are never touched, the canary stays out of the router, and the router keeps serving from the rest
@@ -19,13 +21,15 @@ canary on the configuration the router lists for the reference is not judged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 import pulumi
 from pydantic import Field
 
+from sglang_loadgen.document import Document
 from sglang_stacks.components._benchmark_run import run_on_host
 from sglang_stacks.components._canary_pairs import PairedWorker, PairRouters, paired_routers
 from sglang_stacks.components._canary_reference import Reference, out_of_router, pick_reference
@@ -79,10 +83,19 @@ class CanaryOutputs(Props):
     verdict: CanaryVerdict
 
 
-def _measure(inputs: CanaryInputs, url: str, instance: str, role: str) -> stats.BenchmarkResult:
-    """The workload's first level on ``url``, run from the router's machine. Each role has its own
-    state folder: the load generator stops one left running under the same folder, and the canary's
-    and the reference's run side by side."""
+MEASUREMENTS = 3
+"""At most this many side-by-side measurements go into one verdict: the gate measures again,
+pooling the runs, while the verdict is unsettled (it passes, but the change's interval reaches past
+the tolerance): a busy machine's short benchmarks can hide a real regression in their spread."""
+
+Measure = Callable[[], tuple[Document, Document]]
+"""One side-by-side measurement: the canary's load generator document and the reference's."""
+
+
+def _measure(inputs: CanaryInputs, url: str, instance: str, role: str) -> Document:
+    """The workload run on ``url`` from the router's machine (its first level is judged). Each role
+    has its own state folder: the load generator stops one left running under the same folder, and
+    the canary's and the reference's run side by side."""
     document = run_on_host(
         BenchmarkInputs(
             connection=inputs.connection,
@@ -105,13 +118,13 @@ def _measure(inputs: CanaryInputs, url: str, instance: str, role: str) -> stats.
             f"failed (first: {level.error_samples[0] if level.error_samples else 'none sent'}). Check that "
             f"it serves (`pulumi refresh -s {inputs.stack}`), then run `pulumi up -s {inputs.stack}` again."
         )
-    return summary.summarize_levels(document)[0]
+    return document
 
 
 def measure_side_by_side(
     inputs: CanaryInputs, canary_url: str, reference_url: str
-) -> tuple[stats.BenchmarkResult, stats.BenchmarkResult]:
-    """The canary's and the reference's results (each served at its URL: the replica, or the pair's
+) -> tuple[Document, Document]:
+    """The canary's and the reference's runs (each served at its URL: the replica, or the pair's
     router), measured at the same moment the same way."""
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="canary-gate") as pool:
         canary = pool.submit(_measure, inputs, canary_url, inputs.canary_instance, "canary")
@@ -119,9 +132,34 @@ def measure_side_by_side(
         return canary.result(), measured.result()
 
 
-def _measure_pairs(
-    inputs: CanaryInputs, reference: Reference
-) -> tuple[stats.BenchmarkResult, stats.BenchmarkResult]:
+def _pooled(documents: list[Document]) -> stats.BenchmarkResult:
+    level = summary.pooled([document.levels[0] for document in documents])
+    return summary.summarize_levels(dataclasses.replace(documents[0], levels=[level]))[0]
+
+
+def judged(rollout: RolloutSpec, reference_url: str, measure: Measure) -> CanaryVerdict:
+    """The verdict on the canary: ``measure`` run once, and again while the verdict of all its runs
+    pooled is unsettled, up to `MEASUREMENTS` times."""
+    canary: list[Document] = []
+    reference: list[Document] = []
+    while True:
+        measured = measure()
+        canary.append(measured[0])
+        reference.append(measured[1])
+        verdict = judge_canary(
+            _pooled(canary),
+            _pooled(reference),
+            reference_url=reference_url,
+            tok_s_tolerance_pct=rollout.tok_s_tolerance_pct,
+            ttft_tolerance_pct=rollout.ttft_tolerance_pct,
+            noise=Noise.declared(rollout.launch_cv_pct),
+            measurements=len(canary),
+        )
+        if not verdict.unsettled or len(canary) == MEASUREMENTS:
+            return verdict
+
+
+def _judge_pairs(inputs: CanaryInputs, reference: Reference) -> CanaryVerdict:
     """A disaggregated fleet's canary and reference, each paired with the partner behind a router of
     its own, measured side by side."""
     assert inputs.role is not None and inputs.partner_url is not None  # a disaggregated fleet's gate
@@ -134,7 +172,9 @@ def _measure_pairs(
         PairedWorker(reference.url, inputs.role, ports.get(reference.url)),
         PairedWorker(inputs.partner_url, partner_role, ports.get(inputs.partner_url)),
     ) as (canary_url, reference_url):
-        return measure_side_by_side(inputs, canary_url, reference_url)
+        return judged(
+            inputs.rollout, reference.url, lambda: measure_side_by_side(inputs, canary_url, reference_url)
+        )
 
 
 def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
@@ -154,18 +194,13 @@ def run_gate(inputs: CanaryInputs) -> CanaryOutputs:
         bootstrap_port=inputs.bootstrap_ports.get(reference.url),
     ):
         if inputs.role is None:
-            canary, measured = measure_side_by_side(inputs, inputs.canary_url, reference.url)
+            verdict = judged(
+                inputs.rollout,
+                reference.url,
+                lambda: measure_side_by_side(inputs, inputs.canary_url, reference.url),
+            )
         else:
-            canary, measured = _measure_pairs(inputs, reference)
-    rollout = inputs.rollout
-    verdict = judge_canary(
-        canary,
-        measured,
-        reference_url=reference.url,
-        tok_s_tolerance_pct=rollout.tok_s_tolerance_pct,
-        ttft_tolerance_pct=rollout.ttft_tolerance_pct,
-        noise=Noise.declared(rollout.launch_cv_pct),
-    )
+            verdict = _judge_pairs(inputs, reference)
     if not verdict.passed:
         of = "" if inputs.role is None else f" {inputs.role} workers'"
         raise CanaryRegressionError(

@@ -4,8 +4,10 @@ output tokens."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -25,7 +27,7 @@ from sglang_stacks.results.stats import (
     tok_s_figure,
 )
 
-__all__ = ["cost_per_mtok", "goodput", "read_document", "summarize_levels"]
+__all__ = ["cost_per_mtok", "goodput", "pooled", "read_document", "summarize_levels"]
 
 
 @cache
@@ -147,3 +149,38 @@ def summarize_levels(
     """
     document = read_document(loadgen_json)
     return tuple(_result(level, document.workload, slo, gpu_hour_price) for level in document.levels)
+
+
+def _weighted(values: Sequence[tuple[float, int]]) -> float:
+    weight = sum(count for _, count in values)
+    return sum(value * count for value, count in values) / weight if weight else 0.0
+
+
+def pooled(levels: Sequence[Level]) -> Level:
+    """Several runs of one load level as one: their repetitions, requests, records and gaps
+    together, as if one run had made them all (a gate that measured again judges them pooled)."""
+    if not levels:
+        raise ValueError("nothing to pool")
+    first = levels[0]
+    if len(levels) == 1:
+        return first
+    kinds: Counter[str] = Counter()
+    for level in levels:
+        kinds.update(level.error_kinds)
+    return dataclasses.replace(
+        first,
+        repetitions=[repetition for level in levels for repetition in level.repetitions],
+        requests=sum(level.requests for level in levels),
+        errors=sum(level.errors for level in levels),
+        error_samples=list(dict.fromkeys(sample for level in levels for sample in level.error_samples))[:5],
+        warmup_errors=sum(level.warmup_errors for level in levels),
+        prompt_tokens_mean=_weighted([(level.prompt_tokens_mean, len(level.records)) for level in levels]),
+        completion_tokens=sum(level.completion_tokens for level in levels),
+        spec_completion_tokens=sum(level.spec_completion_tokens for level in levels),
+        spec_verify_ct=sum(level.spec_verify_ct for level in levels),
+        records=[record for level in levels for record in level.records],
+        itl_count=sum(level.itl_count for level in levels),
+        itl_bunched_pct=_weighted([(level.itl_bunched_pct, level.itl_count) for level in levels]),
+        itl_ms=[gap for level in levels for gap in level.itl_ms],
+        error_kinds=dict(kinds),
+    )

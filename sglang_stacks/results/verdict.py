@@ -165,6 +165,16 @@ class CanaryVerdict(Shape):
     tok_s_tolerance_pct: float | None = None
     problems: tuple[str, ...] = ()
     """What regressed, one sentence each (empty when it passed)."""
+    measurements: int | None = None
+    """Side-by-side measurements pooled into the verdict, when more than one (the gate measures
+    again while the verdict is unsettled); None: one, as every verdict before the gate did."""
+
+    @property
+    def unsettled(self) -> bool:
+        """Passed, though the change's 95 % interval reaches past the tok/s tolerance: the runs
+        neither show a regression nor rule one out."""
+        tolerance, interval = self.tok_s_tolerance_pct, self.change_ci95_pct
+        return self.passed and tolerance is not None and interval is not None and interval[0] < -tolerance
 
 
 def _interval(low_high: tuple[float, float], digits: int = 1) -> str:
@@ -185,14 +195,16 @@ def judge_canary(
     tok_s_tolerance_pct: float | None,
     ttft_tolerance_pct: float | None,
     noise: Noise | None = None,
+    measurements: int = 1,
 ) -> CanaryVerdict:
     """The canary regressed when its tok/s is below the reference's by more than the tolerance and
     the practical margin, significantly (``Difference.below``), or its median TTFT is above the
     reference's by more than its tolerance.
 
-    Both results must come from one measurement of both replicas under the same conditions; the
-    test (with the floor between hosts) keeps the noise of two short benchmarks from holding a
-    neutral change back, the tolerance keeps a real but small change from doing so.
+    Both results must come from measurements of both replicas side by side, under the same
+    conditions (``measurements`` of them, pooled); the test (with the floor between hosts) keeps
+    the noise of two short benchmarks from holding a neutral change back, the tolerance keeps a
+    real but small change from doing so.
     """
     difference = compare_runs(canary.tok_s_runs, reference.tok_s_runs, noise)
     change = difference.change_pct
@@ -204,6 +216,8 @@ def judge_canary(
         f"{reference.tok_s_mean:.1f} tok/s (95 % CI {_interval(reference.tok_s_ci95)}) on {reference_url}, "
         f"{change:+.1f} % ({', '.join(said)})"
     )
+    if measurements > 1:
+        measured += f", {canary.repetitions} runs a side over {measurements} measurements"
     problems: list[str] = []
     if tok_s_tolerance_pct is not None and difference.below(tok_s_tolerance_pct):
         problems.append(f"{measured}, beyond the {tok_s_tolerance_pct:g} % tolerance")
@@ -231,4 +245,5 @@ def judge_canary(
         p_value=difference.p_value,
         tok_s_tolerance_pct=tok_s_tolerance_pct,
         problems=tuple(problems),
+        measurements=measurements if measurements > 1 else None,
     )
