@@ -426,6 +426,10 @@ def test_runs_pooled_from_two_documents_summarise_as_one_run_of_them_all() -> No
     expected = stats.Percentiles.of([*map(float, range(10, 30)), *[40.0] * 6])
     assert result.ttft_ms is not None and expected is not None
     assert result.ttft_ms.p50 == pytest.approx(expected.p50)
+    # Each record keeps its repetition, the second run's counted after the first's five: per
+    # repetition goodput and an open loop's concurrency read them.
+    expected_repetitions = [i // 4 for i in range(20)] + [5 + i // 4 for i in range(6)]
+    assert [r.repetition for r in both.records] == expected_repetitions
     assert summary.pooled([first.levels[0]]) is first.levels[0]
     with pytest.raises(ValueError, match="nothing to pool"):
         summary.pooled([])

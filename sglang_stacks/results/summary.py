@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from sglang_loadgen.contract import Workload
-from sglang_loadgen.document import SCHEMA, Document, Level
+from sglang_loadgen.document import SCHEMA, Document, Level, Record
 from sglang_stacks.errors import BenchmarkError
 from sglang_stacks.results.stats import (
     BenchmarkResult,
@@ -165,8 +165,12 @@ def pooled(levels: Sequence[Level]) -> Level:
     if len(levels) == 1:
         return first
     kinds: Counter[str] = Counter()
+    records: list[Record] = []
+    before = 0  # repetitions of the runs before: a record names its repetition, counted from the first run's
     for level in levels:
         kinds.update(level.error_kinds)
+        records.extend(record._replace(repetition=record.repetition + before) for record in level.records)
+        before += len(level.repetitions)
     return dataclasses.replace(
         first,
         repetitions=[repetition for level in levels for repetition in level.repetitions],
@@ -178,7 +182,7 @@ def pooled(levels: Sequence[Level]) -> Level:
         completion_tokens=sum(level.completion_tokens for level in levels),
         spec_completion_tokens=sum(level.spec_completion_tokens for level in levels),
         spec_verify_ct=sum(level.spec_verify_ct for level in levels),
-        records=[record for level in levels for record in level.records],
+        records=records,
         itl_count=sum(level.itl_count for level in levels),
         itl_bunched_pct=_weighted([(level.itl_bunched_pct, level.itl_count) for level in levels]),
         itl_ms=[gap for level in levels for gap in level.itl_ms],
