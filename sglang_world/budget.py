@@ -179,7 +179,10 @@ def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: 
         cell = cell + draft_cell if cell is not None and draft_cell is not None else None
     tokens = settings.kv_tokens if settings.kv_tokens is not None else pool_tokens(rest, cell, launch)
     context = launch.context_length or model.context_length
-    slots = _request_pool(tokens, context, settings)
+    # 0.5.8 estimates its request table from the pool it profiled, before --max-total-tokens caps it
+    # and the page aligns it (``init_memory_pool``); a pool its own code sized comes with its own.
+    profiled = tokens if settings.kv_tokens is not None or cell is None else int(rest * _GIB) // cell
+    slots = _request_pool(profiled, context, settings)
     draft_tokens = launch.speculative_num_draft_tokens or 0
     pool_gib = None
     if slots is not None and context is not None:

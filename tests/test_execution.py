@@ -16,6 +16,7 @@ from sglang_flags import release_child
 from sglang_stacks.config.execution import execute_all, executed, question
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.memory_facts import stack_launch
+from sglang_stacks.config.model_sections import KvCacheSpec
 from sglang_stacks.config.preflight import run_preflight
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.config.stackfile import load_stack_spec
@@ -335,3 +336,42 @@ def test_a_release_whose_wheel_cannot_be_had_says_which_approximation_it_used(
     assert len(warned) == 1 and "pip could not download a wheel of sglang==0.5.23" in warned[0].message
     assert "the project's rules for SGLang 0.5.23, an approximation" in warned[0].message
     assert (plan_memory(spec).settings_from or "").startswith("the project's rules for SGLang 0.5.23")
+
+
+def test_without_the_releases_code_the_request_slots_follow_its_profiled_pool_not_the_capped_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """0.5.8 sizes its request table from the pool it profiled, before ``--max-total-tokens`` caps it
+    and the page aligns it. Llama-3.1-8B on one GPU profiles some 600,000 tokens, which asks for
+    about 2,500 slots; capped at 100,000 tokens the cap alone would ask for the floor, 2,048. Where
+    the release's code cannot run, the plan's rules must give the slots its code gives: here the
+    running limit, half the capped pool bounded by the slots, shows them."""
+    # Its KV cell and context declared too, so that the plan's rules size the pool the release's
+    # code sizes from the config (the emulator host's profile is Kimi-K2.5's).
+    model = {
+        "config": "llama-3.1-8b",
+        "weights_per_gpu_gb": 16.06,
+        "vision_num_layers": None,
+        "kv_cache": KvCacheSpec(attention="mha", layers=32, kv_heads=8, head_dim=128),
+        "context_length": 131_072,
+    }
+    spec = _pinned(
+        "baseline", "0.5.8", tp_size=1, mem_fraction_static=0.9, extra_flags={"max_total_tokens": 100_000}
+    )
+    spec = spec.model_copy(update={"model": spec.model.model_copy(update=model)})
+    by_its_code = plan_memory(spec)
+    assert by_its_code.tokens_from == "SGLang 0.5.8's own pool code"
+    assert by_its_code.max_total_num_tokens == 100_000
+    slots = by_its_code.max_running_requests
+    assert slots is not None and 2_048 < slots < 4_096
+
+    monkeypatch.setenv("SGLANG_STACKS_CACHE", str(tmp_path))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    by_its_rules = plan_memory(spec)
+
+    assert (by_its_rules.settings_from or "").startswith("the project's rules for SGLang 0.5.8")
+    assert by_its_rules.max_total_num_tokens == 100_000
+    assert by_its_rules.kv_cache_gb == pytest.approx(by_its_code.kv_cache_gb)
+    assert by_its_rules.max_running_requests == slots
