@@ -31,7 +31,7 @@ build() {
     dir=$(dirname "$BUILT")
     work="$dir/../src.partial"
     started=$(date +%s)
-    say "building pulumi-resource-kubernetes v$PLUGIN_VERSION from $MODULE@$MODULE_VERSION (about 21 minutes on 2 cores, once)"
+    say "building pulumi-resource-kubernetes v$PLUGIN_VERSION from $MODULE@$MODULE_VERSION (about 13 minutes on 2 cores, once)"
     mkdir -p "$dir"
     # Outside any module: toolchain/pulumi-kubernetes is the provider's module itself.
     local module
