@@ -108,16 +108,24 @@ class Budget:
         return free - self.draft_weights_gib - self.draft_kv_gib - self.draft_cuda_graph_gib
 
 
+def _profiled(rest_gib: float, cell: int | None) -> int | None:
+    """The tokens a budget of ``rest_gib`` holds in cells of ``cell`` bytes, as profiled."""
+    return None if cell is None else int(rest_gib * _GIB) // cell
+
+
+def _capped(profiled: int | None, launch: Launch) -> int | None:
+    """The profiled tokens capped by ``--max-total-tokens`` and aligned to the page size."""
+    if profiled is None:
+        return None
+    tokens = profiled if launch.max_total_tokens is None else min(profiled, launch.max_total_tokens)
+    page = launch.page_size or 1
+    return max(tokens // page * page, 0)  # a negative pool is SGLang's "Not enough memory"
+
+
 def pool_tokens(rest_gib: float, cell: int | None, launch: Launch) -> int | None:
     """The KV pool in tokens the plan's arithmetic gives a budget of ``rest_gib`` and a per-token
     ``cell`` (bytes): capped by ``--max-total-tokens``, aligned to the page size."""
-    if cell is None:
-        return None
-    tokens = int(rest_gib * _GIB) // cell
-    if launch.max_total_tokens is not None:
-        tokens = min(tokens, launch.max_total_tokens)
-    page = launch.page_size or 1
-    return max(tokens // page * page, 0)  # a negative pool is SGLang's "Not enough memory"
+    return _capped(_profiled(rest_gib, cell), launch)
 
 
 def _request_pool(tokens: int | None, context: int | None, settings: ServerSettings) -> int | None:
@@ -177,11 +185,16 @@ def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: 
     draft_cell = _draft_cell(launch, model)
     if draft_in_pool:
         cell = cell + draft_cell if cell is not None and draft_cell is not None else None
-    tokens = settings.kv_tokens if settings.kv_tokens is not None else pool_tokens(rest, cell, launch)
-    context = launch.context_length or model.context_length
     # 0.5.8 estimates its request table from the pool it profiled, before --max-total-tokens caps it
     # and the page aligns it (``init_memory_pool``); a pool its own code sized comes with its own.
-    profiled = tokens if settings.kv_tokens is not None or cell is None else int(rest * _GIB) // cell
+    tokens: int | None
+    profiled: int | None
+    if settings.kv_tokens is not None:
+        tokens = profiled = settings.kv_tokens
+    else:
+        profiled = _profiled(rest, cell)
+        tokens = _capped(profiled, launch)
+    context = launch.context_length or model.context_length
     slots = _request_pool(profiled, context, settings)
     draft_tokens = launch.speculative_num_draft_tokens or 0
     pool_gib = None
