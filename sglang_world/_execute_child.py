@@ -210,7 +210,9 @@ def _pool_sizes(
         fields = [f for f in dataclasses.fields(kind) if f.init]
         kvc = kind(**{f.name: known.get(f.name) for f in fields})
         tokens = int(kind.config_from_budget(kvc, budget).max_total_num_tokens)
-        return {"kv_tokens": tokens, "running_limit": int(kind.resolve_max_num_reqs(kvc, tokens))}
+        running = int(kind.resolve_max_num_reqs(kvc, tokens))
+        # What the configurator's request pool is built with (``_build_req_to_token_pool``).
+        return {"kv_tokens": tokens, "running_limit": running, "request_slots": running}
     except Exception as error:  # the stand-ins fall short of this release's pool sizing
         return {"pool_sizes_not_run": shortfall(error)}
 

@@ -84,8 +84,9 @@ def _stopped_at_allocation(decode: bool) -> Iterator[None]:
             setattr(module, name, original)
 
 
-def init_pool_sizes(runner: Any, free_gib: float, args: Any) -> tuple[int, int]:
-    """The pool in tokens and the running limit of the release's ``init_memory_pool`` at the runner's
+def init_pool_sizes(runner: Any, free_gib: float, args: Any) -> tuple[int, int, int]:
+    """The pool in tokens, the running limit and the request pool's slots of the release's
+    ``init_memory_pool`` at the runner's
     fraction: its ``profile_max_num_token`` with the runner's cell, the request pool's slots (its
     estimate from the profiled tokens, or ``--max-running-requests``), ``--max-total-tokens``, page
     alignment and a hybrid model's split; what it raises where the pool holds no token ("Not enough
@@ -111,4 +112,4 @@ def init_pool_sizes(runner: Any, free_gib: float, args: Any) -> tuple[int, int]:
     # pool's tokens, or --max-running-requests per attention-DP rank, within the request pool's slots.
     wanted = args.max_running_requests
     attention_dp = args.dp_size if args.enable_dp_attention else 1
-    return tokens, min(tokens // 2 if wanted is None else wanted // attention_dp, slots)
+    return tokens, min(tokens // 2 if wanted is None else wanted // attention_dp, slots), slots

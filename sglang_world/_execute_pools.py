@@ -240,25 +240,27 @@ def _budgets(
     return budget_answer(by_step, budget)
 
 
-def _resolved(runner: Any, free_gib: float) -> tuple[int, int]:
-    """The pool in tokens and the running limit of the release's ``_resolve_memory_pool_config`` (its
-    cell, a draft's layers in it from 0.5.14, page alignment, ``--max-total-tokens``): the model
-    runner's ``max_total_num_tokens`` and ``max_running_requests``, which its TP worker hands the
-    scheduler."""
+def _resolved(runner: Any, free_gib: float) -> tuple[int, int, int]:
+    """The pool in tokens, the running limit and the request pool's slots of the release's
+    ``_resolve_memory_pool_config`` (its cell, a draft's layers in it from 0.5.14, page alignment,
+    ``--max-total-tokens``): the model runner's ``max_total_num_tokens`` and ``max_running_requests``,
+    which its TP worker hands the scheduler and which, from 0.5.10, its ``init_memory_pool`` also
+    sizes the request pool by."""
     config = runner._resolve_memory_pool_config(free_gib)
-    return int(config.max_total_num_tokens), int(config.max_running_requests)
+    running = int(config.max_running_requests)
+    return int(config.max_total_num_tokens), running, running
 
 
-def _sizes(resolve: Callable[[], tuple[int, int]]) -> dict[str, Any]:
-    """The pool in tokens and the running limit the release's pool sizing gives (``resolve``:
-    ``_resolved``, or to 0.5.9 ``init_memory_pool``'s), or what it raises where the budget holds no
-    token ("Not enough memory")."""
+def _sizes(resolve: Callable[[], tuple[int, int, int]]) -> dict[str, Any]:
+    """The pool in tokens, the running limit and the request pool's slots the release's pool sizing
+    gives (``resolve``: ``_resolved``, or to 0.5.9 ``init_memory_pool``'s), or what it raises where
+    the budget holds no token ("Not enough memory")."""
     try:
-        tokens, running = resolve()
+        tokens, running, slots = resolve()
     except NotImplementedError as error:  # a stand-in's, not a refusal
         return {"pool_sizes_not_run": shortfall(error)}
     except _POOL_REFUSALS as error:
         return {"pool_error": f"{type(error).__name__}: {error}"}
     except Exception as error:  # the stand-ins fall short of this release's pool sizing
         return {"pool_sizes_not_run": shortfall(error)}
-    return {"kv_tokens": tokens, "running_limit": running}
+    return {"kv_tokens": tokens, "running_limit": running, "request_slots": slots}

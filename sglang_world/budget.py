@@ -170,8 +170,8 @@ def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: 
     """The per-GPU budget of ``settings`` for ``model`` on ``device``: the KV cache gets what the
     release's own pool code gave it when it was run (``settings.kv_budget_gib``), a draft's KV then
     inside it unless that code sized the pool before the draft loaded (``settings.draft_after_pool``),
-    and holds the tokens that code sized (``settings.kv_tokens``) with the running limit it admits;
-    else what 0.5.8's arithmetic gives."""
+    and holds the tokens that code sized (``settings.kv_tokens``) with the running limit it admits
+    and the request slots it sized; else what 0.5.8's arithmetic gives."""
     free = free_at_start_gib(device)
     fraction = settings.mem_fraction_static
     draft_in_pool = (
@@ -186,7 +186,8 @@ def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: 
     if draft_in_pool:
         cell = cell + draft_cell if cell is not None and draft_cell is not None else None
     # 0.5.8 estimates its request table from the pool it profiled, before --max-total-tokens caps it
-    # and the page aligns it (``init_memory_pool``); a pool its own code sized comes with its own.
+    # and the page aligns it (``init_memory_pool``); a pool its own code sized comes with its own
+    # tokens and request slots.
     tokens: int | None
     profiled: int | None
     if settings.kv_tokens is not None:
@@ -195,7 +196,9 @@ def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: 
         profiled = _profiled(rest, cell)
         tokens = _capped(profiled, launch)
     context = launch.context_length or model.context_length
-    slots = _request_pool(profiled, context, settings)
+    slots = settings.request_slots
+    if slots is None:
+        slots = _request_pool(profiled, context, settings)
     draft_tokens = launch.speculative_num_draft_tokens or 0
     pool_gib = None
     if slots is not None and context is not None:

@@ -190,6 +190,7 @@ def _answer(release: str, question: Question, raw: dict[str, Any]) -> Answer:
         pool_refusal=raw.get("pool_error"),
         kv_tokens=raw.get("kv_tokens"),
         running_limit=raw.get("running_limit"),
+        request_slots=raw.get("request_slots"),
         draft_after_pool=raw.get("draft_after_pool", False),
     )
     unsized = raw.get("pool_sizes_not_run")

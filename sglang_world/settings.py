@@ -69,6 +69,9 @@ class ServerSettings:
     running_limit: int | None = None
     """The running requests the release's pool code admits with ``kv_tokens`` (per attention-DP
     worker); None when it was not run."""
+    request_slots: int | None = None
+    """The request-to-token table's slots the release's pool code sizes (to 0.5.9 estimated from the
+    tokens it profiled, from 0.5.10 its running limit); None when it was not run."""
     draft_after_pool: bool = False
     """The release's pool code sized the target's pool before the draft model loaded (0.5.7 to
     0.5.13): ``kv_budget_gib`` is the target's alone, and the draft's weights and its KV of as many

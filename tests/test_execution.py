@@ -375,3 +375,29 @@ def test_without_the_releases_code_the_request_slots_follow_its_profiled_pool_no
     assert by_its_rules.max_total_num_tokens == 100_000
     assert by_its_rules.kv_cache_gb == pytest.approx(by_its_code.kv_cache_gb)
     assert by_its_rules.max_running_requests == slots
+
+
+@pytest.mark.parametrize(
+    ("release", "slots"), [("0.5.8", 2_048), ("0.5.9", 2_048), ("0.5.13", 300), ("0.5.23", 300)]
+)
+def test_the_request_table_and_the_graphs_it_cuts_are_the_slots_the_releases_code_sizes(
+    release: str, slots: int
+) -> None:
+    """The request table the plan charges, and the decode batch sizes captured (the release cuts them
+    at the table's slots), follow the slots the release's own pool code sizes. Capped at 600 tokens,
+    0.5.8 and 0.5.9 still estimate the table from the pool they profiled (the floor, 2,048 rows of
+    Kimi-K2.5's context) and capture up to 512; from 0.5.10 the table has as many rows as the running
+    limit, half the pool, and graphs stop at 300. The plan took 2,048 rows for every release before."""
+    spec = _served(
+        _pinned("baseline", release, mem_fraction_static=0.8, extra_flags={"max_total_tokens": 600})
+    )
+    answer = executed(spec, release)
+    assert answer is not None and answer.settings is not None
+    assert answer.settings.request_slots == slots
+
+    plan = plan_memory(spec)
+
+    assert plan.tokens_from == f"SGLang {release}'s own pool code"
+    assert (plan.max_total_num_tokens, plan.max_running_requests) == (600, 300)
+    assert plan.request_table_gb == pytest.approx(slots * (262_144 + 4) * 4 / 2**30)
+    assert plan.captured_batch_sizes is not None and max(plan.captured_batch_sizes) == min(slots, 512)
