@@ -36,9 +36,8 @@ from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_world import DeviceFacts, Launch, ModelFacts, ModelKind, resolve_settings
 from sglang_world.budget import free_at_start_gib, pool_tokens
 from sglang_world.execute import Machine, Question, execute, measured
-from sglang_world.kv import KvCell
 from sglang_world.launch import launch_from_argv
-from sglang_world.models import PUBLIC_MODELS, public_model
+from sglang_world.models import PUBLIC_MODELS, config_kv_cell, public_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASES = ("0.5.8", "0.5.23")
@@ -124,20 +123,15 @@ def _grid(release: str, sample: int, seed: int) -> list[tuple[list[str], str]]:
 
 
 def _plan_cell(model: str, launch: Launch, draft_layers: int | None) -> int | None:
-    """The plan's per-token cell for a public model (its ``config.json``), an EAGLE draft's layers of
-    the same shape inside it, as a stack's ``model.kv`` section would give it."""
-    text = public_model(model)
-    text = text.get("text_config", text)
-    layers = int(text["num_hidden_layers"])
-    if "kv_lora_rank" in text:
-        cell = KvCell("mla", layers, latent_dim=int(text["kv_lora_rank"]) + int(text["qk_rope_head_dim"]))
-    else:
-        head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
-        cell = KvCell("mha", layers, kv_heads=int(text["num_key_value_heads"]), head_dim=int(head_dim))
+    """The plan's per-token cell for a public model (the cell its ``config.json`` gives; a pipeline's
+    largest stage's), an EAGLE draft's layers of the same shape inside it."""
+    whole = config_kv_cell(public_model(model))
+    assert whole is not None
+    cell = whole.stage(launch.pp_size)  # a pipeline's pool is its largest stage's
     target = cell.bytes_per_token(launch.tp_size // launch.attn_dp_size, launch.kv_cache_dtype)
     if target is None or not draft_layers:
         return target
-    return target + int(target * draft_layers / layers)
+    return target + int(target * draft_layers / cell.layers)
 
 
 def grid_report(sample: int, seed: int, releases: tuple[str, ...] = RELEASES) -> None:

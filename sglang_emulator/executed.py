@@ -29,7 +29,7 @@ def executed_settings(
         return None
     host = profile.host
     machine = Machine.of(host.memory_total_mib, host.gpu_count, host.gpu_name, host.compute_capability)
-    model, device = model_facts(profile, launch.tp_size), device_facts(profile)
+    model, device = model_facts(profile, launch.tp_size * launch.pp_size), device_facts(profile)
     asked = Question.of(argv, public_model(name), machine, environment, launch, model, device)
     return execute(release, [asked])[0]
 

@@ -113,8 +113,9 @@ class LaunchConfig:
 
     @property
     def gpus_per_node(self) -> int:
-        """Tensor-parallel ranks on this node: the total split evenly over the nodes."""
-        return max(self.tp_size // self.nnodes, 1)
+        """Ranks on this node, one GPU each: tensor-parallel ranks of every pipeline stage, the total
+        split evenly over the nodes."""
+        return max(self.tp_size * self.launch.pp_size // self.nnodes, 1)
 
 
 def parse_launch_flags(release: str, argv: list[str]) -> argparse.Namespace:
@@ -156,7 +157,7 @@ def resolve_launch(
     launch = launch_from_args(raw, environ)
     if spec is not None:
         launch = dataclasses.replace(launch, speculative_num_draft_tokens=spec.num_draft_tokens)
-    model = model_facts(profile, launch.tp_size)
+    model = model_facts(profile, launch.tp_size * launch.pp_size)
     rules_release = world_release(release)
     kind = ModelKind(mla=model.mla, vision=model.vision)
     settings = resolve_settings(rules_release, launch, profile.host.memory_total_mib, kind)

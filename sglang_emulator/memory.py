@@ -157,7 +157,7 @@ def plan_memory(config: LaunchConfig, profile: Profile, used_by_others_mib: int 
     plan = world_plan(
         world_release(config.release),
         config.launch,
-        model_facts(profile, config.tp_size),
+        model_facts(profile, config.tp_size * config.launch.pp_size),
         device,
         None,
         executed,

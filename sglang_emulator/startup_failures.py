@@ -59,6 +59,8 @@ class StartupFailures:
             per_node = (
                 f" over {config.nnodes} nodes: {config.gpus_per_node} per node" if config.nnodes > 1 else ""
             )
+            pp = config.launch.pp_size
+            pipeline = f" x pp_size={pp}" if pp > 1 else ""
             self._fail(
                 [
                     (
@@ -67,7 +69,7 @@ class StartupFailures:
                     )
                 ],
                 f"torch.AcceleratorError: CUDA error: invalid device ordinal (tp_size={config.tp_size}"
-                f"{per_node}, but this host has {host.gpu_count} GPUs)",
+                f"{pipeline}{per_node}, but this host has {host.gpu_count} GPUs)",
             )
         if config.torch_symm_mem and host.compute_capability not in _TORCH_SYMM_MEM_ARCHS:
             self._fail(

@@ -26,7 +26,8 @@ def kv_cell(spec: KvCellSpec, where: str) -> KvCell:
 
 
 def model_facts(profile: Profile, tp_size: int) -> ModelFacts:
-    """The profile's model on one of ``tp_size`` GPUs."""
+    """The profile's model on one of ``tp_size`` GPUs (a pipeline's: tp x pp, each stage holding its
+    share of the layers)."""
     model, draft, memory = profile.model, profile.draft_model, profile.memory
     vision = model.vision_tower
     if vision and len(vision) != 2:

@@ -37,6 +37,7 @@ from sglang_world._execute_pools import (
     shortfall,
     unsized,
 )
+from sglang_world._execute_stages import smallest_stage
 
 _QUESTIONS_VARIABLE = "SGLANG_WORLD_EXECUTE_QUESTIONS"
 _REFUSALS = (ValueError, AssertionError, RuntimeError, NotImplementedError)
@@ -202,17 +203,22 @@ def _pool_sizes(
             "is_draft_worker": False, "post_capture_kv_active": False, "is_hybrid_swa": False,
             "is_hybrid_swa_compress": False, "use_mla_backend": model_config.attention_arch == attention.MLA,
             "spec_aux_config": aux.SpecAuxHiddenStateConfig(eagle_draft_num_layers=draft_layers),
-            "layer_info": layers.ModelLayerInfo(start_layer=0, end_layer=count, num_effective_layers=count),
             # Releases to 0.5.20 keep the rank's parallel widths in the configurator itself.
             "ps": types.SimpleNamespace(**_attention_widths(args), pp_size=1, attn_dcp_size=1),
         }  # fmt: skip
         kind = configurator.KVCacheConfigurator
         fields = [f for f in dataclasses.fields(kind) if f.init]
-        kvc = kind(**{f.name: known.get(f.name) for f in fields})
-        tokens = int(kind.config_from_budget(kvc, budget).max_total_num_tokens)
-        running = int(kind.resolve_max_num_reqs(kvc, tokens))
-        # What the configurator's request pool is built with (``_build_req_to_token_pool``).
-        return {"kv_tokens": tokens, "running_limit": running, "request_slots": running}
+
+        def stage(start: int, end: int) -> tuple[int, int, int]:
+            info = layers.ModelLayerInfo(start_layer=start, end_layer=end, num_effective_layers=end - start)
+            kvc = kind(**{f.name: {**known, "layer_info": info}.get(f.name) for f in fields})
+            tokens = int(kind.config_from_budget(kvc, budget).max_total_num_tokens)
+            running = int(kind.resolve_max_num_reqs(kvc, tokens))
+            # What the configurator's request pool is built with (``_build_req_to_token_pool``).
+            return tokens, running, running
+
+        tokens, running, slots = smallest_stage(args, count, stage)
+        return {"kv_tokens": tokens, "running_limit": running, "request_slots": slots}
     except Exception as error:  # the stand-ins fall short of this release's pool sizing
         return {"pool_sizes_not_run": shortfall(error)}
 
@@ -220,6 +226,11 @@ def _pool_sizes(
 def answer(release_dir: str, questions: list[dict[str, Any]]) -> dict[str, Any]:
     finder = _standins.install(release_dir, protected=["sglang", "sglang_flags", "sglang_world", "msgspec"])
     recording._install_device(finder)
+    if questions:  # one machine per child (``execute._ask``): what the release sees as it imports
+        machine = questions[0]["machine"]
+        recording.set_device(
+            machine["gpu_count"], machine["gpu_name"], tuple(machine["capability"]), machine["sms"]
+        )
     absent = [
         name
         for name in _VERSIONED.values()

@@ -24,6 +24,7 @@ from typing import Any
 
 from sglang_flags import _standins
 from sglang_world._execute_init_pool import budget_bytes, init_pool_sizes, sizes_in_init
+from sglang_world._execute_stages import smallest_stage
 
 _MIXIN = "sglang.srt.model_executor.model_runner_kv_cache_mixin"
 _CONFIGURATOR = "sglang.srt.model_executor.pool_configurator"
@@ -58,11 +59,6 @@ def _stand_in_element_sizes(torch: Any) -> None:
 
 def unsized(args: Any) -> str | None:
     """Why the stand-ins cannot size this launch's pool in tokens, or None when they can."""
-    if args.pp_size != 1:
-        return (
-            f"with --pp-size {args.pp_size} each pipeline stage sizes its own pool and the stages "
-            "agree on the smallest over their process groups, which one process does not stand in for"
-        )
     if _KV_DTYPES.get(args.kv_cache_dtype, "") == "":
         return f"the stand-in torch has no element size for --kv-cache-dtype {args.kv_cache_dtype}"
     return None
@@ -138,9 +134,10 @@ def mixin_pool(
     (``kv_tokens``, ``running_limit``). ``loaded_gib`` is free once the target's weights and a
     draft's (``draft_gib``, None without one) are loaded: a release that sizes the target's pool
     before loading the draft measures the draft's weights as free (``draft_after_pool``, to 0.5.13).
-    Nothing for a release without that mixin's pool sizing (0.5.6 and before); for a cache dtype or
-    a pipeline the stand-ins do not stand in for, or when they fall short, why the pool in tokens was
-    not sized (``pool_sizes_not_run``)."""
+    With ``--pp-size`` each stage's pool is sized and the smallest kept (``_execute_stages``).
+    Nothing for a release without that mixin's pool sizing (0.5.6 and before); for a cache dtype the
+    stand-ins do not stand in for, or when they fall short, why the pool in tokens was not sized
+    (``pool_sizes_not_run``)."""
     try:
         mixin = importlib.import_module(_MIXIN).ModelRunnerKVCacheMixin
     except (ImportError, AttributeError):
@@ -169,9 +166,12 @@ def mixin_pool(
     if not sized:
         answered["pool_sizes_not_run"] = unsized(args)
     elif "pool_error" not in answered:
-        sizes = _sizes(
-            lambda: init_pool_sizes(runner, free_gib, args) if in_init else _resolved(runner, free_gib)
-        )
+
+        def stage(start: int, end: int) -> tuple[int, int, int]:
+            runner.start_layer, runner.end_layer, runner.num_effective_layers = start, end, end - start
+            return init_pool_sizes(runner, free_gib, args) if in_init else _resolved(runner, free_gib)
+
+        sizes = _sizes(lambda: smallest_stage(args, model_config.num_hidden_layers, stage))
         if "pool_error" in sizes:  # the budget holds no token: the release's refusal, not a budget
             answered.pop("kv_budget_gib", None)
         answered.update(sizes)

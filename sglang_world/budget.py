@@ -181,7 +181,8 @@ def budget(settings: ServerSettings, launch: Launch, model: ModelFacts, device: 
         settings.kv_budget_gib if settings.kv_budget_gib is not None else fraction * free - model.weights_gib
     )
     attn_tp = launch.tp_size // launch.attn_dp_size
-    cell = model.kv.bytes_per_token(attn_tp, launch.kv_cache_dtype) if model.kv else None
+    kv = model.kv.stage(launch.pp_size) if model.kv else None
+    cell = kv.bytes_per_token(attn_tp, launch.kv_cache_dtype) if kv else None
     draft_cell = _draft_cell(launch, model)
     if draft_in_pool:
         cell = cell + draft_cell if cell is not None and draft_cell is not None else None

@@ -223,8 +223,8 @@ def _unserved(release: str, question: Question, served: set[str]) -> str | None:
 
 
 def _ask(release: str, questions: Sequence[Question], wheels: Path) -> list[dict[str, Any]]:
-    """The child's raw answers, or one ``not_run`` for each question when it gave none."""
-    from sglang_flags.release_child import run_release_child
+    """The children's raw answers, one child per machine asked about, or one ``not_run`` for each
+    question when the release's wheel cannot be had."""
     from sglang_flags.wheels import EXECUTION_HELPERS, WheelError, unpacked_helpers, unpacked_release
 
     try:
@@ -233,6 +233,27 @@ def _ask(release: str, questions: Sequence[Question], wheels: Path) -> list[dict
     except WheelError as error:
         return [{"not_run": f"SGLang {release}'s code could not be run: {error}"}] * len(questions)
     served = served_architectures(release_dir)
+    # A release reads the machine's facts (the GPU's SM version above all) at import and caches
+    # them: each machine gets a child of its own that sees it from the start.
+    by_machine: dict[Machine, list[int]] = {}
+    for index, question in enumerate(questions):
+        by_machine.setdefault(question.machine, []).append(index)
+    answers: list[dict[str, Any]] = [{} for _ in questions]
+    for indices in by_machine.values():
+        asked = [questions[index] for index in indices]
+        for index, answer in zip(
+            indices, _ask_one_machine(release, asked, release_dir, helpers, served), strict=True
+        ):
+            answers[index] = answer
+    return answers
+
+
+def _ask_one_machine(
+    release: str, questions: Sequence[Question], release_dir: Path, helpers: Sequence[Path], served: set[str]
+) -> list[dict[str, Any]]:
+    """One child's raw answers to questions about one machine, or one ``not_run`` each when it gave none."""
+    from sglang_flags.release_child import run_release_child
+
     unserved = [_unserved(release, question, served) for question in questions]
     if all(unserved):
         return [{"unserved": why} for why in unserved]

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from sglang_world.kv import kv_element_bytes
+
 if TYPE_CHECKING:
     from sglang_world.budget import Budget
     from sglang_world.facts import Launch, Workload
@@ -93,6 +95,13 @@ def first_failure(
         fix = "Raise mem_fraction_static so the static pool holds the weights and a KV cache."
         return Failure("kv_pool", message, fix, numbers.weights_gib, numbers.static_pool_gib, "raise"), None
     if tokens is None:
+        dtype = launch.kv_cache_dtype
+        if dtype != "auto" and kv_element_bytes(dtype) is None:
+            return (
+                None,
+                f"the plan has no element size for --kv-cache-dtype {dtype}, so the pool's size in "
+                "tokens is unknown",
+            )
         return None, "the model's KV cell (attention shape) is unknown, so the pool's size in tokens is too"
     after_pool = numbers.free_after("kv_pool")
     if after_pool is None:

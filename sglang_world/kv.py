@@ -8,7 +8,7 @@ follows ``--kv-cache-dtype``: ``auto`` is the model's own dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = ["KV_DTYPE_BYTES", "KvCell", "kv_element_bytes"]
@@ -33,6 +33,12 @@ class KvCell:
     """``kv_lora_rank + qk_rope_head_dim`` (``mla``: 512 + 64 for DeepSeek-V3 and Kimi-K2.5)."""
     dtype: str = "bfloat16"
     """The model's own dtype, which ``--kv-cache-dtype auto`` keeps."""
+
+    def stage(self, pp_size: int) -> KvCell:
+        """The cell of a pipeline's largest stage: SGLang splits the layers over ``pp_size`` stages
+        as evenly as they go (the last stages one more), and the stages keep the smallest pool,
+        the one of the stage with the most layers."""
+        return self if pp_size == 1 else replace(self, layers=-(-self.layers // pp_size))
 
     def bytes_per_token(self, attn_tp_size: int = 1, kv_cache_dtype: str = "auto") -> int | None:
         """One token's KV on one GPU of an attention tensor-parallel group of ``attn_tp_size`` (the

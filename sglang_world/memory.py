@@ -93,7 +93,7 @@ def unjudged_reason(release: str, launch: Launch, executed: bool = False) -> str
             " not follow (it resolves the worker's role before or inside its memory settings; read from its"
             " wheel by python -m sglang_world.pool_code)"
         )
-    if launch.pp_size > 1:
+    if launch.pp_size > 1 and not executed:
         return "pipeline parallelism is not in the grid the project's rules are checked on"
     set_here = [name for name, value in launch.environment if name in MEMORY_ENVIRONMENT and _on(value)]
     if set_here:
@@ -184,6 +184,7 @@ def fitting_fractions(
                 pool_refusal="the release's pool code refuses this fraction" if refused else None,
                 kv_tokens=None,  # the launch fraction's pool: another fraction's is its budget's
                 running_limit=None,
+                request_slots=None,
             )
         return plan_memory(
             release, dataclasses.replace(launch, mem_fraction_static=fraction), model, device, workload, tried

@@ -14,7 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PUBLIC_MODELS", "public_model", "read_model_config"]
+from sglang_world.kv import KvCell
+
+__all__ = ["PUBLIC_MODELS", "config_context_length", "config_kv_cell", "public_model", "read_model_config"]
 
 KIMI_K2_TEXT: dict[str, Any] = {
     "model_type": "deepseek_v3",
@@ -145,3 +147,41 @@ def read_model_config(path: str) -> dict[str, Any]:
     if not isinstance(value, dict) or not isinstance(value.get("architectures"), list):
         raise ValueError(f"{path} is not a model's config.json: it has no list of architectures")
     return value
+
+
+def _text(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a ``config.json`` (a multimodal model's ``text_config``)."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def config_kv_cell(config: dict[str, Any]) -> KvCell | None:
+    """The KV cell a ``config.json`` describes, the way SGLang's model config reads it: multi-head
+    latent attention (a ``kv_lora_rank``) keeps ``kv_lora_rank + qk_rope_head_dim`` per layer; else
+    a key and a value of ``head_dim`` (``hidden_size / num_attention_heads`` when not given) per KV
+    head. None when the file lacks what either needs. What the plan sizes the pool with when the
+    release's own code cannot run."""
+    text = _text(config)
+    layers = _positive(text.get("num_hidden_layers"))
+    dtype = str(text.get("torch_dtype") or config.get("torch_dtype") or "bfloat16")
+    if layers is None:
+        return None
+    rank, rope = _positive(text.get("kv_lora_rank")), _positive(text.get("qk_rope_head_dim"))
+    if rank is not None and rope is not None:
+        return KvCell("mla", layers, latent_dim=rank + rope, dtype=dtype)
+    heads = _positive(text.get("num_attention_heads"))
+    kv_heads = _positive(text.get("num_key_value_heads")) or heads
+    hidden = _positive(text.get("hidden_size"))
+    head_dim = _positive(text.get("head_dim")) or (hidden // heads if hidden and heads else None)
+    if kv_heads is None or head_dim is None:
+        return None
+    return KvCell("mha", layers, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype)
+
+
+def config_context_length(config: dict[str, Any]) -> int | None:
+    """The context length a ``config.json`` gives (``max_position_embeddings``); None without one."""
+    return _positive(_text(config).get("max_position_embeddings"))

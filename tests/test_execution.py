@@ -16,14 +16,13 @@ from sglang_flags import release_child
 from sglang_stacks.config.execution import execute_all, executed, question
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.memory_facts import stack_launch
-from sglang_stacks.config.model_sections import KvCacheSpec
 from sglang_stacks.config.preflight import run_preflight
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import SpecError
-from sglang_world import Launch, ModelKind, resolve_settings
+from sglang_world import KvCell, Launch, ModelKind, resolve_settings
 from sglang_world.launch import launch_from_argv
-from sglang_world.models import public_model
+from sglang_world.models import config_context_length, config_kv_cell, public_model
 from tests._stacks import STACKS_DIR
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -47,6 +46,14 @@ def _served(spec: StackSpec) -> StackSpec:
     if spec.environment.sglang_release != "0.5.8":
         return spec
     return spec.model_copy(update={"model": spec.model.model_copy(update={"config": "deepseek-v3"})})
+
+
+def _out_of_reach(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    """Every release's wheel out of reach: an empty cache and a package index that refuses."""
+    monkeypatch.setenv("SGLANG_STACKS_CACHE", str(cache))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
 
 
 def _emulate(spec: StackSpec) -> str | None:
@@ -123,19 +130,67 @@ def test_the_pool_in_tokens_is_what_the_releases_own_pool_code_sizes(release: st
     assert "kv-pool-approximated" not in [f.code for f in run_preflight(spec, release)]
 
 
-@pytest.mark.parametrize("release", ["0.5.15", "0.5.23"])
-def test_a_pool_the_release_sized_in_code_not_run_here_says_why(release: str) -> None:
-    """With pipeline parallelism the release's code gives the budget, but its stages agree on the
-    pool over process groups: the plan divides the budget by its own cell and the warning says why
-    the release's sizing was not run."""
-    spec = _pinned("baseline", release, mem_fraction_static=0.78, extra_flags={"pp_size": 2})
+def test_a_pool_the_release_sized_in_code_not_run_here_says_why() -> None:
+    """With a KV dtype the stand-in torch has no element size for (0.5.23's nvfp4, which the seeds'
+    Blackwell host takes), the release's code gives the budget but does not size the pool in tokens:
+    the plan has no element size of its own for fp4 either, so the pool is not judged, and the
+    warning says so."""
+    release, dtype = "0.5.23", "nvfp4"
+    spec = _pinned("baseline", release, mem_fraction_static=0.78, extra_flags={"kv_cache_dtype": dtype})
 
     plan = plan_memory(spec)
-    warned = [f.message for f in run_preflight(spec, release) if f.code == "kv-pool-approximated"]
+    warned = [f.message for f in run_preflight(spec, release) if f.code == "memory-unjudged"]
 
     assert plan.pool_from == f"SGLang {release}'s own pool code" and plan.tokens_from is None
-    assert plan.tokens_not_run is not None and "--pp-size 2" in plan.tokens_not_run
-    assert len(warned) == 1 and warned[0].endswith(f"It was not run here: {plan.tokens_not_run}."), warned
+    assert plan.tokens_not_run is not None and f"--kv-cache-dtype {dtype}" in plan.tokens_not_run
+    assert plan.verdict == "unknown"
+    assert len(warned) == 1 and f"the plan has no element size for --kv-cache-dtype {dtype}" in warned[0]
+
+
+@pytest.mark.parametrize("release", ["0.5.8", "0.5.13", "0.5.15", "0.5.23"])
+@pytest.mark.parametrize(("partition", "layers"), [(None, 31), ("40,21", 40)])
+def test_a_pipelines_pool_is_its_largest_stages_as_the_release_splits_the_layers(
+    release: str, partition: str | None, layers: int
+) -> None:
+    """With --pp-size 2 each stage sizes a pool for its own layers and the stages keep the smallest:
+    Kimi-K2.5's 61 layers split 30 and 31 by the release's ``get_pp_indices`` (40 and 21 with
+    ``SGLANG_PP_LAYER_PARTITION``), so the pool holds the budget over 31 (40) layers' cells, about
+    twice the single stage's. Judged by the release's code, the pipeline is judged (not
+    ``memory-unjudged``) and the pool is not an approximation; tp 4 x pp 2 fills the 8-GPU host."""
+    env = {"SGLANG_PP_LAYER_PARTITION": partition} if partition else {}
+    spec = _served(
+        _pinned("baseline", release, mem_fraction_static=0.85, tp_size=4, extra_flags={"pp_size": 2})
+    )
+    spec = spec.model_copy(
+        update={"environment": spec.environment.model_copy(update={"env": {**spec.environment.env, **env}})}
+    )
+    answer = executed(spec, release)
+    assert answer is not None and answer.settings is not None
+    settings = answer.settings
+    assert settings.kv_budget_gib is not None
+    assert settings.kv_tokens == int(settings.kv_budget_gib * 2**30) // (576 * layers * 2)
+
+    plan = plan_memory(spec)
+    found = run_preflight(spec, release)
+
+    assert plan.verdict == "fits" and plan.unknown_reason is None
+    assert plan.tokens_from == f"SGLang {release}'s own pool code"
+    assert plan.max_total_num_tokens == settings.kv_tokens
+    codes = [f.code for f in found]
+    assert "memory-unjudged" not in codes and "kv-pool-approximated" not in codes, codes
+    assert "gpus-idle" not in codes and "tp-exceeds-gpus" not in codes
+
+
+def test_a_pipeline_wider_than_the_host_is_refused_by_preflight_and_the_emulator() -> None:
+    """tp 8 x pp 2 asks for 16 GPUs of an 8-GPU host: preflight refuses it, naming both sizes, and
+    the emulator fails at start as SGLang does (an invalid device ordinal)."""
+    spec = _pinned("baseline", "0.5.23", tp_size=8, extra_flags={"pp_size": 2})
+    refused = [f for f in run_preflight(spec, "0.5.23") if f.code == "tp-exceeds-gpus"]
+    assert len(refused) == 1 and refused[0].severity == "error"
+    assert refused[0].message == "tp_size 8 x pp_size 2 needs 16 GPUs but the host declares 8."
+    assert "at most 4" in refused[0].fix
+    failure = _emulate(spec)
+    assert failure is not None and "invalid device ordinal (tp_size=8 x pp_size=2" in failure
 
 
 @pytest.mark.parametrize("release", ["0.5.10", "0.5.11", "0.5.13"])
@@ -327,10 +382,7 @@ def test_a_campaign_asks_one_child_per_release(monkeypatch: pytest.MonkeyPatch) 
 def test_a_release_whose_wheel_cannot_be_had_says_which_approximation_it_used(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("SGLANG_STACKS_CACHE", str(tmp_path))
-    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
-    monkeypatch.setenv("PIP_RETRIES", "0")
-    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    _out_of_reach(monkeypatch, tmp_path)
     spec = _pinned("baseline", "0.5.23", cuda_graph_max_bs=80)
     warned = [f for f in run_preflight(spec, "0.5.23") if f.code == "release-code-not-run"]
     assert len(warned) == 1 and "pip could not download a wheel of sglang==0.5.23" in warned[0].message
@@ -346,15 +398,9 @@ def test_without_the_releases_code_the_request_slots_follow_its_profiled_pool_no
     about 2,500 slots; capped at 100,000 tokens the cap alone would ask for the floor, 2,048. Where
     the release's code cannot run, the plan's rules must give the slots its code gives: here the
     running limit, half the capped pool bounded by the slots, shows them."""
-    # Its KV cell and context declared too, so that the plan's rules size the pool the release's
-    # code sizes from the config (the emulator host's profile is Kimi-K2.5's).
-    model = {
-        "config": "llama-3.1-8b",
-        "weights_per_gpu_gb": 16.06,
-        "vision_num_layers": None,
-        "kv_cache": KvCacheSpec(attention="mha", layers=32, kv_heads=8, head_dim=128),
-        "context_length": 131_072,
-    }
+    # Its KV cell and context are the config's, not the emulator profile's (Kimi-K2.5's), when the
+    # plan's rules size the pool.
+    model = {"config": "llama-3.1-8b", "weights_per_gpu_gb": 16.06, "vision_num_layers": None}
     spec = _pinned(
         "baseline", "0.5.8", tp_size=1, mem_fraction_static=0.9, extra_flags={"max_total_tokens": 100_000}
     )
@@ -365,10 +411,7 @@ def test_without_the_releases_code_the_request_slots_follow_its_profiled_pool_no
     slots = by_its_code.max_running_requests
     assert slots is not None and 2_048 < slots < 4_096
 
-    monkeypatch.setenv("SGLANG_STACKS_CACHE", str(tmp_path))
-    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
-    monkeypatch.setenv("PIP_RETRIES", "0")
-    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    _out_of_reach(monkeypatch, tmp_path)
     by_its_rules = plan_memory(spec)
 
     assert (by_its_rules.settings_from or "").startswith("the project's rules for SGLang 0.5.8")
@@ -399,5 +442,79 @@ def test_the_request_table_and_the_graphs_it_cuts_are_the_slots_the_releases_cod
 
     assert plan.tokens_from == f"SGLang {release}'s own pool code"
     assert (plan.max_total_num_tokens, plan.max_running_requests) == (600, 300)
-    assert plan.request_table_gb == pytest.approx(slots * (262_144 + 4) * 4 / 2**30)
+    context = config_context_length(spec.model.hf_config() or {})  # 0.5.8, 0.5.9: DeepSeek-V3's
+    assert context in (163_840, 262_144)
+    assert plan.request_table_gb == pytest.approx(slots * (context + 4) * 4 / 2**30)
     assert plan.captured_batch_sizes is not None and max(plan.captured_batch_sizes) == min(slots, 512)
+
+
+def test_without_the_releases_code_the_pool_is_sized_with_the_named_configs_cell(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A stack naming Llama-3.1-8B's config on the emulator host (whose profile plays Kimi-K2.5)
+    declares no KV cell: where the release's code cannot run, the plan's rules size the pool with the
+    config's cell (32 layers of 8 KV heads of 128, 128 KiB a token in bf16), not the profile's 61
+    layers of a 576-wide latent (about half of it), so they give the pool the release's code gives,
+    to the tokens the rounding of its measurements moves."""
+    model = {"config": "llama-3.1-8b", "weights_per_gpu_gb": 16.06, "vision_num_layers": None}
+    spec = _pinned("baseline", "0.5.8", tp_size=1, mem_fraction_static=0.9)
+    spec = spec.model_copy(update={"model": spec.model.model_copy(update=model)})
+    by_its_code = plan_memory(spec)
+    assert by_its_code.tokens_from == "SGLang 0.5.8's own pool code"
+    assert by_its_code.kv_cache_gb is not None and by_its_code.max_total_num_tokens is not None
+    assert by_its_code.max_total_num_tokens == int(by_its_code.kv_cache_gb * 2**30) // (32 * 8 * 128 * 2 * 2)
+
+    _out_of_reach(monkeypatch, tmp_path)
+    by_its_rules = plan_memory(spec)
+
+    assert (by_its_rules.settings_from or "").startswith("the project's rules for SGLang 0.5.8")
+    assert by_its_rules.max_total_num_tokens == pytest.approx(by_its_code.max_total_num_tokens, abs=8)
+    assert by_its_rules.max_running_requests == by_its_code.max_running_requests
+
+
+@pytest.mark.parametrize(
+    ("name", "cell", "context"),
+    [
+        ("kimi-k2.5", KvCell("mla", 61, latent_dim=576), 262_144),
+        ("deepseek-v3", KvCell("mla", 61, latent_dim=576), 163_840),
+        ("llama-3.1-8b", KvCell("mha", 32, kv_heads=8, head_dim=128), 131_072),
+        ("qwen3-30b-a3b", KvCell("mha", 48, kv_heads=4, head_dim=128), 40_960),
+    ],
+)
+def test_a_configs_kv_cell_and_context_are_what_its_file_says(name: str, cell: KvCell, context: int) -> None:
+    """The cell the plan's rules take from a named config: a multimodal model's text config, MLA's
+    latent of ``kv_lora_rank + qk_rope_head_dim``, MHA's KV heads of ``head_dim``."""
+    config = public_model(name)
+    assert (config_kv_cell(config), config_context_length(config)) == (cell, context)
+    without = {k: v for k, v in config.items() if k != "head_dim"}  # hidden_size / heads then
+    if cell.attention == "mha":
+        heads = config["hidden_size"] // config["num_attention_heads"]
+        assert config_kv_cell(without) == KvCell("mha", cell.layers, kv_heads=cell.kv_heads, head_dim=heads)
+    assert config_kv_cell({"architectures": ["X"]}) is None
+
+
+def _on_hopper(spec: StackSpec) -> StackSpec:
+    hopper = {"gpu_model": "NVIDIA H200", "compute_capability": "9.0", "memory_per_gpu_mib": 143_771}
+    return spec.model_copy(update={"host": spec.host.model_copy(update=hopper)})
+
+
+@pytest.mark.parametrize("blackwell_first", [True, False])
+def test_each_machine_is_the_releases_machine_from_its_import_on(blackwell_first: bool) -> None:
+    """0.5.23 reads the GPU's SM version once and keeps it (its platform probes are cached from
+    import). Its --kv-cache-dtype nvfp4 needs SM100 or SM120: on the seeds' RTX PRO 6000 (SM120) it
+    resolves, on an H200 (SM90) it is refused, whichever of the two is asked first in one batch. Before,
+    every machine was asked as the grid's H100 and nvfp4 was refused on Blackwell too."""
+    blackwell = _pinned(
+        "baseline", "0.5.23", mem_fraction_static=0.8, extra_flags={"kv_cache_dtype": "nvfp4"}
+    )
+    hopper = _on_hopper(blackwell)
+    pairs = [(blackwell, "0.5.23"), (hopper, "0.5.23")]
+    execute_all(pairs if blackwell_first else pairs[::-1])
+
+    on_blackwell, on_hopper = executed(blackwell, "0.5.23"), executed(hopper, "0.5.23")
+
+    assert on_blackwell is not None and on_blackwell.refusal is None and on_blackwell.not_run is None
+    assert on_hopper is not None and on_hopper.refusal == (
+        "RuntimeError: --kv-cache-dtype=nvfp4 requires Blackwell SM100 or SM120. "
+        "Use --kv-cache-dtype=fp4_mx_block16 for the block-size-16 FP4 recipe."
+    )

@@ -37,7 +37,13 @@ def question(spec: StackSpec, release: str) -> Question | None:
     machine = Machine.of(host.memory_per_gpu_mib, host.gpu_count, host.gpu_model, host.compute_capability)
     launch = launch_from_argv(release, argv, spec.environment.env)
     return Question.of(
-        argv, config, machine, spec.environment.env, launch, stack_model(spec), stack_device(spec)
+        argv,
+        config,
+        machine,
+        spec.environment.env,
+        launch,
+        stack_model(spec, launch.pp_size),
+        stack_device(spec),
     )
 
 

@@ -72,7 +72,7 @@ def plan_memory(spec: StackSpec, release: str | None = None) -> MemoryPlan:
             unknown_reason=reason,
             flags_rendered=False,
         )
-    model, device, workload = stack_model(spec), stack_device(spec), stack_workload(spec)
+    model, device, workload = stack_model(spec, launch.pp_size), stack_device(spec), stack_workload(spec)
     answer = executed(spec, release)
     settings = answer.settings if answer is not None else None
     plan = world_plan(release, launch, model, device, workload, settings)

@@ -1,7 +1,8 @@
 """What the memory plan of a stack is made of: its launch as the release reads it, its model, its GPU.
 
 The launch is the stack's own argv for the release, parsed by that release's flag table, the way
-the server (and the emulator) read it. The model and the GPU are the stack's declared facts; on
+the server (and the emulator) read it. The model and the GPU are the stack's declared facts, the
+KV cell and the context of the ``config.json`` it names where it declares none; on
 the emulator host, what the stack does not declare (the KV cell, the context length, what graphs
 and activations take, the driver's and the runtime's memory) is the emulator profile's, the same
 facts the emulated server plans with, so preflight and the emulator agree.
@@ -22,6 +23,7 @@ from sglang_stacks.errors import FlagError
 from sglang_world import DeviceFacts, DraftFacts, KvCell, Launch, ModelFacts, Workload
 from sglang_world.facts import memory_source
 from sglang_world.launch import launch_from_argv
+from sglang_world.models import config_context_length, config_kv_cell
 
 __all__ = ["stack_device", "stack_launch", "stack_model", "stack_workload"]
 
@@ -53,15 +55,18 @@ def stack_launch(spec: StackSpec, release: str) -> Launch | None:
         return None
 
 
-def stack_model(spec: StackSpec) -> ModelFacts:
-    """The model on one GPU: the stack's declared weights, draft and vision tower, the rest from
-    the emulator's profile on the emulator host."""
-    tp = spec.tp_size
+def stack_model(spec: StackSpec, pp_size: int = 1) -> ModelFacts:
+    """The model on one GPU: the stack's declared weights, draft and vision tower; its KV cell and
+    context as declared, else as the ``config.json`` it names (``model.config``) gives them; the rest
+    from the emulator's profile on the emulator host. A model's total weights are spread over the
+    tensor-parallel GPUs of each of ``pp_size`` pipeline stages (one stage's share of the layers)."""
+    tp = spec.tp_size * pp_size
     declared = spec.model
     vision = None
     if declared.vision_num_layers is not None and declared.vision_hidden_size is not None:
         vision = (declared.vision_num_layers, declared.vision_hidden_size)
     profile = _profile(spec)
+    config = declared.hf_config()
     base = model_facts(profile, tp) if profile is not None else ModelFacts(weights_gib=0.0)
     draft = base.draft
     if spec.draft_model is not None:
@@ -75,8 +80,10 @@ def stack_model(spec: StackSpec) -> ModelFacts:
         # the emulator serving it does: its automatic fraction and KV pool are the emulator's.
         vision=vision if vision is not None else base.vision,
         draft=draft,
-        kv=_kv_cell(declared.kv_cache) or base.kv,
-        context_length=declared.context_length or base.context_length,
+        kv=_kv_cell(declared.kv_cache) or (config_kv_cell(config) if config else None) or base.kv,
+        context_length=declared.context_length
+        or (config_context_length(config) if config else None)
+        or base.context_length,
         cuda_graph_mib_per_size=_first(declared.cuda_graph_mib_per_batch_size, base.cuda_graph_mib_per_size),
         activation_mib_per_token=_first(
             declared.activation_mib_per_prefill_token, base.activation_mib_per_token

@@ -58,10 +58,11 @@ class ModelSpec(FileSection):
     vision_hidden_size: int | None = Field(default=None, ge=1)
     """Multimodal models: hidden size of the vision tower (Kimi-K2.5: 1152)."""
     kv_cache: KvCacheSpec | None = None
-    """The attention shape that sizes the KV cache; without it (and off the emulator, whose profile
-    knows it) the pool's size in tokens, and what follows from it, is not judged."""
+    """The attention shape that sizes the KV cache; without it, the one the ``config.json`` named by
+    ``config`` gives, else on the emulator its profile's; with none of them the pool's size in tokens,
+    and what follows from it, is not judged where the release's own code cannot size it."""
     context_length: int | None = Field(default=None, ge=1)
-    """``max_position_embeddings``: sizes the request-to-token table."""
+    """``max_position_embeddings``: sizes the request-to-token table; without it, the ``config.json``'s."""
     cuda_graph_mib_per_batch_size: float | None = Field(default=None, ge=0)
     """CUDA-graph memory per captured decode batch size (``Capture cuda graph end ... mem usage``
     divided by the sizes captured)."""

@@ -13,6 +13,7 @@ from sglang_flags import known_releases, nearest_releases
 from sglang_stacks.config.execution import release_code
 from sglang_stacks.config.findings import Finding, Rule, error, info, warning
 from sglang_stacks.config.memory import plan_memory
+from sglang_stacks.config.memory_facts import stack_launch
 from sglang_stacks.config.memory_text import explain, fraction_fix, verdict_line
 from sglang_stacks.config.multinode import SOCKET_IFNAME_VARIABLES
 from sglang_stacks.config.render import flag_problems, resolve_flag
@@ -56,21 +57,25 @@ def _flags(spec: StackSpec, release: str) -> Iterable[Finding]:
 
 def _gpus(spec: StackSpec, release: str) -> Iterable[Finding]:
     tp, gpus, nodes = spec.tp_size, spec.host.gpu_count, spec.server.nnodes or 1
-    per_node = tp // nodes  # a multi-node server runs tp / nodes ranks on each host
+    launch = stack_launch(spec, release)
+    pp = launch.pp_size if launch is not None else 1
+    ranks = f"tp_size {tp}" if pp == 1 else f"tp_size {tp} x pp_size {pp}"
+    per_node = tp * pp // nodes  # a multi-node server runs tp x pp / nodes ranks on each host
     if nodes > 1:
-        needs, whose = f"tp_size {tp} over {nodes} nodes needs {per_node} GPUs per node", "each host's"
+        needs, whose = f"{ranks} over {nodes} nodes needs {per_node} GPUs per node", "each host's"
         bigger = f"more hosts (fleet.nodes_per_replica), or hosts with {per_node} GPUs"
     else:
-        needs, whose, bigger = f"tp_size {tp} needs {tp} GPUs", "the host's", f"a host with {tp} GPUs"
+        needs, whose = f"{ranks} needs {per_node} GPUs", "the host's"
+        bigger = f"a host with {per_node} GPUs"
     if per_node > gpus:
         yield error(
             "tp-exceeds-gpus",
             "server.tp_size",
             f"{needs} but the host declares {gpus}.",
-            f"Set tp_size to at most {gpus * nodes}, or use {bigger}.",
+            f"Set tp_size to at most {gpus * nodes // pp}, or use {bigger}.",
         )
     elif per_node < gpus:
-        yield info("gpus-idle", "server.tp_size", f"tp_size {tp} uses {per_node} of {whose} {gpus} GPUs.")
+        yield info("gpus-idle", "server.tp_size", f"{ranks} uses {per_node} of {whose} {gpus} GPUs.")
     ep = spec.server.ep_size
     if ep is not None and (ep > tp or tp % ep):
         yield error(
