@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -200,7 +201,8 @@ def _pool_sizes(
             "kv_cache_dtype": kv_dtype, "kv_cache_dtype_str": args.kv_cache_dtype,
             "model_dtype": getattr(torch, model_dtype), "page_size": args.page_size or 1,
             "spec_algorithm": speculative.SpeculativeAlgorithm.from_string(args.speculative_algorithm),
-            "is_draft_worker": False, "post_capture_kv_active": False, "is_hybrid_swa": False,
+            "is_draft_worker": False, "post_capture_kv_active": False,
+            "is_hybrid_swa": bool(getattr(model_config, "is_hybrid_swa", False)),
             "is_hybrid_swa_compress": False, "use_mla_backend": model_config.attention_arch == attention.MLA,
             "spec_aux_config": aux.SpecAuxHiddenStateConfig(eagle_draft_num_layers=draft_layers),
             # Releases to 0.5.20 keep the rank's parallel widths in the configurator itself.
@@ -210,7 +212,14 @@ def _pool_sizes(
         fields = [f for f in dataclasses.fields(kind) if f.init]
 
         def stage(start: int, end: int) -> tuple[int, int, int]:
-            info = layers.ModelLayerInfo(start_layer=start, end_layer=end, num_effective_layers=end - start)
+            # The runner's layers as the release resolves them for a model holding this stage's
+            # (its sliding-window and full-attention layers among them).
+            stage_model = types.SimpleNamespace(start_layer=start, end_layer=end)
+            given = {"model": stage_model, **known}
+            resolve = layers.resolve_layer_indices
+            info = resolve(
+                **{name: given[name] for name in inspect.signature(resolve).parameters if name in given}
+            )
             kvc = kind(**{f.name: {**known, "layer_info": info}.get(f.name) for f in fields})
             tokens = int(kind.config_from_budget(kvc, budget).max_total_num_tokens)
             running = int(kind.resolve_max_num_reqs(kvc, tokens))

@@ -122,13 +122,54 @@ _QWEN3_30B_A3B: dict[str, Any] = {
     "torch_dtype": "bfloat16",
 }
 
+_GPT_OSS_120B: dict[str, Any] = {
+    "model_type": "gpt_oss",
+    "architectures": ["GptOssForCausalLM"],
+    "hidden_size": 2880,
+    "intermediate_size": 2880,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "num_local_experts": 128,
+    "num_experts_per_tok": 4,
+    "experts_per_token": 4,
+    # Sliding-window attention (128 tokens) on the even layers, full attention on the odd ones.
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 18,
+    "max_position_embeddings": 131072,
+    "initial_context_length": 4096,
+    "vocab_size": 201088,
+    "rope_theta": 150000,
+    "rope_scaling": {
+        "rope_type": "yarn",
+        "factor": 32.0,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+    },
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+    },
+}
+
 PUBLIC_MODELS: dict[str, dict[str, Any]] = {
     "kimi-k2.5": _KIMI_K2_5,
     "deepseek-v3": _DEEPSEEK_V3,
     "llama-3.1-8b": LLAMA_3_1_8B,
     "qwen3-30b-a3b": _QWEN3_30B_A3B,
+    "gpt-oss-120b": _GPT_OSS_120B,
 }
-"""Kimi-K2.5 (the seeds' model), DeepSeek-V3, Llama-3.1-8B-Instruct and Qwen3-30B-A3B."""
+"""Kimi-K2.5 (the seeds' model), DeepSeek-V3, Llama-3.1-8B-Instruct, Qwen3-30B-A3B and gpt-oss-120b
+(a hybrid of sliding-window and full attention layers, which SGLang pools apart)."""
 
 
 def public_model(name: str) -> dict[str, Any]:

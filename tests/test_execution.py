@@ -20,7 +20,8 @@ from sglang_stacks.config.preflight import run_preflight
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.config.stackfile import load_stack_spec
 from sglang_stacks.errors import SpecError
-from sglang_world import KvCell, Launch, ModelKind, resolve_settings
+from sglang_world import DeviceFacts, KvCell, Launch, ModelFacts, ModelKind, resolve_settings
+from sglang_world.execute import Machine, Question, execute, measured
 from sglang_world.launch import launch_from_argv
 from sglang_world.models import config_context_length, config_kv_cell, public_model
 from tests._stacks import STACKS_DIR
@@ -518,3 +519,25 @@ def test_each_machine_is_the_releases_machine_from_its_import_on(blackwell_first
         "RuntimeError: --kv-cache-dtype=nvfp4 requires Blackwell SM100 or SM120. "
         "Use --kv-cache-dtype=fp4_mx_block16 for the block-size-16 FP4 recipe."
     )
+
+
+def test_a_hybrid_sliding_window_models_pool_is_sized_as_every_release_runner_sizes_it() -> None:
+    """gpt-oss-120b alternates sliding-window and full attention layers, which SGLang pools apart (the
+    sliding-window pool 0.8 of the full one, ``--swa-full-tokens-ratio``): its full pool holds
+    36 / (18 + 18 x 0.8) times the tokens of one cell of all 36 layers. The runner's own layers, its
+    sliding-window ones among them, reach every release's pool code: 0.5.13's model runner and
+    0.5.16's and 0.5.23's ``KVCacheConfigurator`` size the same pool; before, the configurator was
+    told of no sliding window and sized 36 uniform layers."""
+    argv = ("--model-path", "/models/gpt-oss-120b", "--tp-size", "2")
+    machine = Machine(143_771, 8, "NVIDIA H200", (9, 0))
+    tokens = {}
+    for release in ("0.5.13", "0.5.16", "0.5.23"):
+        launch = launch_from_argv(release, list(argv))
+        device, model = DeviceFacts(total_mib=143_771), ModelFacts(weights_gib=40.0)
+        asked = Question(argv, public_model("gpt-oss-120b"), machine, (), measured(launch, model, device))
+        (answer,) = execute(release, [asked])
+        assert answer.settings is not None and answer.settings.kv_budget_gib is not None
+        tokens[release] = answer.settings.kv_tokens
+        uniform = int(answer.settings.kv_budget_gib * 2**30) // (36 * 4 * 64 * 2 * 2)  # 4 KV heads a GPU
+        assert tokens[release] == pytest.approx(uniform * 36 / (18 + 18 * 0.8), rel=1e-5), release
+    assert len(set(tokens.values())) == 1, tokens

@@ -70,9 +70,10 @@ class ModelSpec(FileSection):
     """Activation memory a prefill forward takes per token."""
     config: str | None = Field(default=None, min_length=1, pattern=_NO_CONTROL)
     """The model's ``config.json`` as SGLang reads it: a public model by name (``kimi-k2.5``,
-    ``deepseek-v3``, ``llama-3.1-8b``, ``qwen3-30b-a3b``) or the path of a ``config.json`` file here.
-    With it, preflight runs the release's own code on the stack's launch command (its settings and
-    refusals are SGLang's); without it, the project's port of that code judges."""
+    ``deepseek-v3``, ``llama-3.1-8b``, ``qwen3-30b-a3b``, ``gpt-oss-120b``) or the path of a
+    ``config.json`` file here. With it, preflight runs the release's own code on the stack's launch
+    command (its settings and refusals are SGLang's); without it, the project's port of that code
+    judges."""
 
     @field_validator("config")
     @classmethod
