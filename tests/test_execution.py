@@ -541,3 +541,18 @@ def test_a_hybrid_sliding_window_models_pool_is_sized_as_every_release_runner_si
         uniform = int(answer.settings.kv_budget_gib * 2**30) // (36 * 4 * 64 * 2 * 2)  # 4 KV heads a GPU
         assert tokens[release] == pytest.approx(uniform * 36 / (18 + 18 * 0.8), rel=1e-5), release
     assert len(set(tokens.values())) == 1, tokens
+
+
+def test_a_model_config_the_emulator_profile_does_not_play_is_warned_of() -> None:
+    """On the emulator host the profile's model is the one served: a stack naming another model's
+    config.json is judged with that config by preflight and with the profile's by the emulated
+    server, and preflight says so, naming both and the fix. The shipped stacks name their profile's."""
+    spec = _pinned("baseline", "0.5.23")
+    spec = spec.model_copy(update={"model": spec.model.model_copy(update={"config": "llama-3.1-8b"})})
+    warned = [f for f in run_preflight(spec, "0.5.23") if f.code == "model-config-not-emulated"]
+    assert len(warned) == 1 and warned[0].key == "model.config"
+    assert "plays kimi-k2.5" in warned[0].message and "model.config: kimi-k2.5" in warned[0].fix
+    for stack in ("baseline", "k8s-fleet"):
+        shipped = load_stack_spec(stack, STACKS_DIR)
+        found = run_preflight(shipped, shipped.environment.sglang_release)
+        assert "model-config-not-emulated" not in [f.code for f in found]

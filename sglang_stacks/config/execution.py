@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from sglang_stacks.config.findings import Finding, error, warning
-from sglang_stacks.config.memory_facts import stack_device, stack_model
+from sglang_stacks.config.memory_facts import emulator_profile, stack_device, stack_model
 from sglang_stacks.config.render import render_argv
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.errors import FlagError
@@ -66,7 +66,19 @@ def execute_all(judged: Iterable[tuple[StackSpec, str]]) -> None:
 
 
 def release_code(spec: StackSpec, release: str) -> Iterable[Finding]:
-    """Preflight's findings of the release's own code: its refusal, in its words, or that it could not run."""
+    """Preflight's findings of the release's own code: its refusal, in its words, or that it could not
+    run; and on the emulator host, a model configuration the emulated server does not play."""
+    profile, config = emulator_profile(spec), spec.model.config
+    played = profile.model.config if profile is not None else ""
+    if config is not None and played and config != played:
+        yield warning(
+            "model-config-not-emulated",
+            "model.config",
+            f"model.config names {config}, but the emulator profile {spec.environment.emulator.profile} "
+            f"plays {played}: preflight judges the launch with {config}'s config.json, the emulated "
+            f"server with {played}'s, so the two can disagree.",
+            f"Name the profile's model (model.config: {played}), or use an emulator profile of {config}.",
+        )
     answer = executed(spec, release)
     if answer is None:
         return

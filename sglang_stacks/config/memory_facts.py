@@ -25,7 +25,7 @@ from sglang_world.facts import memory_source
 from sglang_world.launch import launch_from_argv
 from sglang_world.models import config_context_length, config_kv_cell
 
-__all__ = ["stack_device", "stack_launch", "stack_model", "stack_workload"]
+__all__ = ["emulator_profile", "stack_device", "stack_launch", "stack_model", "stack_workload"]
 
 
 @cache
@@ -36,7 +36,7 @@ def _shipped(name: str) -> Profile | None:
         return None
 
 
-def _profile(spec: StackSpec) -> Profile | None:
+def emulator_profile(spec: StackSpec) -> Profile | None:
     """The emulator profile that plays the host, when it ships with the emulator (a profile the
     stack names by path lives on the host and is not read here)."""
     if spec.runtime != "emulator":
@@ -65,7 +65,7 @@ def stack_model(spec: StackSpec, pp_size: int = 1) -> ModelFacts:
     vision = None
     if declared.vision_num_layers is not None and declared.vision_hidden_size is not None:
         vision = (declared.vision_num_layers, declared.vision_hidden_size)
-    profile = _profile(spec)
+    profile = emulator_profile(spec)
     config = declared.hf_config()
     base = model_facts(profile, tp) if profile is not None else ModelFacts(weights_gib=0.0)
     draft = base.draft
@@ -107,7 +107,7 @@ def stack_device(spec: StackSpec) -> DeviceFacts:
     """One of the host's GPUs: its declared memory; the driver's and the runtime's share from the
     emulator's profile on the emulator host, else as measured on a real GPU (``sglang_world``), and
     for a GPU model that was not measured, that measurement assumed, which the plan says."""
-    profile = _profile(spec)
+    profile = emulator_profile(spec)
     if profile is not None:
         return replace(device_facts(profile), total_mib=spec.host.memory_per_gpu_mib)
     return DeviceFacts(
