@@ -191,6 +191,30 @@ def _stand_in_functions(args: Any, measured: dict[str, float]) -> None:
     _stand_in_element_sizes(sys.modules["torch"])
 
 
+def _sliding_window(model_config: Any) -> int | None:
+    """The runner's ``sliding_window_size`` as the release's model runner sets it once its model is
+    loaded: the model class's ``get_attention_sliding_window_size()`` (the class of the config's
+    architecture, from the one module of the release that defines it, on the model's config), else a
+    hybrid model config's sliding window, else its attention chunk."""
+    architecture = (getattr(model_config.hf_config, "architectures", None) or [""])[0]
+    models = Path(importlib.import_module("sglang.srt.models").__path__[0])
+    for module in models.glob("*.py"):
+        if f"class {architecture}(" in module.read_text(encoding="utf-8", errors="replace"):
+            with contextlib.suppress(Exception):  # the stand-ins fall short of the model's module
+                model = getattr(importlib.import_module(f"sglang.srt.models.{module.stem}"), architecture)
+                if hasattr(model, "get_attention_sliding_window_size"):
+                    return int(
+                        model.get_attention_sliding_window_size(
+                            types.SimpleNamespace(config=model_config.hf_config)
+                        )
+                    )
+            break
+    if getattr(model_config, "is_hybrid_swa", False) and getattr(model_config, "sliding_window_size", None):
+        return int(model_config.sliding_window_size)
+    chunk = getattr(model_config, "attention_chunk_size", None)
+    return int(chunk) if chunk else None
+
+
 def _runner(mixin: type, args: Any, model_config: Any, draft_layers: int | None) -> Any:
     """One rank's model runner of the launch, as a runner sets its attributes from the resolved
     arguments and the model's config: one pipeline stage, the attention-DP width, the cache dtype
@@ -211,7 +235,8 @@ def _runner(mixin: type, args: Any, model_config: Any, draft_layers: int | None)
         # A config.json read by the stand-ins is none of the hybrid linear-attention config classes
         # the runner's own check looks for (isinstance), so that check answers None.
         mambaish_config=None, is_hybrid_swa=bool(getattr(model_config, "is_hybrid_swa", False)),
-        is_hybrid_swa_compress=False, sliding_window_size=None, enable_hisparse=False,
+        is_hybrid_swa_compress=False, enable_hisparse=False,
+        sliding_window_size=_sliding_window(model_config),
         spec_algorithm=algorithm.from_string(args.speculative_algorithm), is_draft_worker=False,
         draft_layers=draft_layers, dflash_draft_num_layers=None, start_layer=0, end_layer=count,
         num_effective_layers=count, use_mla_backend=model_config.attention_arch == attention.MLA,

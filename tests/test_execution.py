@@ -525,13 +525,14 @@ def test_a_hybrid_sliding_window_models_pool_is_sized_as_every_release_runner_si
     """gpt-oss-120b alternates sliding-window and full attention layers, which SGLang pools apart (the
     sliding-window pool 0.8 of the full one, ``--swa-full-tokens-ratio``): its full pool holds
     36 / (18 + 18 x 0.8) times the tokens of one cell of all 36 layers. The runner's own layers, its
-    sliding-window ones among them, reach every release's pool code: 0.5.13's model runner and
-    0.5.16's and 0.5.23's ``KVCacheConfigurator`` size the same pool; before, the configurator was
-    told of no sliding window and sized 36 uniform layers."""
+    sliding-window ones among them, and its sliding window (which 0.5.8 asserts), reach every
+    release's pool code: 0.5.13's model runner and 0.5.16's and 0.5.23's ``KVCacheConfigurator`` size
+    the same pool. Before, the configurator was told of no sliding window and sized 36 uniform layers,
+    and 0.5.8's runner had no window, so its pool was not sized."""
     argv = ("--model-path", "/models/gpt-oss-120b", "--tp-size", "2")
     machine = Machine(143_771, 8, "NVIDIA H200", (9, 0))
     tokens = {}
-    for release in ("0.5.13", "0.5.16", "0.5.23"):
+    for release in ("0.5.8", "0.5.13", "0.5.16", "0.5.23"):
         launch = launch_from_argv(release, list(argv))
         device, model = DeviceFacts(total_mib=143_771), ModelFacts(weights_gib=40.0)
         asked = Question(argv, public_model("gpt-oss-120b"), machine, (), measured(launch, model, device))
@@ -540,7 +541,7 @@ def test_a_hybrid_sliding_window_models_pool_is_sized_as_every_release_runner_si
         tokens[release] = answer.settings.kv_tokens
         uniform = int(answer.settings.kv_budget_gib * 2**30) // (36 * 4 * 64 * 2 * 2)  # 4 KV heads a GPU
         assert tokens[release] == pytest.approx(uniform * 36 / (18 + 18 * 0.8), rel=1e-5), release
-    assert len(set(tokens.values())) == 1, tokens
+    assert tokens["0.5.13"] == tokens["0.5.16"] == tokens["0.5.23"], tokens  # one budget, one pool
 
 
 def test_a_model_config_the_emulator_profile_does_not_play_is_warned_of() -> None:
