@@ -85,12 +85,24 @@ def _answer(server_args: Any, parser: argparse.ArgumentParser, question: dict[st
     except SystemExit as error:
         return {"error": f"SystemExit: {error.code}"}
     except _REFUSALS as error:
-        return {"error": f"{type(error).__name__}: {error}"}
+        return {"error": refusal(error)}
     except Exception as error:  # what the stand-ins could not answer, not a refusal of the release
         return {"shortfall": shortfall(error)}
     finally:
         os.environ.clear()
         os.environ.update(environ)
+
+
+def refusal(error: BaseException) -> str:
+    """What the release raised, in its words; for an ``assert`` without a message, the statement and
+    where it is in the release (as the server's traceback shows it)."""
+    said = str(error)
+    if said:
+        return f"{type(error).__name__}: {said}"
+    where = traceback.extract_tb(error.__traceback__)[-1]
+    path = where.filename.replace("\\", "/")
+    at = path[path.rfind("sglang/") :] if "sglang/" in path else Path(path).name
+    return f"{type(error).__name__}: {(where.line or '').strip()} ({at}:{where.lineno})"
 
 
 def _parallel_fields(context: Any) -> set[str]:

@@ -557,3 +557,20 @@ def test_a_model_config_the_emulator_profile_does_not_play_is_warned_of() -> Non
         shipped = load_stack_spec(stack, STACKS_DIR)
         found = run_preflight(shipped, shipped.environment.sglang_release)
         assert "model-config-not-emulated" not in [f.code for f in found]
+
+
+def test_an_assert_without_a_message_is_refused_with_its_statement_and_the_flag_it_reads() -> None:
+    """0.5.23 asserts ``resolved_view(server_args).ep_size > 1`` for --enable-eplb, with no message:
+    preflight's refusal quotes the statement and where it is in the release, as the server's
+    traceback would, and names the flag it reads (server.ep_size). Before it said only
+    "AssertionError: " and named no flag."""
+    spec = _pinned("k8s-fleet", "0.5.23", extra_flags={"enable_eplb": True})
+    refused = [f for f in run_preflight(spec, "0.5.23") if f.code == "release-refuses"]
+    assert len(refused) == 1, refused
+    assert refused[0].message.startswith(
+        "SGLang 0.5.23 refuses this launch while resolving its arguments: AssertionError: "
+        "assert resolved_view(server_args).ep_size > 1 (sglang/srt/arg_groups/parallel_hook.py:"
+    )
+    assert refused[0].key == "server.ep_size" and refused[0].fix.startswith(
+        "Change server.ep_size as SGLang says"
+    )

@@ -12,6 +12,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 
+from sglang_flags import load_table
 from sglang_stacks.config.findings import Finding, error, warning
 from sglang_stacks.config.memory_facts import emulator_profile, stack_device, stack_model
 from sglang_stacks.config.render import render_argv
@@ -98,7 +99,7 @@ def release_code(spec: StackSpec, release: str) -> Iterable[Finding]:
             f"Make the wheel reachable (pip download sglang=={release} --no-deps), then preview again.",
         )
     elif answer.refusal is not None:
-        named = [f"server.{flag.replace('-', '_')}" for flag in re.findall(r"--([a-z0-9-]+)", answer.refusal)]
+        named = [f"server.{flag.replace('-', '_')}" for flag in _flags_named(release, answer.refusal)]
         said = ", ".join(dict.fromkeys(named))
         yield error(
             "release-refuses",
@@ -107,3 +108,15 @@ def release_code(spec: StackSpec, release: str) -> Iterable[Finding]:
             f"Change {said or 'the server flags'} as SGLang says, or pin a release that accepts the "
             "launch (environment.sglang_release). Nothing was launched.",
         )
+
+
+def _flags_named(release: str, refusal: str) -> list[str]:
+    """The launch flags a refusal names (``--tp-size``), or, for an ``assert`` the release gives no
+    message (``assert resolved_view(server_args).ep_size > 1``), the arguments it reads that are
+    flags of the release (``ep-size``)."""
+    flags = re.findall(r"--([a-z0-9-]+)", refusal)
+    if flags:
+        return flags
+    options = {option for flag in load_table(release).flags for option in flag.flags}
+    read = (name.replace("_", "-") for name in re.findall(r"\.([a-z][a-z0-9_]*)", refusal))
+    return [name for name in read if f"--{name}" in options]
