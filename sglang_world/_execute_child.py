@@ -27,6 +27,7 @@ from typing import Any
 
 from sglang_flags import _standins
 from sglang_world import _record_child as recording
+from sglang_world._execute_linear import linear_layers
 from sglang_world._execute_pools import (
     _KV_DTYPES,
     _SINGLE_PROCESS,
@@ -135,6 +136,8 @@ def _kv_budget(
     model_config = model_config_of(args, context.get_context().set_server_args)
     if isinstance(model_config, dict):
         return model_config
+    if (linear := linear_layers(model_config.hf_config)) is not None:
+        return {"pool_not_run": linear}
     # The device's measurement after loading, no GPU temporaries for gc to free, and a single
     # process's world group for releases that ask for it by function (module globals).
     setattr(configurator, "get_available_gpu_memory", lambda *args, **kwargs: loaded_gib)  # noqa: B010

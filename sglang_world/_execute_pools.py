@@ -24,6 +24,7 @@ from typing import Any
 
 from sglang_flags import _standins
 from sglang_world._execute_init_pool import budget_bytes, init_pool_sizes, sizes_in_init
+from sglang_world._execute_linear import linear_layers
 from sglang_world._execute_stages import smallest_stage
 
 _MIXIN = "sglang.srt.model_executor.model_runner_kv_cache_mixin"
@@ -150,6 +151,8 @@ def mixin_pool(
     model_config = model_config_of(args)
     if isinstance(model_config, dict):
         return model_config
+    if (linear := linear_layers(model_config.hf_config)) is not None:
+        return {"pool_not_run": linear}
     measured = {"gib": loaded_gib}
     answered: dict[str, Any] = {}
     try:

@@ -574,3 +574,35 @@ def test_an_assert_without_a_message_is_refused_with_its_statement_and_the_flag_
     assert refused[0].key == "server.ep_size" and refused[0].fix.startswith(
         "Change server.ep_size as SGLang says"
     )
+
+
+def test_a_model_of_linear_attention_layers_is_not_sized_as_attention_on_every_layer(tmp_path: Path) -> None:
+    """Qwen3-Next keeps a KV cache on one layer in four; the others are linear attention, whose state
+    SGLang pools apart, recognising the model by its own config classes. The stand-in config is none of
+    them, so the release's pool code would size 48 layers of KV: it is not run, and preflight says
+    why beside its warning that the pool is the plan's approximation."""
+    config = {
+        "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+        "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+        "full_attention_interval": 4, "linear_num_value_heads": 32, "linear_num_key_heads": 16,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+        "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+        "max_position_embeddings": 262144, "vocab_size": 151936, "torch_dtype": "bfloat16",
+    }  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    model = {
+        "config": str(path),
+        "weights_per_gpu_gb": 80.0,
+        "vision_num_layers": None,
+        "vision_hidden_size": None,
+    }
+    spec = _pinned("baseline", "0.5.23", tp_size=2)
+    spec = spec.model_copy(update={"model": spec.model.model_copy(update=model)})
+
+    answer = executed(spec, "0.5.23")
+    warned = [f.message for f in run_preflight(spec, "0.5.23") if f.code == "kv-pool-approximated"]
+
+    assert answer is not None and answer.settings is not None and answer.settings.kv_tokens is None
+    assert answer.pool_not_run is not None and "full_attention_interval" in answer.pool_not_run
+    assert len(warned) == 1 and f"It was not run here: {answer.pool_not_run}." in warned[0]
