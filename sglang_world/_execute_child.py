@@ -27,6 +27,7 @@ from typing import Any
 
 from sglang_flags import _standins
 from sglang_world import _record_child as recording
+from sglang_world._execute_layers import attention_layers
 from sglang_world._execute_linear import linear_layers
 from sglang_world._execute_pools import (
     _KV_DTYPES,
@@ -226,9 +227,23 @@ def _pool_sizes(
         kind = configurator.KVCacheConfigurator
         fields = [f for f in dataclasses.fields(kind) if f.init]
 
+        whole = attention_layers(model_config)
+
         def stage(start: int, end: int) -> tuple[int, int, int]:
             # The runner's layers as the release resolves them for a model holding this stage's
-            # (its sliding-window and full-attention layers among them).
+            # (its sliding-window and full-attention layers among them): to 0.5.20 the loaded runner
+            # narrows the model config's to its stage (adjust_hybrid_swa_layer_ids), from 0.5.21
+            # resolve_layer_indices slices them.
+            for name, ids in whole.items():
+                setattr(model_config, name, list(ids) or None)
+            adjust = getattr(layers, "adjust_hybrid_swa_layer_ids", None)
+            if adjust is not None:
+                adjust(
+                    model_config=model_config,
+                    start_layer=start,
+                    end_layer=end,
+                    is_hybrid_swa=known["is_hybrid_swa"],
+                )
             stage_model = types.SimpleNamespace(start_layer=start, end_layer=end)
             given = {"model": stage_model, **known}
             resolve = layers.resolve_layer_indices

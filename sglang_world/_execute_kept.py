@@ -12,7 +12,7 @@ from typing import Any
 
 __all__ = ["ADDRESSES", "ANSWERS_FORMAT", "keep", "kept", "name"]
 
-ANSWERS_FORMAT = 22
+ANSWERS_FORMAT = 24
 """Bumped when what a child answers changes, so older kept answers are not read."""
 ADDRESSES = frozenset({"--host", "--port", "--disaggregation-bootstrap-port", "--dist-init-addr"})
 """Where a server listens and meets its peers: no release resolves memory or scheduling from them

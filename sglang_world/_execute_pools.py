@@ -24,6 +24,7 @@ from typing import Any
 
 from sglang_flags import _standins
 from sglang_world._execute_init_pool import budget_bytes, init_pool_sizes, sizes_in_init
+from sglang_world._execute_layers import attention_layers, keep_stage_layers, sliding_window
 from sglang_world._execute_linear import linear_layers
 from sglang_world._execute_stages import smallest_stage
 
@@ -155,6 +156,8 @@ def mixin_pool(
         return {"pool_not_run": linear}
     measured = {"gib": loaded_gib}
     answered: dict[str, Any] = {}
+    whole = attention_layers(model_config)
+    keep_stage_layers(model_config, whole, 0, model_config.num_hidden_layers)
     try:
         _stand_in_functions(args, measured)
         runner = _runner(mixin, args, model_config, draft_layers)
@@ -172,6 +175,7 @@ def mixin_pool(
 
         def stage(start: int, end: int) -> tuple[int, int, int]:
             runner.start_layer, runner.end_layer, runner.num_effective_layers = start, end, end - start
+            keep_stage_layers(model_config, whole, start, end)
             return init_pool_sizes(runner, free_gib, args) if in_init else _resolved(runner, free_gib)
 
         sizes = _sizes(lambda: smallest_stage(args, model_config.num_hidden_layers, stage))
@@ -194,30 +198,6 @@ def _stand_in_functions(args: Any, measured: dict[str, float]) -> None:
     _stand_in_element_sizes(sys.modules["torch"])
 
 
-def _sliding_window(model_config: Any) -> int | None:
-    """The runner's ``sliding_window_size`` as the release's model runner sets it once its model is
-    loaded: the model class's ``get_attention_sliding_window_size()`` (the class of the config's
-    architecture, from the one module of the release that defines it, on the model's config), else a
-    hybrid model config's sliding window, else its attention chunk."""
-    architecture = (getattr(model_config.hf_config, "architectures", None) or [""])[0]
-    models = Path(importlib.import_module("sglang.srt.models").__path__[0])
-    for module in models.glob("*.py"):
-        if f"class {architecture}(" in module.read_text(encoding="utf-8", errors="replace"):
-            with contextlib.suppress(Exception):  # the stand-ins fall short of the model's module
-                model = getattr(importlib.import_module(f"sglang.srt.models.{module.stem}"), architecture)
-                if hasattr(model, "get_attention_sliding_window_size"):
-                    return int(
-                        model.get_attention_sliding_window_size(
-                            types.SimpleNamespace(config=model_config.hf_config)
-                        )
-                    )
-            break
-    if getattr(model_config, "is_hybrid_swa", False) and getattr(model_config, "sliding_window_size", None):
-        return int(model_config.sliding_window_size)
-    chunk = getattr(model_config, "attention_chunk_size", None)
-    return int(chunk) if chunk else None
-
-
 def _runner(mixin: type, args: Any, model_config: Any, draft_layers: int | None) -> Any:
     """One rank's model runner of the launch, as a runner sets its attributes from the resolved
     arguments and the model's config: one pipeline stage, the attention-DP width, the cache dtype
@@ -227,11 +207,6 @@ def _runner(mixin: type, args: Any, model_config: Any, draft_layers: int | None)
     attention = importlib.import_module("sglang.srt.configs.model_config").AttentionArch
     algorithm = importlib.import_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm
     count = model_config.num_hidden_layers
-    # Once loaded, a runner keeps its stage's full and sliding-window attention layers on the model
-    # config (none for a model without them), which 0.5.7's profile_max_num_token counts.
-    for name in ("full_attention_layer_ids", "swa_attention_layer_ids"):
-        ids = getattr(model_config, name, None) or ()
-        setattr(model_config, name, [layer for layer in range(count + 1) if layer in ids])
     return _runner_class(mixin)(
         device="cuda", gpu_id=0, server_args=args, model_config=model_config,
         mem_fraction_static=args.mem_fraction_static, page_size=args.page_size or 1,
@@ -239,7 +214,7 @@ def _runner(mixin: type, args: Any, model_config: Any, draft_layers: int | None)
         # the runner's own check looks for (isinstance), so that check answers None.
         mambaish_config=None, is_hybrid_swa=bool(getattr(model_config, "is_hybrid_swa", False)),
         is_hybrid_swa_compress=False, enable_hisparse=False,
-        sliding_window_size=_sliding_window(model_config),
+        sliding_window_size=sliding_window(model_config),
         spec_algorithm=algorithm.from_string(args.speculative_algorithm), is_draft_worker=False,
         draft_layers=draft_layers, dflash_draft_num_layers=None, start_layer=0, end_layer=count,
         num_effective_layers=count, use_mla_backend=model_config.attention_arch == attention.MLA,

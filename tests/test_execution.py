@@ -606,3 +606,24 @@ def test_a_model_of_linear_attention_layers_is_not_sized_as_attention_on_every_l
     assert answer is not None and answer.settings is not None and answer.settings.kv_tokens is None
     assert answer.pool_not_run is not None and "full_attention_interval" in answer.pool_not_run
     assert len(warned) == 1 and f"It was not run here: {answer.pool_not_run}." in warned[0]
+
+
+@pytest.mark.parametrize("release", ["0.5.13", "0.5.20", "0.5.23"])
+def test_a_pipeline_stage_of_a_hybrid_model_pools_its_own_layers(release: str) -> None:
+    """At --pp-size 2 each stage of gpt-oss-120b holds half its sliding-window and full layers: a
+    loaded runner narrows them to its stage (0.5.13's model runner, 0.5.20's
+    adjust_hybrid_swa_layer_ids; 0.5.23 slices them in resolve_layer_indices), so the pipeline's pool
+    is nearly twice one stage's of 36 layers. Before, a stage was sized with the layers another had
+    left on the model config, or all of them: 0.5.20's and 0.5.23's pipeline pool was one stage's."""
+    tokens = []
+    for pp in (1, 2):
+        argv = ("--model-path", "/models/gpt-oss-120b", "--tp-size", "2", "--pp-size", str(pp))
+        launch = launch_from_argv(release, list(argv))
+        measures = measured(launch, ModelFacts(weights_gib=40.0), DeviceFacts(total_mib=143_771))
+        asked = Question(
+            argv, public_model("gpt-oss-120b"), Machine(143_771, 8, "NVIDIA H200", (9, 0)), (), measures
+        )
+        (answer,) = execute(release, [asked])
+        assert answer.settings is not None and answer.settings.kv_tokens is not None
+        tokens.append(answer.settings.kv_tokens)
+    assert 1.8 < tokens[1] / tokens[0] < 2.1, tokens
