@@ -203,6 +203,14 @@ def grid_report(sample: int, seed: int, releases: tuple[str, ...] = RELEASES) ->
             print(f"  {count} x {why}")
         for check in equal:
             print(f"  {check}: the rules equal the release's code on {equal[check]} of {judged[check]}")
+        by_model = Counter({what.split(",")[0]: 0 for what in differ})
+        for what, count in differ.items():
+            by_model[what.split(",")[0]] += count
+        if by_model:
+            print(
+                "    the pools that differ, by model: "
+                + ", ".join(f"{m} {n}" for m, n in by_model.most_common())
+            )
         for what, count in differ.most_common(8):
             print(f"    {count} x {what}")
 
