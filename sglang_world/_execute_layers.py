@@ -5,6 +5,7 @@ sliding-window attention layers, and its sliding window."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import types
 from pathlib import Path
@@ -34,19 +35,24 @@ def sliding_window(model_config: Any) -> int | None:
     architecture, from the one module of the release that defines it, on the model's config), else a
     hybrid model config's sliding window, else its attention chunk."""
     architecture = (getattr(model_config.hf_config, "architectures", None) or [""])[0]
-    models = Path(importlib.import_module("sglang.srt.models").__path__[0])
-    for module in models.glob("*.py"):
-        if f"class {architecture}(" in module.read_text(encoding="utf-8", errors="replace"):
-            with contextlib.suppress(Exception):  # the stand-ins fall short of the model's module
-                model = getattr(importlib.import_module(f"sglang.srt.models.{module.stem}"), architecture)
-                if hasattr(model, "get_attention_sliding_window_size"):
-                    return int(
-                        model.get_attention_sliding_window_size(
-                            types.SimpleNamespace(config=model_config.hf_config)
-                        )
-                    )
-            break
+    module = _module_of(architecture)
+    if module is not None:
+        with contextlib.suppress(Exception):  # the stand-ins fall short of the model's module
+            model = getattr(importlib.import_module(f"sglang.srt.models.{module}"), architecture)
+            if hasattr(model, "get_attention_sliding_window_size"):
+                config = types.SimpleNamespace(config=model_config.hf_config)
+                return int(model.get_attention_sliding_window_size(config))
     if getattr(model_config, "is_hybrid_swa", False) and getattr(model_config, "sliding_window_size", None):
         return int(model_config.sliding_window_size)
     chunk = getattr(model_config, "attention_chunk_size", None)
     return int(chunk) if chunk else None
+
+
+@functools.cache
+def _module_of(architecture: str) -> str | None:
+    """The release's model module that defines the class ``architecture`` (read once per child)."""
+    models = Path(importlib.import_module("sglang.srt.models").__path__[0])
+    for module in sorted(models.glob("*.py")):
+        if f"class {architecture}(" in module.read_text(encoding="utf-8", errors="replace"):
+            return module.stem
+    return None
