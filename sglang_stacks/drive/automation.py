@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -107,6 +108,24 @@ def _unreadable(stack: str, error: Exception) -> SpecError | None:
     return None
 
 
+def said(error: Exception) -> str:
+    """What a failed command said, on one line: the Pulumi CLI's last ``error:`` line on stderr (else
+    its last line there, else on stdout) and how it exited, or another error's first line."""
+    text = str(error)
+    if not isinstance(error, auto.CommandError):
+        lines = text.strip().splitlines()
+        return lines[0] if lines else type(error).__name__
+    code, _, rest = text.partition(" code: ")[2].partition("\n stdout: ")
+    stdout, _, stderr = rest.partition("\n stderr: ")
+    printed = [line.strip() for line in (stderr.strip() or stdout).splitlines() if line.strip()]
+    errors = [line for line in printed if line.startswith("error:")]
+    words = (errors or printed or ["it printed nothing"])[-1]
+    exit_code = int(code) if code.strip().lstrip("-").isdigit() else None
+    if exit_code is not None and exit_code < 0 and -exit_code in set(signal.Signals):
+        return f"{words} (the CLI was stopped by {signal.Signals(-exit_code).name})"
+    return f"{words} (exit code {code.strip() or 'unknown'})"
+
+
 def no_stack(stack: str) -> SpecError:
     """The backend has no ``stack``: in words, with the fix."""
     return SpecError(
@@ -117,7 +136,7 @@ def no_stack(stack: str) -> SpecError:
 
 def _no_cli(stack: str, error: Exception) -> SpecError:
     return SpecError(
-        f"Pulumi could not select stack {stack!r}: {error}. Put the project's Pulumi CLI on PATH "
+        f"Pulumi could not select stack {stack!r}: {said(error)}. Put the project's Pulumi CLI on PATH "
         "and select its backend with `. scripts/env.sh`."
     )
 
@@ -131,7 +150,7 @@ def write_stack(project_dir: Path, stack: str, sections: dict[str, Any], header:
         selected = _open(project_dir, stack, create=True)
     except (auto.CommandError, OSError) as error:
         raise SpecError(
-            f"Pulumi could not create stack {stack!r}: {error}. Put the project's Pulumi CLI on PATH "
+            f"Pulumi could not create stack {stack!r}: {said(error)}. Put the project's Pulumi CLI on PATH "
             "and select its backend with `. scripts/env.sh`."
         ) from None
     write_stack_file(stack_path(stack, stacks_dir(project_dir)), sections, header)
@@ -178,7 +197,7 @@ def cancel_dead_lock(target: auto.Stack, wait_s: float = locks.LOCK_HOLDER_EXIT_
     try:
         pulumi_command(target, "cancel", "--yes", "--stack", target.name)
     except auto.CommandError as error:
-        raise PulumiError(f"`pulumi cancel -s {target.name}` failed: {error}") from None
+        raise PulumiError(f"`pulumi cancel -s {target.name}` failed: {said(error)}") from None
     pids = ", ".join(str(h.pid) for h in holders)
     return f"cancelled the lock of a killed update (pid {pids}, no longer running)"
 
@@ -231,8 +250,8 @@ def _outputs(selected: auto.Stack) -> Mapping[str, auto.OutputValue]:
         return selected.outputs()
     except auto.CommandError as error:
         raise _unreadable(selected.name, error) or SpecError(
-            f"Pulumi could not read the outputs of stack {selected.name!r}: {error}. Set the passphrase "
-            "its secrets need (see README, Secrets) and try again."
+            f"Pulumi could not read the outputs of stack {selected.name!r}: {said(error)}. Set the "
+            "passphrase its secrets need (see README, Secrets) and try again."
         ) from None
 
 
@@ -244,7 +263,7 @@ def stack_config(stack: str, project_dir: Path | None = None) -> dict[str, Any]:
         config = selected.get_all_config()
     except auto.CommandError as error:
         raise _unreadable(stack, error) or SpecError(
-            f"Pulumi could not read the config of stack {stack!r}: {error}. Set the passphrase its "
+            f"Pulumi could not read the config of stack {stack!r}: {said(error)}. Set the passphrase its "
             "secrets need (see README, Secrets) and try again."
         ) from None
     values: dict[str, Any] = {}
