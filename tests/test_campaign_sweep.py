@@ -167,6 +167,43 @@ def test_a_trial_whose_update_ctrl_c_ended_runs_again_though_the_handler_has_not
     assert signal.getsignal(signal.SIGINT) is handler  # given back
 
 
+class _CtrlCTakenByTheMainThread(_CtrlCEndsTheUpdate):
+    """The same Ctrl-C ends the update's Pulumi process (created stacks die quickest) and reaches
+    this process, where the kernel gives it to the main thread, which is slow to run on a busy
+    machine: the worker sees its Pulumi process end before the signal is written down."""
+
+    def __init__(self, main: int, late_s: float) -> None:
+        super().__init__()
+        self.main, self.late_s = main, late_s
+
+    def deploy(
+        self, row: PlanRow, host: object, overrides: object = None, **_: object
+    ) -> list[BenchmarkResult]:
+        threading.Timer(self.late_s, signal.pthread_kill, (self.main, signal.SIGINT)).start()
+        raise auto.CommandError(auto.CommandResult(stdout="", stderr="", code=-2))
+
+
+def test_a_trial_whose_pulumi_ctrl_c_ended_before_the_signal_was_noted_runs_again(tmp_path: Path) -> None:
+    """A full test run once recorded such a trial failed ("Pulumi could not create stack ...") and the
+    resumed sweep never ran its candidate: the worker judged before the main thread noted Ctrl-C."""
+    trials = _CtrlCTakenByTheMainThread(threading.main_thread().ident or 0, late_s=0.3)
+    sweep = _sweep(tmp_path, trials)
+    host = sweep.plan.campaign.pool[0]
+    picked = sweep.next_trial(host)
+    assert picked is not None
+    worker = threading.Thread(target=sweep.run_trial, args=(picked, host))
+
+    with sweep.ctrl_c:
+        with pytest.raises(KeyboardInterrupt):
+            worker.start()
+            sweep.stop.wait(60)
+        worker.join()
+
+    of_stack = [r for r in records(sweep.study) if r.stack == picked.attributes.stack]
+    assert [(r.state, r.status) for r in of_stack] == [("FAIL", "interrupted"), ("WAITING", "queued")]
+    assert not any("failed" in line for line in sweep.events), sweep.events
+
+
 def test_the_hours_budget_counts_the_earlier_runs_time_once(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path, _Measured(), "budget: {max_hours: 1}\n", earlier_s=3500.0)  # 58 min before
     plan, search = sweep.plan, sweep.search

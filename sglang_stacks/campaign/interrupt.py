@@ -3,7 +3,9 @@ stops the step it is in, and this process is told at the same moment. Python run
 the main thread when that thread next runs, which may be after a worker has seen its Pulumi process
 end; ``CtrlC`` also has the signal's arrival written down at once (Python's own C-level handler
 writes it to a wakeup socket, in whichever thread takes the signal), so the worker knows its trial
-was interrupted, not failed, without waiting for the main thread.
+was interrupted, not failed, without waiting for the main thread's handler. The thread the kernel
+gives the signal to writes it down only once it runs: a worker whose step failed waits up to
+``JUDGING_WAIT_S`` for it before it judges the failure the trial's.
 """
 
 from __future__ import annotations
@@ -11,10 +13,16 @@ from __future__ import annotations
 import signal
 import socket
 import threading
+import time
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["CtrlC"]
+__all__ = ["JUDGING_WAIT_S", "CtrlC"]
+
+JUDGING_WAIT_S = 1.0
+"""How long a worker whose step failed waits for a Ctrl-C that may have ended it to be written down
+before it judges the failure the trial's (only failures wait)."""
+_POLL_S = 0.01
 
 
 class CtrlC:
@@ -28,16 +36,27 @@ class CtrlC:
         """Where the arrival is written down: the end read here, the end given to ``set_wakeup_fd``."""
         self._previous: tuple[Any, int] = (None, -1)
 
-    def arrived(self) -> bool:
-        """Ctrl-C reached this process (or the sweep was told to stop)."""
-        if self.stop.is_set():
-            return True
+    def arrived(self, within_s: float = 0.0) -> bool:
+        """Ctrl-C reached this process (or the sweep was told to stop), or does within ``within_s``.
+        The kernel gives a signal sent to the whole job to one thread of this process, which writes
+        it down once it next runs: a worker whose Pulumi process the same Ctrl-C ended can see that
+        end first, on a busy machine, and waits a moment for the note before judging the failure."""
+        deadline = time.monotonic() + within_s
+        while True:
+            if self.stop.is_set() or self._written():
+                return True
+            if self._sockets is None or time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S)
+
+    def _written(self) -> bool:
+        """The signal's arrival is written down on the wakeup socket."""
         if self._sockets is None:
             return False
         try:
             written = self._sockets[0].recv(4096, socket.MSG_PEEK)
-        except BlockingIOError:
-            return False  # no signal written down
+        except (BlockingIOError, OSError):
+            return False  # no signal written down (or the socket closed as the sweep ends)
         return bytes([signal.SIGINT]) in written
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:

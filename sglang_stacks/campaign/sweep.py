@@ -37,7 +37,7 @@ from sglang_stacks.campaign.attributes import (
 from sglang_stacks.campaign.choose import Chooser, Picked
 from sglang_stacks.campaign.early_stop import IntervalPruner, merge_levels
 from sglang_stacks.campaign.hosts import HOST_FAILURES, Rests
-from sglang_stacks.campaign.interrupt import CtrlC
+from sglang_stacks.campaign.interrupt import JUDGING_WAIT_S, CtrlC
 from sglang_stacks.campaign.legacy import import_sweep_file
 from sglang_stacks.campaign.model_pool import PoolHost
 from sglang_stacks.campaign.objective import samples
@@ -187,7 +187,7 @@ class Sweep:
         except Exception as error:  # one trial's failure, whatever it is, must not end the sweep
             # Ctrl-C reaches every Pulumi process of the sweep, whichever step it was in, and
             # this process at the same moment: noted at once, however late its handler runs.
-            if self.ctrl_c.arrived():
+            if self.ctrl_c.arrived(within_s=JUDGING_WAIT_S):
                 self._interrupted(picked)
                 return
             failure = self.trials.failure(stack, error)
@@ -279,7 +279,7 @@ class Sweep:
             except SpecError:
                 return True  # the backend has no such stack: nothing was deployed
             except (auto.CommandError, StacksError):
-                if not self.ctrl_c.arrived():
+                if not self.ctrl_c.arrived(within_s=JUDGING_WAIT_S):
                     return False
                 interrupted = True
         return False
