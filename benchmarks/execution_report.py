@@ -30,6 +30,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sglang_flags import load_table
+from sglang_stacks.campaign.model import load_campaign
+from sglang_stacks.campaign.plan import make_plan
 from sglang_stacks.config.memory import plan_memory
 from sglang_stacks.config.spec import StackSpec
 from sglang_stacks.config.stackfile import load_stack_spec
@@ -74,6 +76,38 @@ def stacks_report() -> None:
         for release in RELEASES:
             before, after = _cell(spec, release, None), _cell(spec, release, spec.model.config)
             print(f"| `{name}` | {release} | {before} | {after} |")
+
+
+def campaigns_report() -> None:
+    """Every candidate of every shipped campaign, at its pinned release and at 0.5.23, planned by the
+    project's rules (its model's config left out) and by the release's own code: how often the
+    fraction, the pool in tokens and the verdict are equal, and how many the release's code judged
+    (a release without the model's class keeps the rules: the seeds' Kimi-K2.5 on 0.5.8)."""
+    print(
+        "| campaign | release | candidates | judged by the release's code | fraction equal | pool equal "
+        "| verdict equal |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for path in sorted((ROOT / "campaigns").glob("*.yaml")):
+        rows = [r.spec for r in make_plan(path.stem, load_campaign(path), ROOT / "stacks").rows if r.spec]
+        for pinned in (None, RELEASES[-1]):
+            counts = Counter[str]()
+            for spec in rows:
+                release = pinned or spec.environment.sglang_release
+                rules = plan_memory(_pinned(spec, release, None))
+                code = plan_memory(_pinned(spec, release, spec.model.config))
+                counts["code"] += (code.settings_from or "").startswith(f"SGLang {release}'s own code")
+                ours, theirs = rules.mem_fraction_static, code.mem_fraction_static
+                counts["fraction"] += ours == theirs or (
+                    ours is not None and theirs is not None and abs(ours - theirs) < 5e-4
+                )
+                counts["tokens"] += rules.max_total_num_tokens == code.max_total_num_tokens
+                counts["verdict"] += rules.verdict == code.verdict
+            n, said = len(rows), pinned or "pinned"
+            print(
+                f"| `{path.stem}` | {said} | {n} | {counts['code']} | {counts['fraction']} | "
+                f"{counts['tokens']} | {counts['verdict']} |"
+            )
 
 
 SPACE: dict[str, tuple[Any, ...]] = {
@@ -219,14 +253,17 @@ def main() -> None:
     cli = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cli.add_argument("--stacks", action="store_true", help="every shipped stack, rules against code")
     cli.add_argument("--grid", action="store_true", help="how often the rules equal the code")
+    cli.add_argument("--campaigns", action="store_true", help="every shipped campaign's candidates")
     cli.add_argument("--sample", type=int, default=3000, help="launches drawn from the space (default 3000)")
     cli.add_argument("--seed", type=int, default=1)
     cli.add_argument(
         "--releases", nargs="+", default=RELEASES, help=f"the grid's releases (default {RELEASES})"
     )
     args = cli.parse_args()
-    if args.stacks or not args.grid:
+    if args.stacks or not (args.grid or args.campaigns):
         stacks_report()
+    if args.campaigns:
+        campaigns_report()
     if args.grid:
         grid_report(args.sample, args.seed, tuple(args.releases))
 
