@@ -228,6 +228,9 @@ def _pool_sizes(
         fields = [f for f in dataclasses.fields(kind) if f.init]
 
         whole = attention_layers(model_config)
+        adjust = getattr(layers, "adjust_hybrid_swa_layer_ids", None)  # to 0.5.20
+        resolve = layers.resolve_layer_indices
+        asks = [name for name in inspect.signature(resolve).parameters if name == "model" or name in known]
 
         def stage(start: int, end: int) -> tuple[int, int, int]:
             # The runner's layers as the release resolves them for a model holding this stage's
@@ -236,7 +239,6 @@ def _pool_sizes(
             # resolve_layer_indices slices them.
             for name, ids in whole.items():
                 setattr(model_config, name, list(ids) or None)
-            adjust = getattr(layers, "adjust_hybrid_swa_layer_ids", None)
             if adjust is not None:
                 adjust(
                     model_config=model_config,
@@ -244,12 +246,8 @@ def _pool_sizes(
                     end_layer=end,
                     is_hybrid_swa=known["is_hybrid_swa"],
                 )
-            stage_model = types.SimpleNamespace(start_layer=start, end_layer=end)
-            given = {"model": stage_model, **known}
-            resolve = layers.resolve_layer_indices
-            info = resolve(
-                **{name: given[name] for name in inspect.signature(resolve).parameters if name in given}
-            )
+            given = {"model": types.SimpleNamespace(start_layer=start, end_layer=end), **known}
+            info = resolve(**{name: given[name] for name in asks})
             kvc = kind(**{f.name: {**known, "layer_info": info}.get(f.name) for f in fields})
             tokens = int(kind.config_from_budget(kvc, budget).max_total_num_tokens)
             running = int(kind.resolve_max_num_reqs(kvc, tokens))

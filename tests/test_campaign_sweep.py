@@ -17,6 +17,7 @@ from pulumi import automation as auto
 
 from sglang_stacks.campaign import attributes, progress
 from sglang_stacks.campaign.attributes import TrialRecord, records
+from sglang_stacks.campaign.choose import Picked
 from sglang_stacks.campaign.interrupt import CtrlC
 from sglang_stacks.campaign.model import load_campaign
 from sglang_stacks.campaign.plan import Plan, PlanRow, format_plan, make_plan
@@ -114,6 +115,21 @@ def test_a_suggestion_reads_no_finished_or_queued_trial_again(
     assert set(read) == {picked.trial.number}  # the queued trial it took, now running; no other
 
 
+def _run_cut_by_ctrl_c(sweep: Sweep) -> tuple[Picked, list[TrialRecord]]:
+    """Run the next trial in a worker while the main thread waits under the sweep's Ctrl-C handling,
+    which the trial's runner makes come: the trial, and its stack's records in the study after."""
+    host = sweep.plan.campaign.pool[0]
+    picked = sweep.next_trial(host)
+    assert picked is not None
+    worker = threading.Thread(target=sweep.run_trial, args=(picked, host))
+    with sweep.ctrl_c:
+        with pytest.raises(KeyboardInterrupt):
+            worker.start()
+            sweep.stop.wait(60)
+        worker.join()
+    return picked, [r for r in records(sweep.study) if r.stack == picked.attributes.stack]
+
+
 class _CtrlCEndsTheUpdate(_Measured):
     """The update's Pulumi process ends on Ctrl-C, which this worker thread takes; ``decided`` is
     set once the worker has judged the trial (settled it as interrupted, or classed its failure)."""
@@ -149,18 +165,8 @@ def test_a_trial_whose_update_ctrl_c_ended_runs_again_though_the_handler_has_not
         handle(ctrl_c, signum, frame)
 
     monkeypatch.setattr(CtrlC, "_handle", late)
-    host = sweep.plan.campaign.pool[0]
-    picked = sweep.next_trial(host)
-    assert picked is not None
-    worker = threading.Thread(target=sweep.run_trial, args=(picked, host))
+    picked, of_stack = _run_cut_by_ctrl_c(sweep)
 
-    with sweep.ctrl_c:
-        with pytest.raises(KeyboardInterrupt):
-            worker.start()
-            sweep.stop.wait(60)
-        worker.join()
-
-    of_stack = [r for r in records(sweep.study) if r.stack == picked.attributes.stack]
     assert [(r.state, r.status) for r in of_stack] == [("FAIL", "interrupted"), ("WAITING", "queued")]
     assert of_stack[1].replaces == picked.trial.number
     assert not any("failed" in line for line in sweep.events), sweep.events
@@ -188,18 +194,8 @@ def test_a_trial_whose_pulumi_ctrl_c_ended_before_the_signal_was_noted_runs_agai
     resumed sweep never ran its candidate: the worker judged before the main thread noted Ctrl-C."""
     trials = _CtrlCTakenByTheMainThread(threading.main_thread().ident or 0, late_s=0.3)
     sweep = _sweep(tmp_path, trials)
-    host = sweep.plan.campaign.pool[0]
-    picked = sweep.next_trial(host)
-    assert picked is not None
-    worker = threading.Thread(target=sweep.run_trial, args=(picked, host))
+    _, of_stack = _run_cut_by_ctrl_c(sweep)
 
-    with sweep.ctrl_c:
-        with pytest.raises(KeyboardInterrupt):
-            worker.start()
-            sweep.stop.wait(60)
-        worker.join()
-
-    of_stack = [r for r in records(sweep.study) if r.stack == picked.attributes.stack]
     assert [(r.state, r.status) for r in of_stack] == [("FAIL", "interrupted"), ("WAITING", "queued")]
     assert not any("failed" in line for line in sweep.events), sweep.events
 
